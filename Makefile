@@ -1,0 +1,53 @@
+# ggml-dispatch: every step a person or CI runs is a target here.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+OUT ?= out
+CARRY ?= .carry
+
+.PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+venv: $(BIN)/.installed  ## create .venv with the package and its dev tools
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+demo: venv  ## the main job on the embedded default (committed sample trace and tables; no GPU)
+	@mkdir -p $(OUT)
+	$(BIN)/ggml-dispatch census ingest samples/trace-smollm2.jsonl -o $(OUT)/census.parquet
+	$(BIN)/ggml-dispatch census show $(OUT)/census.parquet
+
+test: venv lint typecheck pytest  ## tests, ruff and mypy (what CI runs)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: venv  ## format and auto-fix
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: venv
+	$(BIN)/mypy
+
+pytest: venv
+	$(BIN)/pytest -q
+
+llama-src: venv  ## fetch the pinned llama.cpp tree into .cache/llama.cpp (sha256-checked)
+	$(BIN)/python -m ggml_dispatch.fetch llama-src
+
+smollm2: venv  ## fetch the real SmolLM2-135M Q4_1 GGUF into .cache/models
+	$(BIN)/python -m ggml_dispatch.fetch smollm2
+
+llama-tarball: venv  ## trimmed .tar.xz of the pinned tree for the GPU machine (.carry/)
+	$(BIN)/python -m ggml_dispatch.fetch pack $(CARRY)/llama.cpp.tar.xz
+
+clean:
+	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""ggml-dispatch stage: census."""

