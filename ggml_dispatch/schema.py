@@ -79,6 +79,10 @@ ROUTE_CODES: Final[dict[Route, int]] = {
     Route.CUBLAS: 5,
 }
 
+# Integer codes shared with the generated header and the native hook.
+OP_CODES: Final[dict[Op, int]] = {Op.MUL_MAT: 0, Op.MUL_MAT_ID: 1}
+LAYOUT_CODES: Final[dict[Layout, int]] = {Layout.WEIGHT: 0, Layout.ATTENTION: 1, Layout.EXPERT: 2}
+
 # What a trace may report as having run: the table routes plus paths the table never chooses.
 TRACE_ONLY_ROUTES: Final = frozenset(
     {
