@@ -80,7 +80,8 @@ def extract_meta(src: Path, out: Path) -> None:
     reader = gguf.GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
     tensors = [
-        {"name": t.name, "shape": [int(x) for x in t.shape], "type": t.tensor_type.name} for t in reader.tensors
+        {"name": t.name, "shape": [int(x) for x in t.shape], "type": t.tensor_type.name}
+        for t in reader.tensors
     ]
     writer = gguf.GGUFWriter(out, arch)
     _copy_kv(reader, writer, skip=())
@@ -182,11 +183,8 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
     pool16 = pool.astype(np.float16)
     for i, (_name, ne) in enumerate(specs):
         n = int(np.prod(ne))
-        if len(ne) == 1:
-            data = np.ones(n, dtype=np.float32)
-        else:
-            data = _fill(pool16, n, offset=i * 104729)  # type: ignore[arg-type]
-        writer.write_tensor_data(data)
+        norm_or_weight = np.ones(n, dtype=np.float32) if len(ne) == 1 else _fill(pool16, n, offset=i * 104729)
+        writer.write_tensor_data(norm_or_weight)
     writer.close()
 
 
@@ -200,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("meta", type=Path)
     c.add_argument("-o", "--out", type=Path, required=True)
     c.add_argument("--seed", type=int, default=0)
-    w = sub.add_parser("dense", help="an F16 dense model at real dimensions (quantize it with llama-quantize)")
+    w = sub.add_parser("dense", help="an F16 model at real dimensions (then quantize with llama-quantize)")
     w.add_argument("--preset", choices=sorted(PRESETS), required=True)
     w.add_argument("--layers", type=int, required=True)
     w.add_argument("--tokenizer-from", type=Path, required=True)
