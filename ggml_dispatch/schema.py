@@ -327,6 +327,11 @@ META_GGUF_HASHES: Final = META_PREFIX + "gguf_hashes"  # JSON {path: sha256}
 META_PATCH_HASH: Final = META_PREFIX + "patch_hash"
 META_TRACE_HEADERS: Final = META_PREFIX + "trace_headers"  # JSON list of header records
 META_CREATED: Final = META_PREFIX + "created"
+# census files (written by census ingest / from-gguf)
+META_GPU_SPECS: Final = META_PREFIX + "gpu_specs"  # JSON list: the specs each GPU's roofline est_us used
+META_WARNINGS: Final = META_PREFIX + "warnings"  # JSON list of warnings given while ingesting
+META_GGUF_UNSEEN: Final = META_PREFIX + "gguf_unseen"  # JSON {gguf path: [weight tensors not in the trace]}
+META_DECLARED: Final = META_PREFIX + "declared"  # JSON {"M": [...], "output_rows": n} (from-gguf only)
 
 # Census: one row per distinct key.
 CENSUS_COLUMNS: Final[dict[str, str]] = {
