@@ -1,9 +1,84 @@
-"""``ggml-dispatch tune import-reference``: placeholder until reference conversion lands."""
+"""``ggml-dispatch tune import-reference``: reference timings -> tuning rows (``source = reference``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
+from ggml_dispatch import fileio, schema
+from ggml_dispatch.errors import InputError
+from tuner import reference
+
 
 @click.command("import-reference")
-def import_reference_cmd() -> None:
-    """Convert shared/reference/h200-mul-mat-routes.tsv rows into tuning rows (source = reference)."""
-    raise click.ClickException("import-reference is not built yet")
+@click.argument("tsv", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="tuning Parquet file to write (atomically)",
+)
+@click.option(
+    "--sm-count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="SM count of the GPU that was measured; the TSV does not record it (NVIDIA H200: 132)",
+)
+@click.option("--gpu-name", default=None, help="override the GPU name read from the TSV's first comment")
+@click.option(
+    "--cc", type=click.IntRange(min=1), default=None, help="override the compute capability (ggml: 900)"
+)
+def import_reference_cmd(
+    tsv: Path, output: Path, sm_count: int | None, gpu_name: str | None, cc: int | None
+) -> None:
+    """Convert reference per-route timings (e.g. shared/reference/h200-mul-mat-routes.tsv) into
+    tuning rows with ``source = reference``.
+
+    \b
+    Each TSV row (test-backend-ops m,n,k = N,M,K; one sample) becomes one tuning row, trial 0,
+    status ok. Stock's route at a point is the converter's declared assumption (cc 900: mmvq for
+    M <= 8, mmq above), written into anchor_us. Reference rows carry no confidence interval:
+    `ggml-dispatch codegen` accepts them only with --reference-margin and never under tables/.
+    """
+    text = tsv.read_text(encoding="utf-8")
+    samples = reference.parse_samples(text, tsv)
+    identity = reference.parse_identity(text.splitlines())
+    if identity is None:
+        raise InputError(
+            tsv,
+            "first comment does not say 'NAME (cc X.Y, driver D, CUDA V), llama.cpp COMMIT'",
+            line=1,
+        )
+    if gpu_name is not None or cc is not None:
+        identity = reference.ReferenceIdentity(
+            gpu_name=gpu_name if gpu_name is not None else identity.gpu_name,
+            cc=cc if cc is not None else identity.cc,
+            driver=identity.driver,
+            cuda_version=identity.cuda_version,
+            upstream_commit=identity.upstream_commit,
+        )
+    if sm_count is None:
+        raise click.UsageError("the TSV does not record the SM count: pass --sm-count (NVIDIA H200: 132)")
+    rows = reference.to_tuning_rows(samples, identity, sm_count)
+    table = reference.rows_to_table(rows)
+    meta = fileio.base_metadata(
+        schema.TUNING_SCHEMA,
+        input_hashes={str(tsv): fileio.sha256_file(tsv)},
+        upstream_commit=identity.upstream_commit,
+        source=schema.Source.REFERENCE.value,
+        reference_assumptions={
+            "stock": reference.STOCK_ASSUMPTION,
+            "sm_count": f"declared by the caller: {sm_count}",
+            "route_ran": "the forced route, not verified by the reference build",
+            "layout": "MUL_MAT weight layout, B = 1, src1 f32 (test-backend-ops perf cases)",
+        },
+    )
+    fileio.write_parquet(table, output, meta)
+    unanchored = sum(1 for r in rows if r["anchor_us"] is None)
+    click.echo(
+        f"{output}: {len(rows)} reference rows ({identity.gpu_name}, cc {identity.cc}, {sm_count} SMs, "
+        f"upstream {identity.upstream_commit[:12]}); {unanchored} without a stock sample at their point"
+    )
+    click.echo(f"assumed stock: {reference.STOCK_ASSUMPTION}", err=True)

@@ -1,0 +1,625 @@
+"""Tuning rows -> dispatch decisions (rules) and the list of refused candidates. Pure.
+
+The rule, from DESIGN.md ("Decision, table.json and the C header"), as implemented here:
+
+* A *point* is (shape key, M), the shape key being ``schema.SHAPE_KEY`` = (op, layout, src0_type,
+  src1_type, N, K, B). A *candidate* at a point is a route with at least one ``ok`` trial there; every
+  other status (ineligible, wrong, drifted, failed:...) is skipped.
+* Pairing with stock: every trial re-measures stock as ``anchor_us``, so each ok trial of a route gives
+  one paired ratio ``anchor_us / us`` (> 1: the route is faster than stock in that trial). The ratio
+  statistic is the **median of the per-trial ratios**; its 95% CI is a percentile bootstrap over trials
+  (pairs resampled together; 2000 resamples; a fixed seed derived from the point and route, so a
+  decision never depends on which other points are in the file).
+* The winner is the candidate with the lowest median ``us``. It *passes* (may replace stock) when it has
+  at least ``min_trials`` paired ok trials, its ratio is >= 1 + theta and the CI's lower end is > 1.
+  "Slower than stock beyond noise" is the CI's upper end < 1.
+* Reference rows (``source = reference``, one sample, no CI) pass only when ratio >= 1 +
+  max(theta, margin), the margin being declared by the caller; they are slower beyond noise when
+  ratio < 1 / (1 + margin).
+* Exact rules: per shape key the measured M values (any row, any status) are sorted; a rule covers a
+  maximal run of consecutive measured M values at which the same route wins and passes, and every M
+  between them. M outside the outermost passing measured M stays stock; a measured M where the route
+  does not pass (or was not measured) breaks the run.
+* Per-type defaults (N = K = 0, "any (N, K)"): per (op, layout, src0_type, src1_type, B) with at least
+  ``min_default_shapes`` measured (N, K). The grid is the M values measured at every one of those
+  shapes. At each grid M the route with the smallest worst-case regret over the shapes (regret = its
+  median / the shape's best median - 1) is the candidate; it is admitted only where it passes at every
+  shape, and a run of grid M values extends over a gap only when the route also passes at every
+  measured M of every shape inside the gap. So a default never covers a measured point where it is not
+  faster than stock beyond noise, and the runtime prefers an exact (N, K) rule over a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from ggml_dispatch import schema
+from ggml_dispatch.errors import InputError
+
+DEFAULT_THETA: Final = 0.03
+DEFAULT_RESAMPLES: Final = 2000
+DEFAULT_CONFIDENCE: Final = 0.95
+DEFAULT_SEED: Final = 20261130
+DEFAULT_MIN_TRIALS: Final = 3
+DEFAULT_MIN_DEFAULT_SHAPES: Final = 2
+
+RATIO_STATISTIC: Final = "median of per-trial anchor_us/us ratios; percentile bootstrap over trials"
+
+ROUTE_NAMES: Final = tuple(r.value for r in schema.Route)
+_ROUTE_ORDER: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
+_OPS: Final = frozenset(o.value for o in schema.Op)
+_LAYOUTS: Final = frozenset(lay.value for lay in schema.Layout)
+
+
+@dataclass(frozen=True)
+class Params:
+    theta: float = DEFAULT_THETA
+    reference_margin: float | None = None
+    min_trials: int = DEFAULT_MIN_TRIALS
+    resamples: int = DEFAULT_RESAMPLES
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = DEFAULT_SEED
+    min_default_shapes: int = DEFAULT_MIN_DEFAULT_SHAPES
+    allow_mixed: bool = False
+
+
+@dataclass(frozen=True, order=True)
+class ShapeKey:
+    """``schema.SHAPE_KEY``; N = K = 0 marks a per-type default."""
+
+    op: str
+    layout: str
+    src0_type: str
+    src1_type: str
+    N: int
+    K: int
+    B: int
+
+    def group(self) -> ShapeKey:
+        return ShapeKey(self.op, self.layout, self.src0_type, self.src1_type, 0, 0, self.B)
+
+    @property
+    def is_default(self) -> bool:
+        return self.N == 0 and self.K == 0
+
+    def codes(self) -> tuple[int, int, int, int, int, int, int]:
+        """Sort order shared with the C rules array."""
+        return (
+            schema.OP_CODES[schema.Op(self.op)],
+            schema.LAYOUT_CODES[schema.Layout(self.layout)],
+            schema.GGML_TYPES[self.src0_type].id,
+            schema.GGML_TYPES[self.src1_type].id,
+            self.N,
+            self.K,
+            self.B,
+        )
+
+    def label(self) -> str:
+        nk = "N=* K=*" if self.is_default else f"N={self.N} K={self.K}"
+        return f"{self.op} {self.layout} {self.src0_type}x{self.src1_type} {nk} B={self.B}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "layout": self.layout,
+            "src0_type": self.src0_type,
+            "src1_type": self.src1_type,
+            "N": self.N,
+            "K": self.K,
+            "B": self.B,
+        }
+
+
+@dataclass(frozen=True)
+class RouteEval:
+    """One route at one point."""
+
+    route: str
+    n_rows: int
+    n_ok: int
+    n_paired: int  # ok trials with a usable stock anchor
+    statuses: tuple[tuple[str, int], ...]  # non-ok statuses and their counts
+    median_us: float | None
+    stock_us: float | None  # median anchor over the paired trials
+    ratio: float | None  # median of per-trial stock/route ratios
+    ci_low: float | None
+    ci_high: float | None
+    reference: bool
+    is_anchor: bool = False  # reference rows: this sample is the stock anchor itself (stock's own route)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passes: bool
+    reason: str  # empty when it passes
+
+
+@dataclass(frozen=True)
+class Rule:
+    key: ShapeKey
+    M_lo: int
+    M_hi: int
+    route: str
+    measured_M: tuple[int, ...]  # measured M values the rule covers
+    min_ratio: float  # smallest stock/route ratio at those points (over every shape, for defaults)
+    shapes: tuple[tuple[int, int], ...] = ()  # defaults: the measured (N, K) that admitted it
+
+    @property
+    def kind(self) -> str:
+        return "default" if self.key.is_default else "exact"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    route: str
+    key: ShapeKey  # N = K = 0 for a default candidate
+    M: int
+    reason: str
+
+    @property
+    def kind(self) -> str:
+        return "default" if self.key.is_default else "exact"
+
+
+@dataclass
+class Identity:
+    gpu: schema.GpuId
+    upstream_commit: str
+    source: str  # schema.Source.MEASURED or REFERENCE
+    gpus: list[tuple[schema.GpuId, int]] = field(default_factory=list)  # every GPU and its row count
+    upstream_commits: list[tuple[str, int]] = field(default_factory=list)
+    patch_hashes: list[str] = field(default_factory=list)
+    harness_versions: list[str] = field(default_factory=list)
+    drivers: list[str] = field(default_factory=list)
+    cuda_versions: list[str] = field(default_factory=list)
+    cublas_versions: list[str] = field(default_factory=list)
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.gpus) > 1 or len(self.upstream_commits) > 1
+
+
+@dataclass
+class Decisions:
+    identity: Identity
+    params: Params
+    rules: list[Rule]
+    refusals: list[Refusal]
+    evals: dict[ShapeKey, dict[int, dict[str, RouteEval]]]  # key -> M -> route -> eval
+    stock_us: dict[ShapeKey, dict[int, float]]  # key -> M -> median stock time over the point's anchors
+    n_rows: int
+    n_ok: int
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+
+
+def _text(v: Any) -> str | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return str(v)
+
+
+def _distinct(values: Iterable[str | None]) -> list[str]:
+    return sorted({v for v in values if v})
+
+
+def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
+    """Validate tuning rows; return the table's identity. Raises InputError naming the row."""
+    missing = [c for c in schema.TUNING_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(path, f"not a tuning file: missing columns {', '.join(missing)}")
+    if df.empty:
+        raise InputError(path, "no tuning rows")
+    records: list[dict[str, Any]] = [{str(k): v for k, v in rec.items()} for rec in df.to_dict("records")]
+    for i, r in enumerate(records):
+        where = f"row {i}"
+        if r["op"] not in _OPS:
+            raise InputError(path, f"unknown op {r['op']!r}", field=f"{where}: op")
+        if r["layout"] not in _LAYOUTS:
+            raise InputError(path, f"unknown layout {r['layout']!r}", field=f"{where}: layout")
+        for col in ("src0_type", "src1_type"):
+            if r[col] not in schema.GGML_TYPES:
+                raise InputError(path, f"unknown ggml type {r[col]!r}", field=f"{where}: {col}")
+        if r["route"] not in _ROUTE_ORDER:
+            raise InputError(path, f"unknown route {r['route']!r}", field=f"{where}: route")
+        for col in ("M", "N", "K", "B", "gpu_cc", "gpu_sm_count"):
+            v = r[col]
+            if v is None or (isinstance(v, float) and math.isnan(v)) or int(v) < 1:
+                raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {col}")
+        if not _text(r["gpu_name"]):
+            raise InputError(path, "empty GPU name", field=f"{where}: gpu_name")
+        if "\0" in str(r["gpu_name"]):
+            raise InputError(path, "GPU name contains a NUL byte", field=f"{where}: gpu_name")
+        if not _text(r["upstream_commit"]):
+            raise InputError(path, "empty upstream commit", field=f"{where}: upstream_commit")
+        if r["source"] not in (schema.Source.MEASURED.value, schema.Source.REFERENCE.value):
+            raise InputError(
+                path, f"source must be measured or reference, got {r['source']!r}", field=f"{where}: source"
+            )
+        if r["status"] == schema.TrialStatus.OK.value:
+            us = r["us"]
+            if us is None or not math.isfinite(float(us)) or float(us) <= 0:
+                raise InputError(path, f"ok trial with time {us!r}", field=f"{where}: us")
+            a = r["anchor_us"]
+            if a is not None and not math.isnan(float(a)) and (not math.isfinite(float(a)) or float(a) <= 0):
+                raise InputError(path, f"ok trial with stock anchor {a!r}", field=f"{where}: anchor_us")
+
+    sources = set(df["source"])
+    if schema.Source.REFERENCE.value in sources:
+        if len(sources) > 1:
+            raise InputError(
+                path,
+                "rows mix source = reference and measured; build a table from one kind of evidence",
+                field="source",
+            )
+        if params.reference_margin is None:
+            raise InputError(
+                path,
+                "rows have source = reference (one sample, no confidence interval): they are accepted only "
+                "with --reference-margin X, a declared fixed margin",
+                field="source",
+            )
+    gpus = Counter(
+        schema.GpuId(str(n), int(c), int(s))
+        for n, c, s in zip(df["gpu_name"], df["gpu_cc"], df["gpu_sm_count"], strict=True)
+    )
+    commits = Counter(str(c) for c in df["upstream_commit"])
+    if len(gpus) > 1 and not params.allow_mixed:
+        listed = "; ".join(f"{g.name} cc {g.cc} {g.sm_count} SMs ({n} rows)" for g, n in sorted(gpus.items()))
+        raise InputError(
+            path,
+            f"rows come from {len(gpus)} GPUs ({listed}); a table belongs to one GPU "
+            "(name, cc and SM count): split the file, or pass --allow-mixed",
+            field="gpu_name",
+        )
+    if len(commits) > 1 and not params.allow_mixed:
+        listed = "; ".join(f"{c} ({n} rows)" for c, n in sorted(commits.items()))
+        raise InputError(
+            path,
+            f"rows come from {len(commits)} upstream commits ({listed}); pass --allow-mixed to combine them",
+            field="upstream_commit",
+        )
+    # With --allow-mixed the table is stamped with the GPU and commit that contributed most rows.
+    gpu = sorted(gpus.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    commit = sorted(commits.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return Identity(
+        gpu=gpu,
+        upstream_commit=commit,
+        source=next(iter(sources)),
+        gpus=sorted(gpus.items()),
+        upstream_commits=sorted(commits.items()),
+        patch_hashes=_distinct(_text(v) for v in df["patch_hash"]),
+        harness_versions=_distinct(_text(v) for v in df["harness_version"]),
+        drivers=_distinct(_text(v) for v in df["driver"]),
+        cuda_versions=_distinct(_text(v) for v in df["cuda_version"]),
+        cublas_versions=_distinct(_text(v) for v in df["cublas_version"]),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Per-point statistics
+
+
+def _seed_for(base: int, key: ShapeKey, M: int, route: str) -> int:
+    text = f"{base}|{key.op}|{key.layout}|{key.src0_type}|{key.src1_type}|{key.N}|{key.K}|{key.B}|{M}|{route}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def bootstrap_ci(ratios: Sequence[float], params: Params, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap CI of the median of paired ratios (trials resampled with replacement)."""
+    r = np.asarray(ratios, dtype=np.float64)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    idx = rng.integers(0, len(r), size=(params.resamples, len(r)))
+    medians = np.median(r[idx], axis=1)
+    tail = (1.0 - params.confidence) / 2.0
+    lo, hi = np.quantile(medians, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+def evaluate_route(key: ShapeKey, M: int, route: str, rows: pd.DataFrame, params: Params) -> RouteEval:
+    ok = rows[rows["status"] == schema.TrialStatus.OK.value]
+    statuses = Counter(str(s) for s in rows["status"] if s != schema.TrialStatus.OK.value)
+    reference = bool((rows["source"] == schema.Source.REFERENCE.value).any())
+    us = ok["us"].astype(float).to_numpy()
+    anchor = ok["anchor_us"].astype(float).to_numpy()
+    paired = np.isfinite(anchor) & (anchor > 0)
+    ratios = anchor[paired] / us[paired]
+    median_us = float(np.median(us)) if len(us) else None
+    stock_us = float(np.median(anchor[paired])) if paired.any() else None
+    ratio = float(np.median(ratios)) if len(ratios) else None
+    ci_low = ci_high = None
+    if not reference and len(ratios) >= 2 and params.resamples > 0:
+        ci_low, ci_high = bootstrap_ci(list(ratios), params, _seed_for(params.seed, key, M, route))
+    return RouteEval(
+        route=route,
+        n_rows=len(rows),
+        n_ok=len(ok),
+        n_paired=int(paired.sum()),
+        statuses=tuple(sorted(statuses.items())),
+        median_us=median_us,
+        stock_us=stock_us,
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        reference=reference,
+        is_anchor=reference and bool(paired.any()) and bool(np.all(anchor[paired] == us[paired])),
+    )
+
+
+def required_ratio(ev: RouteEval, params: Params) -> float:
+    if ev.reference:
+        assert params.reference_margin is not None
+        return 1.0 + max(params.theta, params.reference_margin)
+    return 1.0 + params.theta
+
+
+def verdict(ev: RouteEval, params: Params) -> Verdict:
+    """May this route replace stock at this point (ignoring whether it is the fastest)?"""
+    if ev.n_ok == 0:
+        what = ", ".join(f"{s} x{n}" for s, n in ev.statuses) or "none"
+        return Verdict(False, f"no ok trial ({what})")
+    if ev.n_paired == 0 or ev.ratio is None:
+        return Verdict(False, "no stock anchor in its ok trials")
+    need = required_ratio(ev, params)
+    if ev.reference:
+        if ev.is_anchor:
+            return Verdict(False, "stock's own route here (its sample is the stock anchor)")
+        if ev.ratio < need:
+            return Verdict(
+                False, f"ratio {ev.ratio:.3f}x below {need:.3f}x (1 + max(theta, reference margin))"
+            )
+        return Verdict(True, "")
+    if ev.n_paired < params.min_trials:
+        return Verdict(False, f"only {ev.n_paired} paired ok trials (< {params.min_trials})")
+    if ev.ratio < need:
+        return Verdict(False, f"ratio {ev.ratio:.3f}x below {need:.3f}x (1 + theta)")
+    assert ev.ci_low is not None
+    if ev.ci_low <= 1.0:
+        return Verdict(
+            False,
+            f"ratio {ev.ratio:.3f}x but the {params.confidence:.0%} CI low end "
+            f"{ev.ci_low:.3f} is not above 1",
+        )
+    return Verdict(True, "")
+
+
+def slower_beyond_noise(ev: RouteEval, params: Params) -> bool:
+    """Is this route slower than stock beyond noise here (the no-harm rule's test)?"""
+    if ev.ratio is None:
+        return False
+    if ev.reference:
+        assert params.reference_margin is not None
+        return ev.ratio < 1.0 / (1.0 + params.reference_margin)
+    return ev.ci_high is not None and ev.ci_high < 1.0
+
+
+def winner(evals: Mapping[str, RouteEval]) -> str | None:
+    """Lowest median among the routes with ok trials; ties go to the lower route code."""
+    cands = [(ev.median_us, _ROUTE_ORDER[r], r) for r, ev in evals.items() if ev.median_us is not None]
+    return min(cands)[2] if cands else None
+
+
+def passing_route(evals: Mapping[str, RouteEval], params: Params) -> str | None:
+    w = winner(evals)
+    if w is None or not verdict(evals[w], params).passes:
+        return None
+    return w
+
+
+# --------------------------------------------------------------------------------------------
+# Decisions
+
+
+def _key_of(row: Mapping[str, Any]) -> ShapeKey:
+    return ShapeKey(
+        str(row["op"]),
+        str(row["layout"]),
+        str(row["src0_type"]),
+        str(row["src1_type"]),
+        int(row["N"]),
+        int(row["K"]),
+        int(row["B"]),
+    )
+
+
+def evaluate(
+    df: pd.DataFrame, params: Params
+) -> tuple[dict[ShapeKey, dict[int, dict[str, RouteEval]]], dict[ShapeKey, dict[int, float]]]:
+    """Per point and route statistics, plus each point's median stock time."""
+    evals: dict[ShapeKey, dict[int, dict[str, RouteEval]]] = defaultdict(dict)
+    stock: dict[ShapeKey, dict[int, float]] = defaultdict(dict)
+    cols = ["op", "layout", "src0_type", "src1_type", "N", "K", "B", "M"]
+    for values, point_rows in df.groupby(cols, sort=True):
+        key = _key_of(dict(zip(cols, values, strict=True)))
+        M = int(values[-1])  # type: ignore[call-overload]
+        per_route: dict[str, RouteEval] = {}
+        for route, rrows in point_rows.groupby("route", sort=True):
+            per_route[str(route)] = evaluate_route(key, M, str(route), rrows, params)
+        evals[key][M] = per_route
+        ok = point_rows[point_rows["status"] == schema.TrialStatus.OK.value]
+        anchors = ok["anchor_us"].astype(float).to_numpy()
+        anchors = anchors[np.isfinite(anchors) & (anchors > 0)]
+        if len(anchors):
+            stock[key][M] = float(np.median(anchors))
+    return dict(evals), dict(stock)
+
+
+def _point_refusals(key: ShapeKey, M: int, point: Mapping[str, RouteEval], params: Params) -> list[Refusal]:
+    w = winner(point)
+    chosen = passing_route(point, params)
+    out = []
+    for route, ev in sorted(point.items()):
+        if route == chosen:
+            continue
+        if ev.n_ok == 0 or route == w:
+            reason = verdict(ev, params).reason
+        else:
+            wev = point[w] if w else None
+            assert wev is not None and wev.median_us is not None and ev.median_us is not None
+            reason = f"not the fastest: {w} {wev.median_us:.2f} us vs {ev.median_us:.2f} us"
+            if ev.ratio is not None:
+                reason += f" (its ratio to stock {ev.ratio:.3f}x)"
+        out.append(Refusal(route, key, M, reason))
+    return out
+
+
+def _runs(labels: Sequence[tuple[int, str | None]]) -> list[tuple[str, list[int]]]:
+    """Maximal runs of consecutive entries with the same non-None label."""
+    runs: list[tuple[str, list[int]]] = []
+    prev: str | None = None
+    for M, label in labels:
+        if label is not None and label == prev:
+            runs[-1][1].append(M)
+        elif label is not None:
+            runs.append((label, [M]))
+        prev = label
+    return runs
+
+
+def _exact_rules(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], params: Params
+) -> tuple[list[Rule], list[Refusal]]:
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    for key in sorted(evals, key=ShapeKey.codes):
+        by_m = evals[key]
+        labels = []
+        for M in sorted(by_m):
+            refusals.extend(_point_refusals(key, M, by_m[M], params))
+            labels.append((M, passing_route(by_m[M], params)))
+        for route, run in _runs(labels):
+            ratios = [r for m in run if (r := by_m[m][route].ratio) is not None]
+            rules.append(Rule(key, run[0], run[-1], route, tuple(run), min(ratios)))
+    return rules, refusals
+
+
+def _fails_somewhere(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    shapes: Sequence[ShapeKey],
+    route: str,
+    lo: int,
+    hi: int,
+    params: Params,
+    *,
+    inclusive: bool,
+) -> str:
+    """Empty when ``route`` passes at every measured M of every shape in the range, else where it does not."""
+    for s in shapes:
+        for m in sorted(evals[s]):
+            if (lo <= m <= hi) if inclusive else (lo < m < hi):
+                ev = evals[s][m].get(route)
+                v = verdict(ev, params) if ev else Verdict(False, "not measured")
+                if not v.passes:
+                    return f"at N={s.N} K={s.K} M={m}: {v.reason}"
+    return ""
+
+
+def _min_max_regret(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], shapes: Sequence[ShapeKey], M: int
+) -> str | None:
+    """The route with ok trials at every shape whose worst regret over the shapes is smallest."""
+    medians: dict[ShapeKey, dict[str, float]] = {
+        s: {r: ev.median_us for r, ev in evals[s][M].items() if ev.median_us is not None} for s in shapes
+    }
+    routes = set.intersection(*(set(m) for m in medians.values()))
+    if not routes:
+        return None
+    best = {s: min(m.values()) for s, m in medians.items()}
+    regret = {r: max(medians[s][r] / best[s] - 1.0 for s in shapes) for r in routes}
+    return min(routes, key=lambda r: (regret[r], _ROUTE_ORDER[r]))
+
+
+def _default_rules(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], params: Params
+) -> tuple[list[Rule], list[Refusal]]:
+    groups: dict[ShapeKey, list[ShapeKey]] = defaultdict(list)
+    for key in evals:
+        groups[key.group()].append(key)
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    for group in sorted(groups, key=ShapeKey.codes):
+        shapes = sorted(groups[group], key=ShapeKey.codes)
+        if len(shapes) < params.min_default_shapes:
+            continue
+        grid = sorted(set.intersection(*(set(evals[s]) for s in shapes)))
+        labels: list[tuple[int, str | None]] = []
+        for M in grid:
+            route = _min_max_regret(evals, shapes, M)
+            why = _fails_somewhere(evals, shapes, route, M, M, params, inclusive=True) if route else ""
+            if route is not None and why:
+                refusals.append(Refusal(route, group, M, f"type default (min-max regret choice): {why}"))
+                route = None
+            # a run may only grow over a gap where the route passes at every measured point of every shape
+            if route is not None and labels and labels[-1][1] == route:
+                gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
+                if gap:
+                    refusals.append(
+                        Refusal(route, group, M, f"type default cannot join M={labels[-1][0]}..{M}: {gap}")
+                    )
+                    labels.append((M, None))  # closes the previous run
+                    labels.append((M, route))  # and starts a new one at M
+                    continue
+            labels.append((M, route))
+        for route, run in _runs(labels):
+            run = sorted(set(run))
+            ratios = [
+                r
+                for s in shapes
+                for m, point in evals[s].items()
+                if run[0] <= m <= run[-1]
+                and (ev := point.get(route)) is not None
+                and (r := ev.ratio) is not None
+            ]
+            rules.append(
+                Rule(
+                    group,
+                    run[0],
+                    run[-1],
+                    route,
+                    tuple(run),
+                    min(ratios),
+                    shapes=tuple((s.N, s.K) for s in shapes),
+                )
+            )
+    return rules, refusals
+
+
+def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
+    """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
+    if params.theta < 0:
+        raise InputError(path, f"theta must be >= 0, got {params.theta}", field="--theta")
+    if params.reference_margin is not None and not 0 < params.reference_margin < 1:
+        raise InputError(
+            path,
+            f"reference margin must be in (0, 1), got {params.reference_margin}",
+            field="--reference-margin",
+        )
+    identity = check_rows(df, path, params)
+    evals, stock = evaluate(df, params)
+    exact, refused_exact = _exact_rules(evals, params)
+    defaults, refused_defaults = _default_rules(evals, params)
+    refusals = sorted(
+        refused_exact + refused_defaults, key=lambda r: (r.key.codes(), r.M, _ROUTE_ORDER[r.route], r.reason)
+    )
+    rules = sorted(exact + defaults, key=lambda r: (r.key.codes(), r.M_lo))
+    return Decisions(
+        identity=identity,
+        params=params,
+        rules=rules,
+        refusals=refusals,
+        evals=evals,
+        stock_us=stock,
+        n_rows=len(df),
+        n_ok=int((df["status"] == schema.TrialStatus.OK.value).sum()),
+    )

@@ -1,0 +1,358 @@
+"""Canonical ``table.json``: build, dump, load, validate, and the Python lookup the C header mirrors. Pure.
+
+A table is a dict:
+
+* ``schema`` (``schema.TABLE_SCHEMA``) and ``layout_version`` (``schema.TABLE_LAYOUT_VERSION``);
+* ``gpu``: ``name``, ``cc``, ``sm_count`` -- the table applies only when all three match;
+* ``upstream_commit``;
+* ``provenance``: source (measured / reference / none), tool version, tuning and census sha256, patch
+  hashes, harness versions, drivers, CUDA and cuBLAS versions, the decision parameters, and (only with
+  ``--allow-mixed``) every GPU and commit that contributed rows;
+* ``rules``: ``op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route`` plus evidence
+  (``kind``, ``measured_M``, ``min_ratio``, ``shapes`` for defaults). N = K = 0 is a per-type default,
+  used only when no exact (N, K) rule covers the query;
+* ``refused``: every refused candidate with its point and reason.
+
+The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
+line, and a trailing newline; the table hash is the sha256 of that text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from ggml_dispatch import schema
+from ggml_dispatch.errors import InputError
+
+RULE_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B", "M_lo", "M_hi", "route")
+KEY_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
+SOURCE_NONE: Final = "none"
+TABLE_FILENAME: Final = "table.json"
+HEADER_FILENAME: Final = "ggml-dispatch-table.h"
+
+_OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
+_LAYOUTS: Final = {lay.value: code for lay, code in schema.LAYOUT_CODES.items()}
+_ROUTES: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
+_SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENCE.value, SOURCE_NONE})
+
+
+def empty_table() -> dict[str, Any]:
+    """The table with no rules: its header makes every lookup answer stock and no GPU match."""
+    return {
+        "schema": schema.TABLE_SCHEMA,
+        "layout_version": schema.TABLE_LAYOUT_VERSION,
+        "gpu": {"name": "", "cc": 0, "sm_count": 0},
+        "upstream_commit": "",
+        "provenance": {"source": SOURCE_NONE},
+        "rules": [],
+        "refused": [],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Ordering and canonical text
+
+
+def key_codes(rule: Mapping[str, Any]) -> tuple[int, ...]:
+    """(op, layout, src0_type, src1_type, N, K, B) as the integer codes the C array is sorted by."""
+    return (
+        _OPS[rule["op"]],
+        _LAYOUTS[rule["layout"]],
+        schema.GGML_TYPES[rule["src0_type"]].id,
+        schema.GGML_TYPES[rule["src1_type"]].id,
+        int(rule["N"]),
+        int(rule["K"]),
+        int(rule["B"]),
+    )
+
+
+def rule_sort_key(rule: Mapping[str, Any]) -> tuple[int, ...]:
+    return (*key_codes(rule), int(rule["M_lo"]))
+
+
+def refusal_sort_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (*key_codes(r), int(r["M"]), _ROUTES.get(r["route"], 99), str(r["reason"]))
+
+
+def _round(x: Any) -> Any:
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return None
+        return round(x, 4)
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_round(v) for v in x]
+    return x
+
+
+def _compact(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, ensure_ascii=True, separators=(", ", ": "), allow_nan=False)
+
+
+def canonicalize(table: Mapping[str, Any]) -> dict[str, Any]:
+    t = _round(dict(table))
+    t["rules"] = sorted(t.get("rules", []), key=rule_sort_key)
+    t["refused"] = sorted(t.get("refused", []), key=refusal_sort_key)
+    return t  # type: ignore[no-any-return]
+
+
+def dumps(table: Mapping[str, Any]) -> str:
+    """Canonical text: sorted keys, fixed row order, one rule/refusal per line, trailing newline."""
+    t = canonicalize(table)
+    parts = []
+    for k in sorted(t):
+        v = t[k]
+        if isinstance(v, list):
+            body = "[]" if not v else "[\n" + ",\n".join("    " + _compact(e) for e in v) + "\n  ]"
+        else:
+            body = json.dumps(v, sort_keys=True, ensure_ascii=True, indent=2, allow_nan=False).replace(
+                "\n", "\n  "
+            )
+        parts.append(f"  {json.dumps(k)}: {body}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def table_hash(table: Mapping[str, Any]) -> str:
+    return hashlib.sha256(dumps(table).encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and loading
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
+    """Check a table dict; raise InputError naming the field. Returns the table."""
+    if not isinstance(table, dict):
+        raise InputError(path, "a table is a JSON object")
+    sch = table.get("schema")
+    if sch != schema.TABLE_SCHEMA:
+        raise InputError(
+            path, f"unknown table schema {sch!r}; this tool reads {schema.TABLE_SCHEMA}", field="schema"
+        )
+    lv = table.get("layout_version")
+    if lv != schema.TABLE_LAYOUT_VERSION:
+        raise InputError(
+            path,
+            f"table layout version {lv!r} is not known to this tool "
+            f"(it knows {schema.TABLE_LAYOUT_VERSION}); regenerate the table with a matching ggml-dispatch",
+            field="layout_version",
+        )
+    gpu = table.get("gpu")
+    if not isinstance(gpu, dict):
+        raise InputError(path, "missing GPU identity", field="gpu")
+    if not isinstance(gpu.get("name"), str) or "\0" in gpu["name"]:
+        raise InputError(path, "GPU name must be a string without NUL", field="gpu.name")
+    for f in ("cc", "sm_count"):
+        if not _is_int(gpu.get(f)) or gpu[f] < 0:
+            raise InputError(path, "must be a non-negative integer", field=f"gpu.{f}")
+    if not isinstance(table.get("upstream_commit"), str):
+        raise InputError(path, "must be a string", field="upstream_commit")
+    prov = table.get("provenance")
+    if not isinstance(prov, dict) or prov.get("source") not in _SOURCES:
+        raise InputError(path, f"provenance.source must be one of {sorted(_SOURCES)}", field="provenance")
+    rules = table.get("rules")
+    if not isinstance(rules, list):
+        raise InputError(path, "must be a list", field="rules")
+    for i, r in enumerate(rules):
+        _validate_rule(r, path, f"rules[{i}]")
+    if rules and (gpu["cc"] == 0 or gpu["sm_count"] == 0 or not gpu["name"]):
+        raise InputError(
+            path, "a table with rules needs a full GPU identity (name, cc, SM count)", field="gpu"
+        )
+    by_key: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
+    for i, r in enumerate(rules):
+        by_key.setdefault(key_codes(r), []).append((r["M_lo"], r["M_hi"], i))
+    for spans in by_key.values():
+        spans.sort()
+        for (_, hi, i), (lo2, _, j) in itertools.pairwise(spans):
+            if lo2 <= hi:
+                raise InputError(
+                    path, f"rules[{j}] overlaps rules[{i}] (same key, M ranges intersect)", field="rules"
+                )
+    refused = table.get("refused", [])
+    if not isinstance(refused, list):
+        raise InputError(path, "must be a list", field="refused")
+    return table
+
+
+def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
+    if not isinstance(r, dict):
+        raise InputError(path, "a rule is an object", field=where)
+    for f in RULE_FIELDS:
+        if f not in r:
+            raise InputError(path, f"missing {f}", field=where)
+    if r["op"] not in _OPS:
+        raise InputError(path, f"unknown op {r['op']!r}", field=f"{where}.op")
+    if r["layout"] not in _LAYOUTS:
+        raise InputError(path, f"unknown layout {r['layout']!r}", field=f"{where}.layout")
+    for f in ("src0_type", "src1_type"):
+        if r[f] not in schema.GGML_TYPES:
+            raise InputError(path, f"unknown ggml type {r[f]!r}", field=f"{where}.{f}")
+    if r["route"] not in _ROUTES:
+        raise InputError(
+            path, f"unknown route {r['route']!r} (stock is never a rule)", field=f"{where}.route"
+        )
+    for f in ("N", "K", "B", "M_lo", "M_hi"):
+        if not _is_int(r[f]) or r[f] < 0 or r[f] > 2**62:
+            raise InputError(path, "must be a non-negative integer", field=f"{where}.{f}")
+    if (r["N"] == 0) != (r["K"] == 0):
+        raise InputError(path, "N and K are both 0 (a type default) or both positive", field=where)
+    if r["B"] < 1 or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
+        raise InputError(path, "needs B >= 1 and 1 <= M_lo <= M_hi", field=where)
+
+
+def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not JSON: {e.msg}", line=e.lineno) from None
+    return validate(table, path)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(path, f"cannot read: {e}") from None
+    return loads(text, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Building from decisions
+
+
+def build_table(
+    decisions: Any,
+    *,
+    tuning_sha256: str,
+    census_sha256: str | None = None,
+) -> dict[str, Any]:
+    """``codegen.decide.Decisions`` -> table dict (not yet canonical text)."""
+    ident = decisions.identity
+    p = decisions.params
+    prov: dict[str, Any] = {
+        "source": ident.source,
+        "tool": schema.TOOL_NAME,
+        "tool_version": schema.TOOL_VERSION,
+        "tuning_sha256": tuning_sha256,
+        "census_sha256": census_sha256,
+        "patch_hashes": ident.patch_hashes,
+        "harness_versions": ident.harness_versions,
+        "drivers": ident.drivers,
+        "cuda_versions": ident.cuda_versions,
+        "cublas_versions": ident.cublas_versions,
+        "rows": decisions.n_rows,
+        "ok_rows": decisions.n_ok,
+        "decision": {
+            "theta": p.theta,
+            "reference_margin": p.reference_margin,
+            "min_trials": p.min_trials,
+            "bootstrap_resamples": p.resamples,
+            "confidence": p.confidence,
+            "seed": p.seed,
+            "ratio_statistic": "median of per-trial anchor_us/us ratios; percentile bootstrap over trials",
+            "min_default_shapes": p.min_default_shapes,
+        },
+        "mixed": None,
+    }
+    if ident.mixed:
+        prov["mixed"] = {
+            "gpus": [{"name": g.name, "cc": g.cc, "sm_count": g.sm_count, "rows": n} for g, n in ident.gpus],
+            "upstream_commits": [{"commit": c, "rows": n} for c, n in ident.upstream_commits],
+        }
+    rules = []
+    for r in decisions.rules:
+        row = {
+            **r.key.as_dict(),
+            "M_lo": r.M_lo,
+            "M_hi": r.M_hi,
+            "route": r.route,
+            "kind": r.kind,
+            "measured_M": list(r.measured_M),
+            "min_ratio": r.min_ratio,
+        }
+        if r.shapes:
+            row["shapes"] = [list(s) for s in r.shapes]
+        rules.append(row)
+    refused = [
+        {**f.key.as_dict(), "M": f.M, "route": f.route, "kind": f.kind, "reason": f.reason}
+        for f in decisions.refusals
+    ]
+    table = {
+        "schema": schema.TABLE_SCHEMA,
+        "layout_version": schema.TABLE_LAYOUT_VERSION,
+        "gpu": {"name": ident.gpu.name, "cc": ident.gpu.cc, "sm_count": ident.gpu.sm_count},
+        "upstream_commit": ident.upstream_commit,
+        "provenance": prov,
+        "rules": rules,
+        "refused": refused,
+    }
+    return validate(canonicalize(table))
+
+
+# --------------------------------------------------------------------------------------------
+# Lookup (mirrors ggml_dispatch_table_gpu_matches / ggml_dispatch_table_lookup in the header)
+
+
+def table_gpu(table: Mapping[str, Any]) -> schema.GpuId:
+    g = table["gpu"]
+    return schema.GpuId(g["name"], g["cc"], g["sm_count"])
+
+
+def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
+    """A table with no rules matches no GPU (the 'no table' header)."""
+    if not table["rules"]:
+        return False
+    g = table["gpu"]
+    return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
+
+
+def _find(rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int) -> str | None:
+    for r in rules:
+        if tuple(r[f] for f in KEY_FIELDS) == key and r["M_lo"] <= M <= r["M_hi"]:
+            return str(r["route"])
+    return None
+
+
+def lookup(
+    table: Mapping[str, Any],
+    gpu: schema.GpuId,
+    op: str,
+    layout: str,
+    src0_type: str,
+    src1_type: str,
+    M: int,
+    N: int,
+    K: int,
+    B: int,
+) -> str | None:
+    """The route the table picks, or None for stock. Exact (N, K) rules win over type defaults."""
+    if not gpu_matches(table, gpu):
+        return None
+    rules = table["rules"]
+    route = _find(rules, (op, layout, src0_type, src1_type, N, K, B), M)
+    if route is None and (N != 0 or K != 0):
+        route = _find(rules, (op, layout, src0_type, src1_type, 0, 0, B), M)
+    return route
+
+
+def rule_label(r: Mapping[str, Any]) -> str:
+    nk = "N=* K=*" if r["N"] == 0 and r["K"] == 0 else f"N={r['N']} K={r['K']}"
+    span = f"M={r['M_lo']}" if r["M_lo"] == r["M_hi"] else f"M={r['M_lo']}..{r['M_hi']}"
+    return f"{r['op']} {r['layout']} {r['src0_type']}x{r['src1_type']} {nk} B={r['B']} {span}"
+
+
+def core_rules(rules: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rules reduced to the fields the runtime sees (what a header carries)."""
+    return [{f: r[f] for f in RULE_FIELDS} for r in rules]
