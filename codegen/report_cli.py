@@ -1,9 +1,122 @@
-"""``ggml-dispatch report``: placeholder until the report lands."""
+"""``ggml-dispatch report``: Parquet files (+ table, A/B runs) -> DIR/REPORT.md and DIR/plots/*.png."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
 
 import click
 
+from codegen import report
+from ggml_dispatch import fileio
+
+_FILE = click.Path(path_type=Path, dir_okay=False)
+
 
 @click.command("report")
-def report_cmd() -> None:
-    """Build a Markdown + PNG report from census and tuning Parquet files."""
-    raise click.ClickException("report is not built yet")
+@click.option(
+    "--tuning", "tuning_path", type=_FILE, required=True, help="tuning.parquet from `tune run|merge`."
+)
+@click.option(
+    "--census", "census_path", type=_FILE, help="census.parquet: adds census weights and predicted gains."
+)
+@click.option("--table", "table_path", type=_FILE, help="table.json: marks the M range each rule covers.")
+@click.option(
+    "--ab",
+    "ab_paths",
+    type=_FILE,
+    multiple=True,
+    help="End-to-end A/B runs, JSON Lines, one run per line: "
+    '{"model", "test" (pp512, tg128, ...), "ubatch", "arm" (stock|table|crude), "pair", "tps"}. Repeatable.',
+)
+@click.option(
+    "--reference-margin",
+    type=float,
+    help="Declared fixed margin for tuning rows with source = reference (one sample, no CI); "
+    "a table's own decision parameters are used when --table is given.",
+)
+@click.option("--notes", "notes_path", type=_FILE, help="Markdown appended verbatim as a Notes section.")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Output folder.",
+)
+def report_cmd(
+    tuning_path: Path,
+    census_path: Path | None,
+    table_path: Path | None,
+    ab_paths: tuple[Path, ...],
+    reference_margin: float | None,
+    notes_path: Path | None,
+    out_dir: Path,
+) -> None:
+    """Build a Markdown + PNG report from tuning (and census) Parquet files.
+
+    \b
+    Writes OUT/REPORT.md and OUT/plots/*.png:
+      - time vs M per route for each shape key (median, IQR bars, min-max band, stock anchor,
+        table rule ranges), and the fastest route's speed-up per type;
+      - trial counts by status (ok, ineligible, wrong, drifted, failed) - nothing hidden;
+      - census weights (est_us share by shape key, role and quant type), with --census;
+      - predicted speed-up per census point and, with --ab, measured end-to-end ratios with
+        95% bootstrap CIs;
+      - losing cases: candidates slower than stock beyond noise, A/B CIs below 1.
+
+    Verdicts use codegen's decision statistics (the table's own parameters with --table), so the
+    report and the table agree. --notes adds hand-written findings (e.g. why an end-to-end gain
+    falls short of the per-op prediction) that survive regenerating the report.
+
+    The same inputs give the same REPORT.md. Other files in OUT are left alone, except stale
+    PNGs under OUT/plots/ from an earlier report.
+
+    \b
+    Example:
+      ggml-dispatch report --tuning tuning.parquet --census census.parquet \\
+          --table table.json --ab ab.jsonl -o tables/cuda-sm90-nvidia-h200
+    """
+    table = None
+    files = []
+    if table_path is not None:
+        table, table_file = report.load_table(table_path)
+        files.append(table_file)
+    params = report.params_from_table(table, reference_margin)
+    tuning, tuning_file = report.load_tuning(tuning_path, params)
+    files.insert(0, tuning_file)
+    inputs = report.Inputs(tuning=tuning, files=files, params=params, table=table)
+    if census_path is not None:
+        inputs.census, census_file = report.load_census(census_path)
+        files.insert(1, census_file)
+    if ab_paths:
+        inputs.ab, ab_files = report.load_ab(ab_paths)
+        files.extend(ab_files)
+    if notes_path is not None:
+        try:
+            inputs.notes = notes_path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise click.BadParameter(str(e), param_hint="--notes") from None
+
+    with click.progressbar(length=report.figure_count(inputs), label="plots", file=sys.stderr) as bar:
+
+        def tick(n: int) -> None:
+            bar.update(n)
+
+        result = report.build_report(inputs, progress=tick)
+
+    plots = out_dir / report.PLOTS_DIR
+    plots.mkdir(parents=True, exist_ok=True)
+    for name, png in sorted(result.figures.items()):
+        with fileio.atomic_path(plots / name) as tmp:
+            tmp.write_bytes(png)
+            tmp.chmod(0o644)
+    for stale in sorted(plots.glob("*.png")):
+        if stale.name not in result.figures:
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+    with fileio.atomic_path(out_dir / report.REPORT_NAME) as tmp:
+        tmp.write_text(result.markdown, encoding="utf-8")
+        tmp.chmod(0o644)
+    click.echo(out_dir / report.REPORT_NAME)
