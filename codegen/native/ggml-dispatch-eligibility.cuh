@@ -1,0 +1,292 @@
+// ggml-dispatch: the one eligibility check (hard limits only) for MUL_MAT routes.
+//
+// Upstream's ggml_cuda_should_use_{mmvf,mmf,mmvq,mmq} mix hard limits (alignment, row multiples,
+// compiled template ranges, shared memory, device code for the compiled arch, asserts inside the
+// kernel wrappers) with soft preferences (batch thresholds "tuned on RTX 4090"). A table or a forced
+// route replaces only the soft part; this check is the hard part. It is shared by the runtime hook and
+// the tuner, and a test holds it against the tree's own functions on a grid of shapes, types and cc.
+//
+// Device code is chosen by __CUDA_ARCH__, the host sees the runtime cc: every arch test below goes
+// through ggml_cuda_highest_compiled_arch, as upstream's helpers do.
+//
+// Only NVIDIA devices are covered; on AMD/MUSA every requested route is refused (stock runs).
+#pragma once
+
+#include "common.cuh"
+#include "mmvf.cuh"
+#include "mmvq.cuh"
+#include "mmf.cuh"
+#include "mmq.cuh"
+#include "ggml-dispatch.h"
+#include "ggml-dispatch-core.h"
+
+#include <cstddef>
+#include <cstdint>
+
+// Everything the check needs about one MUL_MAT node, taken from the tensors (or built by a test).
+struct ggml_dispatch_mm_desc {
+    ggml_type src0_type;
+    ggml_type src1_type;
+    ggml_type dst_type;
+    int64_t   src0_ne[4];
+    size_t    src0_nb[4];
+    int64_t   src1_ne[4];
+    size_t    src1_nb[4];
+    size_t    dst_nb0;
+    bool      dst_contiguous;
+    bool      src0_contiguously_allocated;
+    bool      src0_contiguous;
+    bool      src1_contiguous;
+    bool      src0_bad_padding;  // padded compute-buffer view: padding cannot be cleared (ggml_cuda_mul_mat)
+    bool      fwht_hint;         // src0 is a Hadamard matrix and the FWHT path takes the node
+};
+
+struct ggml_dispatch_dev_desc {
+    int    cc;         // as ggml encodes it (700, 900, ...)
+    int    warp_size;
+    size_t smpbo;      // max. shared memory per block with opt-in
+};
+
+enum ggml_dispatch_why {
+    GGML_DISPATCH_OK = 0,
+    GGML_DISPATCH_WHY_ROUTE,           // not a route code 1..5
+    GGML_DISPATCH_WHY_VENDOR,          // not an NVIDIA device
+    GGML_DISPATCH_WHY_NO_DEVICE_CODE,  // no compiled arch <= cc, or the kernel needs a newer one
+    GGML_DISPATCH_WHY_FWHT,            // the FWHT hint path owns this node
+    GGML_DISPATCH_WHY_SRC1_TYPE,       // kernel wrappers assert src1 F32
+    GGML_DISPATCH_WHY_DST_TYPE,        // kernel wrappers assert dst F32
+    GGML_DISPATCH_WHY_SRC0_TYPE,       // no kernel for this weight type
+    GGML_DISPATCH_WHY_ELEMENT_STRIDE,  // nb[0] != type size (asserted by every wrapper)
+    GGML_DISPATCH_WHY_BATCH,           // M outside the compiled template range
+    GGML_DISPATCH_WHY_ALIGN,           // strides not aligned for the kernel's vector loads
+    GGML_DISPATCH_WHY_ROWS,            // N not a multiple of the kernel's rows per block
+    GGML_DISPATCH_WHY_COLS,            // K not a multiple of the kernel's reduction step
+    GGML_DISPATCH_WHY_PADDING,         // padded compute-buffer view (mmvq/mmq assert)
+    GGML_DISPATCH_WHY_SMEM,            // MMQ tiles need >= 48 KiB shared memory per block
+    GGML_DISPATCH_WHY_DST_LAYOUT,      // cuBLAS asserts a contiguous dst
+    GGML_DISPATCH_WHY_CONVERT,         // cuBLAS has no strided conversion for this weight type
+    GGML_DISPATCH_WHY_COUNT
+};
+
+static inline const char * ggml_dispatch_why_name(int why) {
+    static const char * const names[GGML_DISPATCH_WHY_COUNT] = {
+        "ok", "route", "vendor", "no_device_code", "fwht", "src1_type", "dst_type", "src0_type",
+        "element_stride", "batch", "align", "rows", "cols", "padding", "smem", "dst_layout", "convert",
+    };
+    return why >= 0 && why < GGML_DISPATCH_WHY_COUNT ? names[why] : "unknown";
+}
+
+static inline bool ggml_dispatch_mmvq_type(ggml_type t) {
+    switch (t) {  // the type switch of mul_mat_vec_q_switch_type (mmvq.cu)
+        case GGML_TYPE_Q1_0: case GGML_TYPE_Q2_0:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+        case GGML_TYPE_MXFP4: case GGML_TYPE_NVFP4:
+        case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+        case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS:
+        case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ3_S:
+            return true;
+        default:
+            return false;
+    }
+}
+
+static inline bool ggml_dispatch_mmq_type(ggml_type t) {
+    switch (t) {  // the type switch of ggml_cuda_mul_mat_q_switch_type (mmq.cu)
+        case GGML_TYPE_Q1_0: case GGML_TYPE_Q2_0:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+        case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+        case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+        case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ4_NL:
+        case GGML_TYPE_MXFP4: case GGML_TYPE_NVFP4:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// Types cuBLAS's strided (non-contiguously allocated src0) conversion handles: ggml_get_to_{fp16,bf16,fp32}_nc_cuda.
+static inline bool ggml_dispatch_cublas_nc_type(ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
+        case GGML_TYPE_Q1_0: case GGML_TYPE_Q2_0:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+            return true;
+        default:
+            return false;
+    }
+}
+
+static inline bool ggml_dispatch_nb_multiple(const size_t * nb, size_t m) {
+    for (int i = 1; i < 4; ++i) {
+        if (nb[i] % m != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Returns GGML_DISPATCH_OK when `route` (1..5) may run the node, else why not.
+static inline ggml_dispatch_why ggml_dispatch_check(int route, const ggml_dispatch_mm_desc & d,
+                                                    const ggml_dispatch_dev_desc & dev) {
+    if (route < GGML_DISPATCH_ROUTE_MMVF || route > GGML_DISPATCH_ROUTE_CUBLAS) {
+        return GGML_DISPATCH_WHY_ROUTE;
+    }
+    if (!GGML_CUDA_CC_IS_NVIDIA(dev.cc)) {
+        return GGML_DISPATCH_WHY_VENDOR;
+    }
+    const int arch = ggml_cuda_highest_compiled_arch(dev.cc);
+    if (arch < 0) {
+        return GGML_DISPATCH_WHY_NO_DEVICE_CODE;  // nothing of ggml-cuda runs here, cuBLAS included (conversions)
+    }
+    if (d.fwht_hint) {
+        return GGML_DISPATCH_WHY_FWHT;
+    }
+    const size_t ts0 = ggml_type_size(d.src0_type);
+    if (d.src0_nb[0] != ts0 || d.src1_nb[0] != ggml_type_size(d.src1_type) || d.dst_nb0 != ggml_type_size(d.dst_type)) {
+        return GGML_DISPATCH_WHY_ELEMENT_STRIDE;
+    }
+    const int64_t ne11 = d.src1_ne[1];
+
+    if (route == GGML_DISPATCH_ROUTE_CUBLAS) {
+        if (!d.dst_contiguous) {
+            return GGML_DISPATCH_WHY_DST_LAYOUT;
+        }
+        if (!d.src0_contiguously_allocated && !ggml_dispatch_cublas_nc_type(d.src0_type)) {
+            return GGML_DISPATCH_WHY_CONVERT;
+        }
+        return GGML_DISPATCH_OK;
+    }
+
+    // The four ggml kernels: ggml_cuda_mul_mat_{vec_f,f,vec_q,q} assert F32 src1 and dst.
+    if (d.src1_type != GGML_TYPE_F32) {
+        return GGML_DISPATCH_WHY_SRC1_TYPE;
+    }
+    if (d.dst_type != GGML_TYPE_F32) {
+        return GGML_DISPATCH_WHY_DST_TYPE;
+    }
+
+    switch (route) {
+        case GGML_DISPATCH_ROUTE_MMVF: {
+            if (d.src0_type != GGML_TYPE_F32 && d.src0_type != GGML_TYPE_F16 && d.src0_type != GGML_TYPE_BF16) {
+                return GGML_DISPATCH_WHY_SRC0_TYPE;
+            }
+            if (ne11 < 1 || ne11 > MMVF_MAX_BATCH_SIZE) {  // ncols_dst switch 1..8
+                return GGML_DISPATCH_WHY_BATCH;
+            }
+            if (d.src0_ne[0] % 2 != 0) {
+                return GGML_DISPATCH_WHY_COLS;
+            }
+            // half2/nv_bfloat162/float2 loads of src0 rows and float2 loads of src1 columns
+            if (!ggml_dispatch_nb_multiple(d.src0_nb, 2*ts0) || !ggml_dispatch_nb_multiple(d.src1_nb, 2*sizeof(float))) {
+                return GGML_DISPATCH_WHY_ALIGN;
+            }
+            return GGML_DISPATCH_OK;
+        }
+        case GGML_DISPATCH_ROUTE_MMF: {
+            bool device_code;
+            switch (d.src0_type) {  // mul_mat_f has tensor-core code only for these (mmf.cuh)
+                case GGML_TYPE_F32:  device_code = ampere_mma_available(dev.cc); break;
+                case GGML_TYPE_F16:  device_code = volta_mma_available(dev.cc) || turing_mma_available(dev.cc); break;
+                case GGML_TYPE_BF16: device_code = ampere_mma_available(dev.cc); break;
+                default: return GGML_DISPATCH_WHY_SRC0_TYPE;
+            }
+            if (!device_code) {
+                return GGML_DISPATCH_WHY_NO_DEVICE_CODE;
+            }
+            if (ne11 < 1 || ne11 > 16) {  // mul_mat_f_switch_cols_per_block: cols_per_block 1..16
+                return GGML_DISPATCH_WHY_BATCH;
+            }
+            if (d.src0_ne[0] % (dev.warp_size * (4/(int64_t) ts0)) != 0) {
+                return GGML_DISPATCH_WHY_COLS;
+            }
+            if (d.src0_ne[1] % MMF_ROWS_PER_BLOCK != 0) {
+                return GGML_DISPATCH_WHY_ROWS;
+            }
+            if (!ggml_dispatch_nb_multiple(d.src0_nb, 2*ts0) || !ggml_dispatch_nb_multiple(d.src1_nb, 2*sizeof(float))) {
+                return GGML_DISPATCH_WHY_ALIGN;
+            }
+            return GGML_DISPATCH_OK;
+        }
+        case GGML_DISPATCH_ROUTE_MMVQ: {
+            if (!ggml_dispatch_mmvq_type(d.src0_type)) {
+                return GGML_DISPATCH_WHY_SRC0_TYPE;
+            }
+            if (ne11 < 1 || ne11 > MMVQ_MAX_BATCH_SIZE) {  // ncols_dst <= MMVQ_MAX_BATCH_SIZE is asserted
+                return GGML_DISPATCH_WHY_BATCH;
+            }
+            if (d.src0_bad_padding) {
+                return GGML_DISPATCH_WHY_PADDING;
+            }
+            return GGML_DISPATCH_OK;
+        }
+        case GGML_DISPATCH_ROUTE_MMQ: {
+            if (!ggml_dispatch_mmq_type(d.src0_type)) {
+                return GGML_DISPATCH_WHY_SRC0_TYPE;
+            }
+            if (dev.smpbo < 48 * 1024) {
+                return GGML_DISPATCH_WHY_SMEM;
+            }
+            if (d.src0_bad_padding) {
+                return GGML_DISPATCH_WHY_PADDING;
+            }
+            return GGML_DISPATCH_OK;
+        }
+        default:
+            return GGML_DISPATCH_WHY_ROUTE;
+    }
+}
+
+// What stock ggml_cuda_mul_mat runs for the node: its cascade, in its order, through the tree's own
+// ggml_cuda_should_use_* functions. `install` refuses a tree whose ggml_cuda_mul_mat differs from
+// the cascade mirrored here. MMQ's check reads smpbo of the current device (ggml_cuda_get_device()).
+static inline int ggml_dispatch_stock_route(const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev) {
+    if (d.fwht_hint) {
+        return ggml_dispatch::ROUTE_FWHT;
+    }
+    if (d.src0_bad_padding || d.src1_type != GGML_TYPE_F32 || d.dst_type != GGML_TYPE_F32) {
+        return GGML_DISPATCH_ROUTE_CUBLAS;
+    }
+    const int64_t ne11 = d.src1_ne[1];
+    if (ggml_cuda_should_use_mmvf(d.src0_type, dev.cc, d.src0_ne, d.src0_nb, ne11)) {
+        return GGML_DISPATCH_ROUTE_MMVF;
+    }
+    // dst->ne[2], dst->ne[3] of a MUL_MAT are src1's
+    if (d.src0_ne[1] == 1 && ne11 > MMVF_MAX_BATCH_SIZE && d.src1_ne[2] == 1 && d.src1_ne[3] == 1 &&
+            d.src0_type == GGML_TYPE_F32 && d.src0_contiguous && d.src1_contiguous && d.dst_contiguous &&
+            ggml_cuda_should_use_mmvf(d.src1_type, dev.cc, d.src1_ne, d.src1_nb, /*ne11 =*/ 1)) {
+        return ggml_dispatch::ROUTE_MMVF_T;
+    }
+    if (ggml_cuda_should_use_mmf(d.src0_type, dev.cc, dev.warp_size, d.src0_ne, d.src0_nb, (int) ne11, /*mul_mat_id =*/ false)) {
+        return GGML_DISPATCH_ROUTE_MMF;
+    }
+    if (ggml_cuda_should_use_mmvq(d.src0_type, dev.cc, ne11)) {
+        return GGML_DISPATCH_ROUTE_MMVQ;
+    }
+    if (ggml_cuda_should_use_mmq(d.src0_type, dev.cc, ne11, /*n_experts =*/ 0)) {
+        return GGML_DISPATCH_ROUTE_MMQ;
+    }
+    return GGML_DISPATCH_ROUTE_CUBLAS;
+}
+
+// What stock ggml_cuda_mul_mat_id runs (its cascade; src1 and dst are F32 there, asserted).
+static inline int ggml_dispatch_stock_route_id(const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev) {
+    const int64_t ne2 = d.src1_ne[2];  // tokens; dst->ne[2] == src1->ne[2]
+    if (d.src1_type == GGML_TYPE_F32 && d.dst_type == GGML_TYPE_F32) {
+        if (ne2 <= MMVQ_MAX_BATCH_SIZE) {
+            if (ggml_is_quantized(d.src0_type)) {
+                if (ne2 <= get_mmvq_mmid_max_batch(d.src0_type, dev.cc)) {
+                    return GGML_DISPATCH_ROUTE_MMVQ;
+                }
+            } else if (GGML_CUDA_CC_IS_AMD(dev.cc)) {
+                return GGML_DISPATCH_ROUTE_MMVF;
+            }
+        }
+        if (ggml_cuda_should_use_mmq(d.src0_type, dev.cc, d.src1_ne[2], /*n_experts =*/ d.src0_ne[2])) {
+            return GGML_DISPATCH_ROUTE_MMQ;
+        }
+        if (ggml_cuda_should_use_mmf(d.src0_type, dev.cc, WARP_SIZE, d.src0_ne, d.src0_nb, (int) d.src1_ne[2], /*mul_mat_id =*/ true)) {
+            return GGML_DISPATCH_ROUTE_MMF;
+        }
+    }
+    return ggml_dispatch::ROUTE_ID_SORTED;
+}

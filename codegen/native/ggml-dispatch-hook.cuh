@@ -1,0 +1,59 @@
+// ggml-dispatch: what the hook edits in ggml-cuda.cu call. Implementation: ggml-dispatch.cu.
+//
+// Every call site tests ggml_cuda_dispatch_active first; it is false under GGML_CUDA_DISPATCH=off
+// with no route trace, and then ggml-cuda runs exactly its stock code.
+#pragma once
+
+#include "common.cuh"
+#include "ggml-dispatch.h"
+
+// Set once by ggml_cuda_dispatch_init() (first backend init); read per node.
+extern bool ggml_cuda_dispatch_active;
+
+// Reads GGML_CUDA_DISPATCH / GGML_CUDA_ROUTE_TRACE, matches the compiled table against the devices,
+// logs one line, opens the trace. Runs once; later calls return at once.
+void ggml_cuda_dispatch_init();
+
+// MUL_MAT: the route to run (1..5, eligible), or 0 to run stock ggml_cuda_mul_mat. Counts and traces the node.
+int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
+
+// MUL_MAT_ID: stock always runs; counts and traces the route its cascade takes.
+void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
+
+// ggml_cuda_try_fuse consumed nodes i..i+n_skip: count and trace the matmuls among them as fused.
+void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, int n_skip);
+
+// CUDA graphs: begin/end of one graph evaluation (capture, replay or direct), and whether the
+// graph captured under this key predates the last route override change.
+void ggml_cuda_dispatch_eval_begin(const ggml_backend_cuda_context * ctx, const void * graph_key, bool use_cuda_graph,
+                                   bool cuda_graph_update_required);
+void ggml_cuda_dispatch_eval_end();
+bool ggml_cuda_dispatch_graph_stale(const ggml_backend_cuda_context * ctx, const void * graph_key);
+
+// Flushes the trace and forgets the context's captured graphs.
+void ggml_cuda_dispatch_backend_free(const ggml_backend_cuda_context * ctx);
+
+// Exported through ggml_backend_reg_get_proc_address (see ggml-dispatch.h).
+void ggml_backend_cuda_dispatch_set_override(int route_code);
+void ggml_backend_cuda_dispatch_get_counts(struct ggml_dispatch_counts * out, int reset);
+
+struct ggml_cuda_dispatch_eval_scope {
+    const bool on;
+
+    ggml_cuda_dispatch_eval_scope(const ggml_backend_cuda_context * ctx, const void * graph_key, bool use_cuda_graph,
+                                  bool cuda_graph_update_required)
+        : on(ggml_cuda_dispatch_active) {
+        if (on) {
+            ggml_cuda_dispatch_eval_begin(ctx, graph_key, use_cuda_graph, cuda_graph_update_required);
+        }
+    }
+
+    ~ggml_cuda_dispatch_eval_scope() {
+        if (on) {
+            ggml_cuda_dispatch_eval_end();
+        }
+    }
+
+    ggml_cuda_dispatch_eval_scope(const ggml_cuda_dispatch_eval_scope &)             = delete;
+    ggml_cuda_dispatch_eval_scope & operator=(const ggml_cuda_dispatch_eval_scope &) = delete;
+};

@@ -1,0 +1,498 @@
+// ggml-dispatch: route selection, counts and route trace for ggml-cuda matmuls.
+//
+// Installed into ggml/src/ggml-cuda/ by `ggml-dispatch install` (the CMakeLists there globs *.cu).
+// Selection per MUL_MAT node = override / force / table lookup -> eligibility check -> else the
+// stock cascade. An ineligible route never runs. See ggml-dispatch.h for the harness interface.
+
+#include "ggml-dispatch-hook.cuh"
+#include "ggml-dispatch-eligibility.cuh"
+#include "ggml-dispatch-core.h"
+#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 1
+#include "ggml-dispatch-table.h"
+#include "ggml-dispatch-build.h"
+#include "fwht.cuh"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#if defined(_WIN32)
+#    include <process.h>
+#    define GGML_DISPATCH_GETPID _getpid
+#else
+#    include <unistd.h>
+#    define GGML_DISPATCH_GETPID getpid
+#endif
+
+#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 1
+#    error "ggml-dispatch-table.h has another layout version than this hook reads (1): run ggml-dispatch install again"
+#endif
+
+bool ggml_cuda_dispatch_active = false;
+
+namespace {
+
+using namespace ggml_dispatch;
+
+struct dispatch_state {
+    recorder    rec;
+    mode        m           = MODE_OFF;
+    int         force_route = 0;
+    bool        table_applies[GGML_CUDA_MAX_DEVICES] = {};
+};
+
+static dispatch_state & state() {
+    static dispatch_state * s = new dispatch_state();  // never destroyed: the exit flush may run late
+    return *s;
+}
+
+static std::once_flag g_init_once;
+
+static const char * env_or_null(const char * name) {
+    const char * v = std::getenv(name);
+    return v;
+}
+
+static std::string json_or_null(const char * v) {
+    return v ? json_string(v) : std::string("null");
+}
+
+static std::string uuid_string(const cudaDeviceProp & prop) {
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA)
+    const unsigned char * b = reinterpret_cast<const unsigned char *>(prop.uuid.bytes);
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                  b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    return buf;
+#else
+    GGML_UNUSED(prop);
+    return "";
+#endif
+}
+
+struct device_ident {
+    std::string name;
+    std::string uuid;
+};
+
+static device_ident device_identity(int device) {
+    device_ident   id;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, ggml_cuda_info().devices[device].physical_device) == cudaSuccess) {
+        id.name = prop.name;
+        id.uuid = uuid_string(prop);
+    } else {
+        (void) cudaGetLastError();
+    }
+    return id;
+}
+
+static std::string build_json() {
+    std::string s = "{\"cuda_arch_list\":";
+#ifdef __CUDA_ARCH_LIST__
+    s += json_string(STRINGIZE(__CUDA_ARCH_LIST__));
+#else
+    s += "null";
+#endif
+    int rt = 0, drv = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) {
+        rt = 0;
+    }
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) {
+        drv = 0;
+    }
+    (void) cudaGetLastError();
+#if defined(CUDART_VERSION)
+    s += ",\"cuda_version_compiled\":" + std::to_string(CUDART_VERSION);
+#endif
+    s += ",\"cuda_runtime_version\":" + std::to_string(rt);
+    s += ",\"cuda_driver_version\":" + std::to_string(drv);
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA)
+    int maj = 0, min = 0, pat = 0;
+    if (cublasGetProperty(MAJOR_VERSION, &maj) == CUBLAS_STATUS_SUCCESS &&
+            cublasGetProperty(MINOR_VERSION, &min) == CUBLAS_STATUS_SUCCESS &&
+            cublasGetProperty(PATCH_LEVEL, &pat) == CUBLAS_STATUS_SUCCESS) {
+        s += ",\"cublas_version\":\"" + std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(pat) + "\"";
+    } else {
+        s += ",\"cublas_version\":null";
+    }
+#endif
+    s += ",\"options\":{";
+    auto opt = [&s](const char * name, bool on, bool first = false) {
+        s += first ? "\"" : ",\"";
+        s += name;
+        s += on ? "\":true" : "\":false";
+    };
+#ifdef GGML_CUDA_FORCE_MMQ
+    opt("GGML_CUDA_FORCE_MMQ", true, true);
+#else
+    opt("GGML_CUDA_FORCE_MMQ", false, true);
+#endif
+#ifdef GGML_CUDA_FORCE_CUBLAS
+    opt("GGML_CUDA_FORCE_CUBLAS", true);
+#else
+    opt("GGML_CUDA_FORCE_CUBLAS", false);
+#endif
+#ifdef USE_CUDA_GRAPH
+    opt("GGML_CUDA_GRAPHS", true);
+#else
+    opt("GGML_CUDA_GRAPHS", false);
+#endif
+#ifdef GGML_CUDA_NO_FA
+    opt("GGML_CUDA_FA", false);
+#else
+    opt("GGML_CUDA_FA", true);
+#endif
+#ifdef GGML_CUDA_NO_VMM
+    opt("GGML_CUDA_NO_VMM", true);
+#else
+    opt("GGML_CUDA_NO_VMM", false);
+#endif
+#ifdef GGML_CUDA_NO_PEER_COPY
+    opt("GGML_CUDA_NO_PEER_COPY", true);
+#else
+    opt("GGML_CUDA_NO_PEER_COPY", false);
+#endif
+#ifdef GGML_USE_HIP
+    opt("GGML_USE_HIP", true);
+#else
+    opt("GGML_USE_HIP", false);
+#endif
+#ifdef GGML_USE_MUSA
+    opt("GGML_USE_MUSA", true);
+#else
+    opt("GGML_USE_MUSA", false);
+#endif
+    s += "}}";
+    return s;
+}
+
+static std::string header_json(const std::vector<device_ident> & idents) {
+    const dispatch_state & st   = state();
+    const auto &           info = ggml_cuda_info();
+
+    std::string s = "{\"kind\":\"header\",\"schema\":\"ggml-route-trace/1\"";
+    s += ",\"upstream_commit\":" + json_string(GGML_DISPATCH_UPSTREAM_COMMIT);
+    s += ",\"patch_hash\":" + json_string(GGML_DISPATCH_PATCH_HASH);
+    s += ",\"table_hash\":";
+    s += GGML_DISPATCH_TABLE_RULE_COUNT > 0 ? json_string(ggml_dispatch_table_hash) : std::string("null");
+    s += ",\"build\":" + build_json();
+    s += ",\"env\":{";
+    const char * vars[] = {
+        "GGML_CUDA_DISPATCH", "GGML_CUDA_CUBLAS_COMPUTE_TYPE", "GGML_CUDA_MMQ_PREC",
+        "GGML_CUDA_DISABLE_FUSION", "GGML_CUDA_DISABLE_GRAPHS",
+    };
+    for (size_t i = 0; i < sizeof(vars)/sizeof(vars[0]); ++i) {
+        s += i ? ",\"" : "\"";
+        s += vars[i];
+        s += "\":" + json_or_null(env_or_null(vars[i]));
+    }
+    s += "},\"devices\":[";
+    for (int i = 0; i < info.device_count; ++i) {
+        const auto & d = info.devices[i];
+        s += i ? ",{" : "{";
+        s += "\"id\":" + std::to_string(i);
+        s += ",\"name\":" + json_string(idents[i].name.c_str());
+        s += ",\"uuid\":" + json_string(idents[i].uuid.c_str());
+        s += ",\"cc\":" + std::to_string(d.cc);
+        s += ",\"sm_count\":" + std::to_string(d.nsm);
+        s += ",\"smpbo\":" + std::to_string(d.smpbo);
+        s += ",\"vram_mib\":" + std::to_string(d.total_vram / (1024*1024));
+        s += "}";
+    }
+    s += "],\"pid\":" + std::to_string((long long) GGML_DISPATCH_GETPID());
+    s += ",\"started\":\"" + iso_time_utc() + "\"";
+    // extra keys (readers accept unknown keys): how this process dispatches
+    s += ",\"dispatch\":{\"mode\":";
+    s += st.m == MODE_OFF ? "\"off\"" : st.m == MODE_FORCE ? "\"force\"" : "\"table\"";
+    s += ",\"force_route\":";
+    s += st.m == MODE_FORCE ? json_string(route_name(st.force_route)) : std::string("null");
+    s += ",\"table_rules\":" + std::to_string((long long) GGML_DISPATCH_TABLE_RULE_COUNT);
+    s += ",\"table_gpu\":" + json_string(ggml_dispatch_table_gpu_name);
+    s += ",\"table_applied\":[";
+    for (int i = 0; i < info.device_count; ++i) {
+        s += i ? "," : "";
+        s += st.table_applies[i] ? "true" : "false";
+    }
+    s += "]}}";
+    return s;
+}
+
+static void flush_at_exit() {
+    state().rec.finish();
+}
+
+static void init_once() {
+    dispatch_state & st = state();
+
+    const env_choice choice = parse_dispatch_env(env_or_null("GGML_CUDA_DISPATCH"));
+    st.m           = choice.m;
+    st.force_route = choice.force_route;
+
+    const auto &              info = ggml_cuda_info();
+    std::vector<device_ident> idents(info.device_count);
+    for (int i = 0; i < info.device_count; ++i) {
+        idents[i] = device_identity(i);
+    }
+
+    std::string line;
+    if (!choice.error.empty()) {
+        line = choice.error;
+    } else if (st.m == MODE_OFF) {
+        line = "GGML_CUDA_DISPATCH=off: stock dispatch";
+    } else if (st.m == MODE_FORCE) {
+        line = std::string("GGML_CUDA_DISPATCH=force:") + route_name(st.force_route) + ": every eligible MUL_MAT runs " +
+               route_name(st.force_route) + ", the others stock";
+    } else if (GGML_DISPATCH_TABLE_RULE_COUNT == 0) {
+        line = "no dispatch table compiled in: stock dispatch";
+    } else {
+        line = std::string("table ") + std::string(ggml_dispatch_table_hash).substr(0, 12) + " (" +
+               ggml_dispatch_table_gpu_name + ", cc " + std::to_string(GGML_DISPATCH_TABLE_GPU_CC) + ", " +
+               std::to_string(GGML_DISPATCH_TABLE_GPU_SM_COUNT) + " SMs, " +
+               std::to_string((long long) GGML_DISPATCH_TABLE_RULE_COUNT) + " rules)";
+        for (int i = 0; i < info.device_count; ++i) {
+            const auto & d = info.devices[i];
+            st.table_applies[i] = ggml_dispatch_table_gpu_matches(idents[i].name.c_str(), d.cc, d.nsm) != 0;
+            line += std::string(i ? "; " : ": ") + (st.table_applies[i] ? "applied on " : "refused on ") +
+                    GGML_CUDA_NAME + std::to_string(i);
+            if (!st.table_applies[i]) {
+                line += " (" + idents[i].name + ", cc " + std::to_string(d.cc) + ", " + std::to_string(d.nsm) +
+                        " SMs: GPU mismatch, stock dispatch)";
+            }
+        }
+        if (info.device_count == 0) {
+            line += ": no device";
+        }
+    }
+
+    const char * trace_path = env_or_null("GGML_CUDA_ROUTE_TRACE");
+    if (trace_path != nullptr && trace_path[0] != '\0') {
+        if (st.rec.open_trace(trace_path, header_json(idents))) {
+            std::atexit(flush_at_exit);
+            line += std::string("; route trace -> ") + trace_path;
+        } else {
+            line += std::string("; cannot open route trace ") + trace_path + ": " + std::strerror(errno);
+        }
+    }
+    GGML_LOG_INFO("ggml_cuda_dispatch: %s\n", line.c_str());
+
+    ggml_cuda_dispatch_active = st.m != MODE_OFF || st.rec.trace_on();
+}
+
+static bool bad_padding(const ggml_tensor * src0) {  // as ggml_cuda_mul_mat computes it
+    return ggml_backend_buffer_get_usage(src0->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE &&
+           ggml_nbytes(src0) != ggml_backend_buffer_get_alloc_size(src0->buffer, src0) && src0->view_src;
+}
+
+static ggml_dispatch_mm_desc describe(const ggml_tensor * dst) {
+    const ggml_tensor *   src0 = dst->src[0];
+    const ggml_tensor *   src1 = dst->src[1];
+    ggml_dispatch_mm_desc d;
+    d.src0_type = src0->type;
+    d.src1_type = src1->type;
+    d.dst_type  = dst->type;
+    for (int i = 0; i < 4; ++i) {
+        d.src0_ne[i] = src0->ne[i];
+        d.src0_nb[i] = src0->nb[i];
+        d.src1_ne[i] = src1->ne[i];
+        d.src1_nb[i] = src1->nb[i];
+    }
+    d.dst_nb0                     = dst->nb[0];
+    d.dst_contiguous              = ggml_is_contiguous(dst);
+    d.src0_contiguously_allocated = ggml_is_contiguously_allocated(src0);
+    d.src0_contiguous             = ggml_is_contiguous(src0);
+    d.src1_contiguous             = ggml_is_contiguous(src1);
+    d.src0_bad_padding            = bad_padding(src0);
+    // ggml_cuda_op_fwht takes the node only for these row lengths (fwht.cu)
+    const int64_t n = src1->ne[0];
+    d.fwht_hint = dst->op == GGML_OP_MUL_MAT && ggml_cuda_op_mul_mat_use_fwht(dst) &&
+                  (n == 64 || n == 128 || n == 256 || n == 512);
+    return d;
+}
+
+static ggml_dispatch_dev_desc device_desc(int device) {
+    const auto & di = ggml_cuda_info().devices[device];
+    return ggml_dispatch_dev_desc{di.cc, di.warp_size, di.smpbo};
+}
+
+static int layout_of(const ggml_tensor * dst) {
+    if (dst->op == GGML_OP_MUL_MAT_ID) {
+        return GGML_DISPATCH_LAYOUT_EXPERT;
+    }
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    return src1->ne[2]*src1->ne[3] == 1 && ggml_is_contiguous(src0) ? GGML_DISPATCH_LAYOUT_WEIGHT
+                                                                     : GGML_DISPATCH_LAYOUT_ATTENTION;
+}
+
+static record_key make_key(int device, const ggml_tensor * dst, int layout, int fused, int route, int stock_route, int reason,
+                    int why) {
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    record_key          k;
+    k.op        = dst->op == GGML_OP_MUL_MAT_ID ? GGML_DISPATCH_OP_MUL_MAT_ID : GGML_DISPATCH_OP_MUL_MAT;
+    k.device    = device;
+    k.tensor    = src0->name;
+    k.src0_type = ggml_type_name(src0->type);
+    k.src1_type = ggml_type_name(src1->type);
+    for (int i = 0; i < 4; ++i) {
+        k.src0_ne[i] = src0->ne[i];
+        k.src0_nb[i] = src0->nb[i];
+        k.src1_ne[i] = src1->ne[i];
+    }
+    k.layout      = layout;
+    k.fused       = fused;
+    k.route       = route;
+    k.stock_route = stock_route;
+    k.reason      = reason;
+    if (reason == REASON_INELIGIBLE) {
+        k.why = ggml_dispatch_why_name(why);
+    }
+    return k;
+}
+
+}  // namespace
+
+void ggml_cuda_dispatch_init() {
+    std::call_once(g_init_once, init_once);
+}
+
+int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    dispatch_state &              st  = state();
+    const ggml_dispatch_mm_desc   d   = describe(dst);
+    const ggml_dispatch_dev_desc  dev = device_desc(ctx.device);
+    const int                     stock  = ggml_dispatch_stock_route(d, dev);
+    const int                     layout = layout_of(dst);
+
+    int requested = 0;
+    int reason    = REASON_STOCK;
+    if (st.m != MODE_OFF) {
+        const int ov = st.rec.override_route();
+        if (ov != 0) {
+            requested = ov;
+            reason    = REASON_FORCED;
+        } else if (st.m == MODE_FORCE) {
+            requested = st.force_route;
+            reason    = REASON_FORCED;
+        } else if (st.table_applies[ctx.device]) {
+            const ggml_tensor * src0 = dst->src[0];
+            const ggml_tensor * src1 = dst->src[1];
+            requested = ggml_dispatch_table_lookup(GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type, (int) src1->type,
+                                                   src1->ne[1], src0->ne[1], src0->ne[0], src1->ne[2]*src1->ne[3]);
+            reason = requested != 0 ? REASON_TABLE : REASON_STOCK;
+        }
+    }
+
+    int run = 0;
+    int why = GGML_DISPATCH_OK;
+    if (requested != 0) {
+        why = ggml_dispatch_check(requested, d, dev);
+        if (why == GGML_DISPATCH_OK) {
+            run = requested;
+        } else {
+            reason = REASON_INELIGIBLE;
+        }
+    }
+
+    outcome o;
+    o.route      = run != 0 ? run : stock;
+    o.forced     = run != 0 && reason == REASON_FORCED;
+    o.table      = run != 0 && reason == REASON_TABLE;
+    o.ineligible = reason == REASON_INELIGIBLE;
+    if (st.rec.trace_on()) {
+        const record_key k = make_key(ctx.device, dst, layout, FUSED_NONE, o.route, stock, reason, why);
+        st.rec.note(o, &k);
+    } else {
+        st.rec.note(o, nullptr);
+    }
+    return run;
+}
+
+void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    dispatch_state &             st    = state();
+    const ggml_dispatch_mm_desc  d     = describe(dst);
+    const int                    stock = ggml_dispatch_stock_route_id(d, device_desc(ctx.device));
+    outcome o;
+    o.route = stock;
+    if (st.rec.trace_on()) {
+        const record_key k = make_key(ctx.device, dst, GGML_DISPATCH_LAYOUT_EXPERT, FUSED_NONE, stock, stock, REASON_STOCK,
+                                      GGML_DISPATCH_OK);
+        st.rec.note(o, &k);
+    } else {
+        st.rec.note(o, nullptr);
+    }
+}
+
+void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, int n_skip) {
+    const ggml_op first = cgraph->nodes[i]->op;
+    if (first != GGML_OP_MUL_MAT && first != GGML_OP_MUL_MAT_ID) {
+        return;  // the matmul fusions of ggml_cuda_try_fuse all start at the matmul
+    }
+    bool has_glu = false, has_mul = false;
+    for (int j = i; j <= i + n_skip && j < cgraph->n_nodes; ++j) {
+        has_glu = has_glu || cgraph->nodes[j]->op == GGML_OP_GLU;
+        has_mul = has_mul || cgraph->nodes[j]->op == GGML_OP_MUL;
+    }
+    const int        group = has_glu ? FUSED_GLU : has_mul ? FUSED_SCALE : FUSED_BIAS;
+    dispatch_state & st    = state();
+    for (int j = i; j <= i + n_skip && j < cgraph->n_nodes; ++j) {
+        const ggml_tensor * node = cgraph->nodes[j];
+        if (node->op != GGML_OP_MUL_MAT && node->op != GGML_OP_MUL_MAT_ID) {
+            continue;
+        }
+        // the fused kernels are mul_mat_vec_q for quantized weights, mul_mat_vec_f otherwise
+        const int route = ggml_is_quantized(node->src[0]->type) ? GGML_DISPATCH_ROUTE_MMVQ : GGML_DISPATCH_ROUTE_MMVF;
+        outcome o;
+        o.route = route;
+        if (st.rec.trace_on()) {
+            const record_key k = make_key(ctx.device, node, layout_of(node), group, route, route, REASON_FUSED,
+                                          GGML_DISPATCH_OK);
+            st.rec.note(o, &k);
+        } else {
+            st.rec.note(o, nullptr);
+        }
+    }
+}
+
+void ggml_cuda_dispatch_eval_begin(const ggml_backend_cuda_context * ctx, const void * graph_key, bool use_cuda_graph,
+                                   bool cuda_graph_update_required) {
+    state().rec.eval_begin(ctx, graph_key, use_cuda_graph, cuda_graph_update_required);
+}
+
+void ggml_cuda_dispatch_eval_end() {
+    state().rec.eval_end();
+}
+
+bool ggml_cuda_dispatch_graph_stale(const ggml_backend_cuda_context * ctx, const void * graph_key) {
+    if (state().m == MODE_OFF) {
+        return false;
+    }
+    return state().rec.graph_stale(ctx, graph_key);
+}
+
+void ggml_cuda_dispatch_backend_free(const ggml_backend_cuda_context * ctx) {
+    if (!ggml_cuda_dispatch_active) {
+        return;
+    }
+    state().rec.forget_context(ctx);
+    state().rec.flush();
+}
+
+void ggml_backend_cuda_dispatch_set_override(int route_code) {
+    ggml_cuda_dispatch_init();
+    if (route_code < 0 || route_code >= GGML_DISPATCH_ROUTE_COUNT) {
+        GGML_LOG_WARN("ggml_cuda_dispatch: override route code %d is not 0..%d; ignored\n", route_code,
+                      GGML_DISPATCH_ROUTE_COUNT - 1);
+        return;
+    }
+    state().rec.set_override(route_code);
+}
+
+void ggml_backend_cuda_dispatch_get_counts(struct ggml_dispatch_counts * out, int reset) {
+    ggml_cuda_dispatch_init();
+    if (out != nullptr) {
+        state().rec.get_counts(out, reset != 0);
+    }
+}
