@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         elif what == "pack":
             print(pack_trimmed(llama_cpp_dir(), Path(args[1])))
         else:
-            print("usage: python -m ggml_dispatch.fetch llama-src|smollm2|cublas-headers|pack OUT.tar.xz", file=sys.stderr)
+            usage = "llama-src|smollm2|cublas-headers|pack OUT.tar.xz"
+            print(f"usage: python -m ggml_dispatch.fetch {usage}", file=sys.stderr)
             return 2
     except FetchError as e:
         print(f"fetch: error: {e}", file=sys.stderr)
