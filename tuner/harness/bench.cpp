@@ -1,0 +1,499 @@
+#include "bench.h"
+
+#include "ggml-cpu.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <thread>
+
+#ifdef TUNER_WITH_CUDART
+#    include <cuda_runtime_api.h>
+#endif
+
+const char * const ROUTE_NAMES[GGML_DISPATCH_ROUTE_COUNT] = { "stock", "mmvf", "mmf", "mmvq", "mmq", "cublas" };
+
+int route_code(const std::string & name) {
+    for (int i = 0; i < GGML_DISPATCH_ROUTE_COUNT; ++i) {
+        if (name == ROUTE_NAMES[i]) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+ggml_dispatch_counts dispatch_api::take() const {
+    ggml_dispatch_counts c;
+    memset(&c, 0, sizeof(c));
+    if (get_counts) {
+        get_counts(&c, 1);
+    }
+    return c;
+}
+
+static double now_us() {
+    using namespace std::chrono;
+    return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+double bench_env::elapsed_s() const {
+    return (now_us() - (double) t_start_us) * 1e-6;
+}
+
+void emit(const json & j) {
+    const std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    fwrite(s.data(), 1, s.size(), stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void log_line(const char * fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("harness: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    va_end(ap);
+}
+
+// ---------------------------------------------------------------------------------------------
+// device and provenance
+
+static std::string lower(std::string s) {
+    for (auto & c : s) {
+        c = (char) tolower((unsigned char) c);
+    }
+    return s;
+}
+
+static const char * dev_type_name(enum ggml_backend_dev_type t) {
+    switch (t) {
+        case GGML_BACKEND_DEVICE_TYPE_CPU:
+            return "cpu";
+        case GGML_BACKEND_DEVICE_TYPE_GPU:
+            return "gpu";
+        case GGML_BACKEND_DEVICE_TYPE_IGPU:
+            return "igpu";
+        case GGML_BACKEND_DEVICE_TYPE_ACCEL:
+            return "accel";
+        default:
+            return "other";
+    }
+}
+
+// NVIDIA driver version string (e.g. "580.159.04") through NVML, loaded only if present.
+static std::string nvml_driver_version() {
+    void * h = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) {
+        return "";
+    }
+    using init_t    = int (*)();
+    using version_t = int (*)(char *, unsigned int);
+    using shutdown_t = int (*)();
+    auto init      = (init_t) dlsym(h, "nvmlInit_v2");
+    auto version   = (version_t) dlsym(h, "nvmlSystemGetDriverVersion");
+    auto shutdown  = (shutdown_t) dlsym(h, "nvmlShutdown");
+    std::string out;
+    if (init && version && init() == 0) {
+        char buf[96] = {};
+        if (version(buf, sizeof(buf)) == 0) {
+            out = buf;
+        }
+        if (shutdown) {
+            shutdown();
+        }
+    }
+    dlclose(h);
+    return out;
+}
+
+// cuBLAS version of the library ggml-cuda loaded (the process already has it when ggml-cuda is linked).
+static std::string cublas_version() {
+    using prop_t = int (*)(int, int *);
+    auto  fn     = (prop_t) dlsym(RTLD_DEFAULT, "cublasGetProperty");
+    void * h     = nullptr;
+    if (!fn) {
+        for (const char * so : { "libcublas.so.13", "libcublas.so.12", "libcublas.so" }) {
+            h = dlopen(so, RTLD_LAZY | RTLD_NOLOAD);
+            if (h) {
+                fn = (prop_t) dlsym(h, "cublasGetProperty");
+                break;
+            }
+        }
+    }
+    std::string out;
+    int         major = 0, minor = 0, patch = 0;
+    if (fn && fn(0, &major) == 0 && fn(1, &minor) == 0 && fn(2, &patch) == 0) {
+        out = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+    }
+    if (h) {
+        dlclose(h);
+    }
+    return out;
+}
+
+#ifdef TUNER_WITH_CUDART
+static void query_cuda(device_info & info) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        return;
+    }
+    int dev = -1;
+    for (int i = 0; i < n && !info.pci_bus_id.empty(); ++i) {
+        char bus[64] = {};
+        if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess && lower(bus) == lower(info.pci_bus_id)) {
+            dev = i;
+            break;
+        }
+    }
+    if (dev < 0) {
+        // fall back to the ordinal in the ggml name ("CUDA0")
+        const std::string & name = info.dev_name;
+        size_t              p    = name.find_first_of("0123456789");
+        dev                      = p == std::string::npos ? 0 : atoi(name.c_str() + p);
+    }
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        return;
+    }
+    info.gpu_name     = p.name;
+    info.gpu_cc       = 100 * p.major + 10 * p.minor;
+    info.gpu_sm_count = p.multiProcessorCount;
+    info.smpbo        = (int64_t) p.sharedMemPerBlockOptin;
+    char uuid[64];
+    const unsigned char * u = (const unsigned char *) p.uuid.bytes;
+    snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    info.gpu_uuid = uuid;
+    if (info.l2_source.empty()) {
+        info.l2_bytes  = p.l2CacheSize;
+        info.l2_source = "cudaDeviceProp.l2CacheSize";
+    }
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) == cudaSuccess) {
+        info.cuda_version = std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+    }
+    if (info.driver.empty() && cudaDriverGetVersion(&v) == cudaSuccess) {
+        info.driver        = "cuda-" + std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+        info.driver_source = "cudaDriverGetVersion";
+    }
+}
+#endif
+
+static void set_threads(ggml_backend_t backend, int n) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    if (!reg) {
+        return;
+    }
+    auto fn = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
+    if (fn) {
+        fn(backend, n);
+    }
+}
+
+void bench_init(bench_env & env) {
+    ggml_time_init();
+    env.t_start_us = (int64_t) now_us();
+    harness_opts & o = env.opts;
+    if (o.threads <= 0) {
+        o.threads = std::max(1u, std::thread::hardware_concurrency());
+    }
+
+    if (ggml_backend_dev_count() == 0) {
+        ggml_backend_load_all();
+    }
+
+    ggml_backend_dev_t dev = nullptr;
+    if (!o.device.empty()) {
+        dev = ggml_backend_dev_by_name(o.device.c_str());
+        if (!dev) {
+            std::string have;
+            for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+                have += std::string(i ? ", " : "") + ggml_backend_dev_name(ggml_backend_dev_get(i));
+            }
+            throw std::runtime_error("no ggml device named '" + o.device + "' (have: " + have + ")");
+        }
+    } else {
+        dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_GPU);
+        if (!dev) {
+            dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        }
+    }
+    if (!dev) {
+        throw std::runtime_error("no ggml device available");
+    }
+    env.dev     = dev;
+    env.backend = ggml_backend_dev_init(dev, nullptr);
+    if (!env.backend) {
+        throw std::runtime_error(std::string("cannot initialize ") + ggml_backend_dev_name(dev));
+    }
+    env.backend_ref = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    if (!env.backend_ref) {
+        throw std::runtime_error("cannot initialize the CPU reference backend");
+    }
+    set_threads(env.backend_ref, o.threads);
+    if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+        set_threads(env.backend, o.threads);
+    }
+
+    device_info &      info = env.info;
+    ggml_backend_reg_t reg  = ggml_backend_dev_backend_reg(dev);
+    info.backend            = reg ? ggml_backend_reg_name(reg) : "";
+    ggml_backend_dev_props props;
+    memset(&props, 0, sizeof(props));
+    ggml_backend_dev_get_props(dev, &props);
+    info.dev_name     = props.name ? props.name : "";
+    info.description  = props.description ? props.description : "";
+    info.type         = dev_type_name(props.type);
+    info.pci_bus_id   = props.device_id ? props.device_id : "";
+    info.memory_total = (int64_t) props.memory_total;
+    info.gpu_name     = info.description;
+
+    if (reg) {
+        auto get_features =
+            (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
+        if (get_features) {
+            for (ggml_backend_feature * f = get_features(reg); f && f->name; ++f) {
+                info.features[f->name] = f->value ? f->value : "";
+            }
+        }
+        env.api.set_override =
+            (ggml_dispatch_set_override_t) ggml_backend_reg_get_proc_address(reg, TUNER_DISPATCH_SET_OVERRIDE_NAME);
+        env.api.get_counts =
+            (ggml_dispatch_get_counts_t) ggml_backend_reg_get_proc_address(reg, TUNER_DISPATCH_GET_COUNTS_NAME);
+        if (!env.api.present()) {
+            env.api = dispatch_api{};
+        }
+    }
+    info.dispatch_api = env.api.present();
+
+    if (o.l2_bytes >= 0) {
+        info.l2_bytes  = o.l2_bytes;
+        info.l2_source = "--l2-bytes";
+    }
+    if (info.backend == "CUDA") {
+        info.driver = nvml_driver_version();
+        if (!info.driver.empty()) {
+            info.driver_source = "nvml";
+        }
+#ifdef TUNER_WITH_CUDART
+        query_cuda(info);
+#endif
+        info.cublas_version = cublas_version();
+    }
+    if (info.l2_source.empty()) {
+        info.l2_bytes  = 0;
+        info.l2_source = "unknown (no rotation; pass --l2-bytes)";
+    }
+}
+
+void bench_free(bench_env & env) {
+    if (env.backend) {
+        env.api.set(0);
+        ggml_backend_free(env.backend);
+        env.backend = nullptr;
+    }
+    if (env.backend_ref) {
+        ggml_backend_free(env.backend_ref);
+        env.backend_ref = nullptr;
+    }
+}
+
+json device_header(const bench_env & env) {
+    const device_info & d = env.info;
+    json                j;
+    j["kind"]            = "header";
+    j["harness_version"] = TUNER_HARNESS_VERSION;
+    j["ggml_commit"]     = ggml_commit();
+    j["backend"]         = d.backend;
+    j["device"]          = d.dev_name;
+    j["description"]     = d.description;
+    j["device_type"]     = d.type;
+    j["pci_bus_id"]      = d.pci_bus_id;
+    j["gpu_name"]        = d.gpu_name;
+    j["gpu_uuid"]        = d.gpu_uuid;
+    j["gpu_cc"]          = d.gpu_cc;
+    j["gpu_sm_count"]    = d.gpu_sm_count;
+    j["smpbo"]           = d.smpbo;
+    j["driver"]          = d.driver;
+    j["driver_source"]   = d.driver_source;
+    j["cuda_version"]    = d.cuda_version;
+    j["cublas_version"]  = d.cublas_version;
+    j["memory_total"]    = d.memory_total;
+    j["l2_bytes"]        = d.l2_bytes;
+    j["l2_source"]       = d.l2_source;
+    j["features"]        = d.features;
+    j["dispatch_api"]    = d.dispatch_api;
+    const harness_opts & o = env.opts;
+    j["opts"] = {
+        { "rotate", o.rotate },
+        { "rotate_factor", o.rotate_factor },
+        { "target_graph_us", o.target_graph_us },
+        { "trial_ms", o.trial_ms },
+        { "min_replays", o.min_replays },
+        { "max_replays", o.max_replays },
+        { "max_nodes", o.max_nodes },
+        { "warmup", o.warmup },
+        { "drift_max", o.drift_max },
+        { "ref_cols", o.ref_cols },
+        { "threads", o.threads },
+        { "seed", o.seed },
+    };
+    return j;
+}
+
+// ---------------------------------------------------------------------------------------------
+// data
+
+static inline uint64_t splitmix64(uint64_t & x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z          = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z          = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)> & fn) {
+    threads = (int) std::max<int64_t>(1, std::min<int64_t>(threads, n));
+    if (threads == 1) {
+        fn(0, n);
+        return;
+    }
+    std::vector<std::thread> pool;
+    const int64_t            per = (n + threads - 1) / threads;
+    for (int t = 0; t < threads; ++t) {
+        const int64_t a = t * per, b = std::min(n, a + per);
+        if (a < b) {
+            pool.emplace_back(fn, a, b);
+        }
+    }
+    for (auto & th : pool) {
+        th.join();
+    }
+}
+
+void fill_uniform(float * dst, int64_t n, uint64_t seed, uint64_t stream, int threads) {
+    const int64_t chunk   = 1 << 16;
+    const int64_t nchunks = (n + chunk - 1) / chunk;
+    parallel_for(nchunks, threads, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+            uint64_t      state = seed * 0x9E3779B97F4A7C15ull ^ (stream + 1) * 0xD1B54A32D192ED03ull ^ (uint64_t) c;
+            const int64_t end   = std::min(n, (c + 1) * chunk);
+            for (int64_t i = c * chunk; i < end; ++i) {
+                const uint64_t r = splitmix64(state) >> 40;  // 24 random bits
+                dst[i]           = (float) ((double) r / (double) (1 << 23) - 1.0);
+            }
+        }
+    });
+}
+
+std::vector<uint8_t> random_weights(ggml_type type, int64_t nrows, int64_t n_per_row, uint64_t seed, int threads) {
+    std::vector<float> f((size_t) (nrows * n_per_row));
+    fill_uniform(f.data(), (int64_t) f.size(), seed, /*stream=*/0, threads);
+    std::vector<uint8_t> q(ggml_row_size(type, n_per_row) * (size_t) nrows);
+    std::vector<float>   imatrix;
+    if (ggml_quantize_requires_imatrix(type)) {
+        imatrix.assign((size_t) n_per_row, 1.0f);
+    }
+    ggml_quantize_init(type);
+    parallel_for(nrows, threads, [&](int64_t r0, int64_t r1) {
+        ggml_quantize_chunk(type, f.data(), q.data(), r0 * n_per_row, r1 - r0, n_per_row,
+                            imatrix.empty() ? nullptr : imatrix.data());
+    });
+    return q;
+}
+
+ggml_type type_by_name(const std::string & name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char * n = ggml_type_name((ggml_type) t);
+        if (n && name == n && ggml_type_size((ggml_type) t) > 0) {
+            return (ggml_type) t;
+        }
+    }
+    return GGML_TYPE_COUNT;
+}
+
+void poison(ggml_tensor * t) {
+    ggml_backend_tensor_memset(t, 0xFF, 0, ggml_nbytes(t));
+}
+
+double nmse(const float * ref, const float * out, size_t n) {
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double d = (double) ref[i] - (double) out[i];
+        err += d * d;
+        norm += (double) ref[i] * (double) ref[i];
+    }
+    if (std::isnan(err)) {
+        return NAN;
+    }
+    return norm > 0.0 ? err / norm : err;
+}
+
+// ---------------------------------------------------------------------------------------------
+// timing
+
+bool compute(ggml_backend_t backend, ggml_cgraph * gf) {
+    const ggml_status st = ggml_backend_graph_compute(backend, gf);
+    ggml_backend_synchronize(backend);
+    return st == GGML_STATUS_SUCCESS;
+}
+
+std::vector<double> time_graph(ggml_backend_t backend, ggml_cgraph * gf, int replays) {
+    std::vector<double> t;
+    t.reserve((size_t) replays);
+    for (int r = 0; r < replays; ++r) {
+        const double t0 = now_us();
+        if (!compute(backend, gf)) {
+            throw std::runtime_error("ggml_backend_graph_compute failed");
+        }
+        t.push_back(now_us() - t0);
+    }
+    return t;
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) {
+        return NAN;
+    }
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int64_t counted_nodes(const ggml_dispatch_counts & c) {
+    int64_t n = 0;
+    for (int i = 0; i < GGML_DISPATCH_ROUTE_COUNT; ++i) {
+        n += c.ran[i];
+    }
+    return n;
+}
+
+std::string route_ran_of(const ggml_dispatch_counts & c) {
+    std::vector<int> seen;
+    for (int i = 0; i < GGML_DISPATCH_ROUTE_COUNT; ++i) {
+        if (c.ran[i] > 0) {
+            seen.push_back(i);
+        }
+    }
+    if (seen.empty()) {
+        return "none";
+    }
+    auto name = [](int i) { return std::string(i == 0 ? "other" : ROUTE_NAMES[i]); };
+    if (seen.size() == 1) {
+        return name(seen[0]);
+    }
+    std::string s = "mixed:";
+    for (size_t k = 0; k < seen.size(); ++k) {
+        s += (k ? "," : "") + name(seen[k]) + "=" + std::to_string(c.ran[seen[k]]);
+    }
+    return s;
+}

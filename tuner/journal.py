@@ -1,0 +1,126 @@
+"""The sweep journal: JSON Lines, append-only, one line per finished case, fsync'd.
+
+Line 1 is ``{"kind": "journal", ...}`` naming the census the sweep measures (its sha256) and the
+shard; every further line is ``{"kind": "case", "case": id, "status": ..., ...}``. A kill loses at
+most the case in flight: a torn last line is ignored with a warning and its case runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+from ggml_dispatch.errors import InputError
+from ggml_dispatch.fileio import now_iso
+
+JOURNAL_SCHEMA: Final = "ggml-dispatch-tuning-journal/1"
+
+
+@dataclass
+class JournalContents:
+    header: dict[str, Any] | None
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def done_ids(self) -> set[str]:
+        return {str(c["case"]) for c in self.cases}
+
+
+def read_journal(path: str | Path) -> JournalContents:
+    """Every complete line; later records of one case replace earlier ones."""
+    p = Path(path)
+    out = JournalContents(header=None)
+    if not p.exists():
+        return out
+    lines = p.read_bytes().split(b"\n")
+    by_case: dict[str, dict[str, Any]] = {}
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if i >= len(lines) - 1:
+                out.warnings.append(f"{p}:{i}: torn last line ignored (a killed run); its case runs again")
+                continue
+            raise InputError(p, "not a JSON object (the journal is damaged)", line=i) from None
+        if not isinstance(rec, dict) or "kind" not in rec:
+            raise InputError(p, "not a journal record", line=i)
+        if rec["kind"] == "journal":
+            if rec.get("schema") != JOURNAL_SCHEMA:
+                raise InputError(
+                    p, f"journal schema {rec.get('schema')!r}, expected {JOURNAL_SCHEMA}", line=i
+                )
+            out.header = rec
+        elif rec["kind"] == "case":
+            if "case" not in rec or "status" not in rec:
+                raise InputError(p, "case record without 'case' or 'status'", line=i)
+            by_case[str(rec["case"])] = rec
+        else:
+            raise InputError(p, f"unknown record kind {rec['kind']!r}", line=i)
+    out.cases = list(by_case.values())
+    return out
+
+
+class Journal:
+    """Append-only writer. ``open`` checks that an existing journal belongs to the same sweep."""
+
+    def __init__(self, path: Path, f: IO[bytes], contents: JournalContents) -> None:
+        self.path = path
+        self._f = f
+        self.contents = contents
+
+    @classmethod
+    def open(cls, path: str | Path, identity: dict[str, Any]) -> Journal:
+        p = Path(path)
+        contents = read_journal(p)
+        if contents.header is not None:
+            for k, v in identity.items():
+                if contents.header.get(k) != v:
+                    raise InputError(
+                        p,
+                        f"this journal belongs to another sweep ({k} = {contents.header.get(k)!r}, "
+                        f"this run has {v!r}); pass another -o/--journal or delete it to start over",
+                        field=k,
+                    )
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.exists() and p.stat().st_size > 0 and not p.read_bytes().endswith(b"\n"):
+            # drop a torn last line so the next record starts on a line of its own
+            data = p.read_bytes()
+            with p.open("r+b") as g:
+                g.truncate(data.rfind(b"\n") + 1)
+        f = p.open("ab")
+        j = cls(p, f, contents)
+        if contents.header is None:
+            header = {"kind": "journal", "schema": JOURNAL_SCHEMA, "created": now_iso(), **identity}
+            j._write(header)
+            contents.header = header
+        return j
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self._f.write(json.dumps(rec, sort_keys=True, allow_nan=False).encode() + b"\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def append(self, rec: dict[str, Any]) -> None:
+        self._write({"kind": "case", **rec})
+        self.contents.cases = [c for c in self.contents.cases if c["case"] != rec["case"]]
+        self.contents.cases.append({"kind": "case", **rec})
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_case_records(paths: list[Path]) -> Iterator[dict[str, Any]]:
+    for p in paths:
+        yield from read_journal(p).cases

@@ -1,0 +1,355 @@
+"""The sweep: census -> selected cases -> one harness child process per case -> journal -> Parquet.
+
+Each case runs in its own child so that a candidate which kills the CUDA context (a NO_DEVICE_CODE
+``__trap()``, an illegal address) costs that case only: it is recorded as ``failed:<msg>`` and the
+sweep goes on. Finished cases are appended to the journal (fsync'd); re-running the same command
+skips them, so a killed sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow.parquet as pq
+
+from ggml_dispatch import fileio, schema
+from ggml_dispatch.errors import InputError
+from tuner import results
+from tuner.build import TreeStamp
+from tuner.journal import Journal, read_journal
+from tuner.select import NEEDED_COLUMNS, Case, Selection, select_cases, shard_cases
+
+STDERR_TAIL_LINES: Final = 12
+FAILED_MSG_MAX: Final = 240
+
+
+class SweepInterrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def read_census(path: Path) -> list[dict[str, Any]]:
+    """Census rows as dicts; refuses a file that is not a census or lacks a needed column."""
+    try:
+        meta = fileio.read_parquet_metadata(path)
+        table = pq.read_table(path)
+    except OSError as e:
+        raise InputError(path, f"not a readable Parquet file: {e}") from None
+    except Exception as e:  # pyarrow raises several exception types for non-Parquet input
+        raise InputError(path, f"not a readable Parquet file: {e}") from None
+    got = meta.get(schema.META_SCHEMA)
+    if got is not None and got != schema.CENSUS_SCHEMA:
+        raise InputError(
+            path, f"not a census file (schema {got!r}, expected {schema.CENSUS_SCHEMA})", field="schema"
+        )
+    missing = [c for c in NEEDED_COLUMNS if c not in table.column_names]
+    if missing:
+        raise InputError(path, f"not a census file: missing columns {', '.join(missing)}")
+    rows: list[dict[str, Any]] = table.select(list(NEEDED_COLUMNS)).to_pylist()
+    return rows
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the harness gets SIGKILL if the sweep dies (so a killed sweep frees the GPU)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _parse_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        with contextlib.suppress(json.JSONDecodeError):
+            rec = json.loads(line)
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def _failure_message(rc: int, stderr: str, timed_out: bool, timeout: float) -> str:
+    if timed_out:
+        what = f"timeout after {timeout:g} s"
+    elif rc < 0:
+        try:
+            what = f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            what = f"killed by signal {-rc}"
+    else:
+        what = f"exit {rc}"
+    lines = [s.strip() for s in stderr.splitlines() if s.strip()]
+    where = next(
+        (
+            s.split("case ", 1)[-1].split(": ", 1)[-1]
+            for s in reversed(lines)
+            if " route=" in s and "harness:" in s
+        ),
+        "",
+    )
+    last = next((s for s in reversed(lines) if not s.startswith("harness: case ")), "")
+    msg = what + (f" during {where}" if where else "") + (f": {last}" if last else "")
+    return msg.replace("\n", " ")[:FAILED_MSG_MAX]
+
+
+@dataclass
+class ChildResult:
+    status: str
+    header: dict[str, Any] | None
+    trials: list[dict[str, Any]]
+    case_info: dict[str, Any]
+    stderr_tail: list[str]
+    wall_s: float
+
+
+def run_harness_case(
+    harness: Path,
+    case: Case,
+    *,
+    harness_args: Sequence[str],
+    timeout: float,
+    register: Callable[[subprocess.Popen[str] | None], None] = lambda p: None,
+) -> ChildResult:
+    """One harness child for one case. Never raises for what the child does; the status says."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ggml-dispatch-case-") as tmp:
+        spec_path = Path(tmp) / "case.json"
+        spec_path.write_text(json.dumps([case.spec()]))
+        cmd = [str(harness), "--cases", str(spec_path), *harness_args]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        register(proc)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            out, err = proc.communicate()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            register(None)
+    wall = time.monotonic() - t0
+    recs = _parse_lines(out)
+    header = next((r for r in recs if r.get("kind") == "header"), None)
+    trials = [r for r in recs if r.get("kind") == "trial" and r.get("case") == case.id]
+    end = next((r for r in recs if r.get("kind") == "case" and r.get("case") == case.id), None)
+    tail = err.splitlines()[-STDERR_TAIL_LINES:]
+    if timed_out or proc.returncode != 0 or end is None:
+        msg = _failure_message(proc.returncode, err, timed_out, timeout)
+        if not timed_out and proc.returncode == 0 and end is None:
+            msg = "the harness ended without a result for the case"
+        return ChildResult(schema.FAILED_PREFIX + msg, header, [], {}, tail, wall)
+    status = str(end.get("status", ""))
+    if status != "done":
+        if not status.startswith(schema.FAILED_PREFIX):
+            status = schema.FAILED_PREFIX + status
+        return ChildResult(status[: len(schema.FAILED_PREFIX) + FAILED_MSG_MAX], header, [], end, tail, wall)
+    return ChildResult("done", header, trials, end, [], wall)
+
+
+def probe_harness(harness: Path, harness_args: Sequence[str], timeout: float = 300) -> dict[str, Any]:
+    """The harness' device header (``--info``): proves the binary and device work before the sweep."""
+    args = [a for a in harness_args]
+    proc = subprocess.run([str(harness), "--info", *args], capture_output=True, text=True, timeout=timeout)
+    recs = _parse_lines(proc.stdout)
+    header = next((r for r in recs if r.get("kind") == "header"), None)
+    if proc.returncode != 0 or header is None:
+        tail = "\n".join(proc.stderr.splitlines()[-10:])
+        raise RuntimeError(f"the harness cannot start (exit {proc.returncode}):\n{tail}")
+    return header
+
+
+@dataclass
+class SweepResult:
+    selection: Selection
+    planned: int
+    resumed: int
+    ran: int
+    failed: int
+    stopped_early: bool
+    rows: int
+    warnings: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise SweepInterrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_sweep(
+    census_path: Path,
+    out: Path,
+    *,
+    harness: Path,
+    stamp: TreeStamp,
+    journal_path: Path,
+    coverage: float,
+    routes: Sequence[str],
+    trials: int,
+    nmse_max: float,
+    shard: tuple[int, int] = (0, 1),
+    max_seconds: float | None = None,
+    case_timeout: float = 900,
+    harness_args: Sequence[str] = (),
+    settings: dict[str, Any] | None = None,
+    log: Callable[[str], None] = lambda s: None,
+    progress: Callable[[int], Any] | None = None,
+    on_plan: Callable[[int], Any] | None = None,
+) -> SweepResult:
+    t_start = time.monotonic()
+    census_sha = fileio.sha256_file(census_path)
+    selection = select_cases(
+        read_census(census_path),
+        coverage=coverage,
+        routes=routes,
+        trials=trials,
+        nmse_max=nmse_max,
+        path=census_path,
+    )
+    cases = shard_cases(selection.cases, shard)
+    log(selection.summary())
+    if shard != (0, 1):
+        log(f"shard {shard[0]}/{shard[1]}: {len(cases)} of {len(selection.cases)} cases")
+
+    header = probe_harness(harness, harness_args)
+    log(
+        f"harness {header.get('harness_version')} on {header.get('device')} ({header.get('gpu_name')}), "
+        f"override API {'found' if header.get('dispatch_api') else 'absent: stock only'}, "
+        f"L2 {header.get('l2_bytes')} bytes ({header.get('l2_source')})"
+    )
+    stamp_d = {"upstream_commit": stamp.upstream_commit, "patch_hash": stamp.patch_hash}
+    identity = {"census_sha256": census_sha, "shard": f"{shard[0]}/{shard[1]}"}
+    ran = failed = 0
+    stopped = False
+    warnings: list[str] = []
+    child: list[subprocess.Popen[str] | None] = [None]
+
+    def register(p: subprocess.Popen[str] | None) -> None:
+        child[0] = p
+
+    with Journal.open(journal_path, identity) as journal:
+        warnings += journal.contents.warnings
+        done = journal.contents.done_ids()
+        todo = [c for c in cases if c.id not in done]
+        resumed = len(cases) - len(todo)
+        if resumed:
+            log(f"resuming: {resumed} of {len(cases)} cases are already in {journal_path}")
+        if on_plan is not None:
+            on_plan(len(todo))
+        durations: list[float] = []
+        with _signals_raise():
+            try:
+                for case in todo:
+                    elapsed = time.monotonic() - t_start
+                    if max_seconds is not None and durations:
+                        mean = sum(durations) / len(durations)
+                        if elapsed + mean > max_seconds:
+                            stopped = True
+                            break
+                    elif max_seconds is not None and elapsed > max_seconds:
+                        stopped = True
+                        break
+                    r = run_harness_case(
+                        harness, case, harness_args=harness_args, timeout=case_timeout, register=register
+                    )
+                    rec: dict[str, Any] = {
+                        "case": case.id,
+                        "spec": case.spec(),
+                        "status": r.status,
+                        "header": r.header or header,
+                        "stamp": stamp_d,
+                        "trials": r.trials,
+                        "case_info": r.case_info,
+                        "wall_s": round(r.wall_s, 3),
+                        "finished": fileio.now_iso(),
+                    }
+                    if r.status != "done":
+                        rec["stderr_tail"] = r.stderr_tail
+                        failed += 1
+                        log(f"case {case.id}: {r.status}")
+                    journal.append(rec)
+                    ran += 1
+                    durations.append(r.wall_s)
+                    if progress is not None:
+                        progress(1)
+            except SweepInterrupted:
+                p = child[0]
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+                raise
+        records = list(journal.contents.cases)
+
+    settings = dict(settings or {})
+    settings.update(
+        coverage=coverage,
+        shard=f"{shard[0]}/{shard[1]}",
+        trials=trials,
+        nmse_max=nmse_max,
+        routes=list(routes),
+        harness_args=list(harness_args),
+        harness_header={
+            k: header.get(k)
+            for k in (
+                "harness_version",
+                "backend",
+                "device",
+                "l2_bytes",
+                "l2_source",
+                "features",
+                "opts",
+                "dispatch_api",
+            )
+        },
+        stopped_early=stopped,
+    )
+    n_rows = results.write_tuning(
+        out, records, input_hashes={str(census_path): census_sha}, settings=settings
+    )
+    return SweepResult(
+        selection=selection,
+        planned=len(cases),
+        resumed=resumed,
+        ran=ran,
+        failed=failed,
+        stopped_early=stopped,
+        rows=n_rows,
+        warnings=warnings,
+    )
+
+
+def default_journal(out: Path) -> Path:
+    return out.with_name(out.name + ".journal.jsonl")
+
+
+def journal_records(path: Path) -> list[dict[str, Any]]:
+    return read_journal(path).cases

@@ -1,0 +1,247 @@
+"""Which cases a sweep measures: census rows -> harness cases. Pure.
+
+Policy (DESIGN.md "Census", "Decision"):
+
+* Only rows a table can override are tuned: MUL_MAT in the weight and attention layouts, not fused.
+  Fused groups (``fused`` set) never reach the table's lookup, and MUL_MAT_ID (expert layout) cannot
+  be keyed by the tuning columns (they carry no E/U); both are counted and reported as skipped.
+* Coverage is by estimated time, never by call counts: the tunable points (shape key + M, ``est_us``
+  summed over the census rows that share them) are taken in decreasing ``est_us`` until their sum
+  reaches ``coverage`` of the tunable total.
+* A rule covers only M values between two measured neighbours that both pass, so each selected M gets
+  its neighbours on the declared grid (powers of two, 1 .. 16384): the largest grid value below it
+  and the smallest above it. A census M that is itself a grid value still gets both neighbours, so
+  every census M sits inside a measured interval.
+* Cases are ordered by their shape's total ``est_us`` (largest first), then by M, so a sweep cut
+  short by ``--max-seconds`` has measured what matters most.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ggml_dispatch import schema
+from ggml_dispatch.errors import InputError
+
+M_GRID: Final[tuple[int, ...]] = tuple(2**i for i in range(15))  # 1 .. 16384
+ALL_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in schema.Route)
+TUNABLE_LAYOUTS: Final = frozenset({schema.Layout.WEIGHT.value, schema.Layout.ATTENTION.value})
+DEFAULT_TRIALS: Final = 7
+DEFAULT_NMSE_MAX: Final = 5e-4  # test-backend-ops' threshold for MUL_MAT
+
+# census columns the selection reads
+NEEDED_COLUMNS: Final = ("op", "layout", "fused", "src0_type", "src1_type", "M", "N", "K", "B", "est_us")
+
+
+@dataclass(frozen=True, order=True)
+class ShapeKey:
+    """schema.SHAPE_KEY: a rule is an M interval per such key."""
+
+    op: str
+    layout: str
+    src0_type: str
+    src1_type: str
+    N: int
+    K: int
+    B: int
+
+    def label(self) -> str:
+        return f"{self.op}:{self.layout}:{self.src0_type}:{self.src1_type}:N{self.N}:K{self.K}:B{self.B}"
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: ShapeKey
+    M: int
+    est_us: float  # census time at this point (0 for a neighbour the census does not have)
+    census: bool  # M came from the census (else: a grid neighbour)
+    routes: tuple[str, ...] = ALL_ROUTES
+    trials: int = DEFAULT_TRIALS
+    nmse_max: float = DEFAULT_NMSE_MAX
+
+    @property
+    def id(self) -> str:
+        return f"{self.shape.label()}:M{self.M}"
+
+    def spec(self) -> dict[str, Any]:
+        """The harness case object (interface 5)."""
+        return {
+            "case": self.id,
+            "op": self.shape.op,
+            "layout": self.shape.layout,
+            "src0_type": self.shape.src0_type,
+            "src1_type": self.shape.src1_type,
+            "M": self.M,
+            "N": self.shape.N,
+            "K": self.shape.K,
+            "B": self.shape.B,
+            "routes": list(self.routes),
+            "trials": self.trials,
+            "nmse_max": self.nmse_max,
+        }
+
+
+@dataclass
+class Selection:
+    cases: list[Case]
+    total_est_us: float  # every census row
+    tunable_est_us: float  # rows a table can override
+    covered_est_us: float  # the selected census points
+    skipped: dict[str, float] = field(default_factory=dict)  # reason -> est_us left out
+    skipped_rows: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        n_shapes = len({c.shape for c in self.cases})
+        n_census = sum(c.census for c in self.cases)
+        frac = self.covered_est_us / self.tunable_est_us if self.tunable_est_us > 0 else 0.0
+        frac_all = self.covered_est_us / self.total_est_us if self.total_est_us > 0 else 0.0
+        parts = [
+            f"{len(self.cases)} cases ({n_census} census points + {len(self.cases) - n_census} grid "
+            f"neighbours) over {n_shapes} shapes",
+            f"covering {100 * frac:.1f}% of the tunable est_us ({100 * frac_all:.1f}% of all)",
+        ]
+        for reason, us in sorted(self.skipped.items()):
+            share = us / self.total_est_us if self.total_est_us > 0 else 0.0
+            parts.append(f"skipped {self.skipped_rows[reason]} rows {reason} ({100 * share:.1f}% of est_us)")
+        return "; ".join(parts)
+
+
+def grid_neighbours(M: int, grid: Sequence[int] = M_GRID) -> tuple[int | None, int | None]:
+    """The largest grid value below M and the smallest above it (None where the grid ends)."""
+    below = max((g for g in grid if g < M), default=None)
+    above = min((g for g in grid if g > M), default=None)
+    return below, above
+
+
+def _int(v: Any, path: str | Path, where: str, name: str) -> int:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {name}") from None
+    if not math.isfinite(f) or f < 1 or f != int(f):
+        raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {name}")
+    return int(f)
+
+
+def select_cases(
+    rows: Iterable[dict[str, Any]],
+    *,
+    coverage: float = 0.95,
+    routes: Sequence[str] = ALL_ROUTES,
+    trials: int = DEFAULT_TRIALS,
+    nmse_max: float = DEFAULT_NMSE_MAX,
+    grid: Sequence[int] = M_GRID,
+    path: str | Path = "<census>",
+) -> Selection:
+    """Pick the cases to measure from census rows (dicts with at least NEEDED_COLUMNS)."""
+    if not 0 < coverage <= 1:
+        raise InputError(None, f"--coverage must be in (0, 1], got {coverage}", field="coverage")
+    points: dict[tuple[ShapeKey, int], float] = defaultdict(float)
+    total = 0.0
+    skipped: dict[str, float] = defaultdict(float)
+    skipped_rows: dict[str, int] = defaultdict(int)
+    for i, r in enumerate(rows):
+        where = f"row {i}"
+        try:
+            est = float(r["est_us"])
+        except (TypeError, ValueError):
+            raise InputError(
+                path, f"must be a number, got {r['est_us']!r}", field=f"{where}: est_us"
+            ) from None
+        if not math.isfinite(est) or est < 0:
+            raise InputError(path, f"must be a finite number >= 0, got {est!r}", field=f"{where}: est_us")
+        total += est
+        fused = r.get("fused")
+        if fused is not None and not (isinstance(fused, float) and math.isnan(fused)) and str(fused) != "":
+            skipped["fused (the table does not override fused groups)"] += est
+            skipped_rows["fused (the table does not override fused groups)"] += 1
+            continue
+        op, layout = str(r["op"]), str(r["layout"])
+        if op != schema.Op.MUL_MAT.value or layout not in TUNABLE_LAYOUTS:
+            reason = f"{op}/{layout} (no tuning key for it)"
+            skipped[reason] += est
+            skipped_rows[reason] += 1
+            continue
+        for col in ("src0_type", "src1_type"):
+            if str(r[col]) not in schema.GGML_TYPES:
+                raise InputError(path, f"unknown ggml type {r[col]!r}", field=f"{where}: {col}")
+        key = ShapeKey(
+            op=op,
+            layout=layout,
+            src0_type=str(r["src0_type"]),
+            src1_type=str(r["src1_type"]),
+            N=_int(r["N"], path, where, "N"),
+            K=_int(r["K"], path, where, "K"),
+            B=_int(r["B"], path, where, "B"),
+        )
+        points[(key, _int(r["M"], path, where, "M"))] += est
+
+    tunable = sum(points.values())
+    ranked = sorted(points.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+    chosen: dict[ShapeKey, dict[int, float]] = defaultdict(dict)
+    covered = 0.0
+    for (key, M), est in ranked:
+        if tunable > 0 and covered >= coverage * tunable:
+            break
+        chosen[key][M] = est
+        covered += est
+
+    cases: list[Case] = []
+    shape_order = sorted(chosen, key=lambda k: (-sum(chosen[k].values()), k))
+    for key in shape_order:
+        census_ms = chosen[key]
+        ms: set[int] = set(census_ms)
+        for M in census_ms:
+            below, above = grid_neighbours(M, grid)
+            ms.update(m for m in (below, above) if m is not None)
+        for M in sorted(ms):
+            cases.append(
+                Case(
+                    shape=key,
+                    M=M,
+                    est_us=census_ms.get(M, points.get((key, M), 0.0)),
+                    census=M in census_ms,
+                    routes=tuple(routes),
+                    trials=trials,
+                    nmse_max=nmse_max,
+                )
+            )
+    return Selection(
+        cases=cases,
+        total_est_us=total,
+        tunable_est_us=tunable,
+        covered_est_us=covered,
+        skipped=dict(skipped),
+        skipped_rows=dict(skipped_rows),
+    )
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``i/n`` -> (i, n) with 0 <= i < n."""
+    try:
+        a, b = text.split("/")
+        i, n = int(a), int(b)
+    except ValueError:
+        raise InputError(
+            None, f"--shard must look like i/n (e.g. 0/2), got {text!r}", field="shard"
+        ) from None
+    if n < 1 or not 0 <= i < n:
+        raise InputError(None, f"--shard {text}: need 0 <= i < n", field="shard")
+    return i, n
+
+
+def shard_cases(cases: Sequence[Case], shard: tuple[int, int]) -> list[Case]:
+    """Shard i of n: whole shapes dealt round-robin in the selection's order (largest first), so shards
+    get similar work and every shape's M neighbours are measured on the same GPU."""
+    i, n = shard
+    shapes: list[ShapeKey] = []
+    for c in cases:
+        if c.shape not in shapes:
+            shapes.append(c.shape)
+    mine = {s for k, s in enumerate(shapes) if k % n == i}
+    return [c for c in cases if c.shape in mine]
