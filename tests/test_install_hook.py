@@ -1,0 +1,280 @@
+"""``ggml-dispatch install`` on the real pinned tree: the hook applies, is idempotent, stamps provenance,
+refuses a fork whose dispatch code differs (naming hunk and function), and uninstall restores the tree
+byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from codegen import install as inst
+from codegen import patch
+from ggml_dispatch import fetch, schema
+from ggml_dispatch.cli import main
+
+CUDA = Path("ggml/src/ggml-cuda")
+
+
+@pytest.fixture(scope="module")
+def pinned() -> Path:
+    return fetch.llama_cpp_dir()
+
+
+@pytest.fixture
+def tree(pinned: Path, tmp_path: Path) -> Path:
+    """The files install touches, copied out of the pinned tree (which is never modified)."""
+    t = tmp_path / "llama.cpp"
+    (t / CUDA).mkdir(parents=True)
+    shutil.copy2(pinned / CUDA / "ggml-cuda.cu", t / CUDA / "ggml-cuda.cu")
+    shutil.copy2(pinned / CUDA / "mmq.cu", t / CUDA / "mmq.cu")
+    (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
+    return t
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def h200_table(commit: str = schema.PINNED_UPSTREAM_COMMIT) -> dict[str, Any]:
+    from codegen import table
+
+    t = table.empty_table()
+    t["gpu"] = {"name": "NVIDIA H200", "cc": 900, "sm_count": 132}
+    t["upstream_commit"] = commit
+    t["provenance"] = {"source": "measured"}
+    t["rules"] = [
+        {
+            "op": "MUL_MAT",
+            "layout": "weight",
+            "src0_type": "q4_1",
+            "src1_type": "f32",
+            "N": 576,
+            "K": 576,
+            "B": 1,
+            "M_lo": 2,
+            "M_hi": 8,
+            "route": "mmq",
+        }
+    ]
+    return t
+
+
+def write_table(path: Path, t: dict[str, Any]) -> Path:
+    from codegen import table
+
+    path.write_text(table.dumps(t))
+    return path
+
+
+def test_spec_parses_and_names_every_hunk() -> None:
+    hunks = inst.load_hunks()
+    names = [h.name for h in hunks]
+    assert len(names) == len(set(names)) >= 10
+    assert {h.kind for h in hunks} <= set(patch.KINDS)
+    assert {"mul_mat_cascade", "mul_mat_id_cascade"} <= {h.name for h in hunks if h.kind == "require"}
+    assert all(h.function for h in hunks)
+
+
+def test_hook_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> None:
+    src = (pinned / CUDA / "ggml-cuda.cu").read_text()
+    hunks = inst.load_hunks()
+    patched = patch.apply(src, hunks)
+    assert patched != src
+    assert inst.HOOK_MARKER in patched
+    assert patched.count("ggml_cuda_mul_mat_dispatch(ctx, dst);") == 1
+    assert "ggml_cuda_dispatch_note_fused" in patched and "GGML_DISPATCH_PROC_GET_COUNTS" in patched
+    assert patch.revert(patched, hunks) == src
+
+
+def test_install_is_idempotent_and_uninstall_restores_bytes(tree: Path) -> None:
+    before = snapshot(tree)
+    plan = inst.install(tree)
+    assert plan.writes and not plan.unchanged
+    cuda = tree / CUDA
+    for name in (*inst.NATIVE_SOURCES, inst.TABLE_HEADER, inst.BUILD_HEADER, inst.MANIFEST):
+        assert (cuda / name).is_file(), name
+    mtimes = {p.name: p.stat().st_mtime_ns for p in cuda.iterdir()}
+    installed = snapshot(tree)
+
+    again = inst.install(tree)
+    assert again.writes == {}
+    assert snapshot(tree) == installed
+    assert {p.name: p.stat().st_mtime_ns for p in cuda.iterdir()} == mtimes  # nothing rewritten
+
+    inst.uninstall(tree)
+    assert snapshot(tree) == before
+    # uninstalling an unpatched tree is a no-op
+    assert inst.uninstall(tree).writes == {}
+
+
+def test_stamps_upstream_commit_and_patch_hash(tree: Path) -> None:
+    inst.install(tree)
+    build = (tree / CUDA / inst.BUILD_HEADER).read_text()
+    phash = inst.patch_hash(inst.native_sources(), inst.load_hunks())
+    assert re.fullmatch(r"[0-9a-f]{64}", phash)
+    assert f'GGML_DISPATCH_UPSTREAM_COMMIT "{schema.PINNED_UPSTREAM_COMMIT}"' in build
+    assert f'GGML_DISPATCH_PATCH_HASH "{phash}"' in build
+    record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
+    assert record["patch_hash"] == phash and record["upstream_commit"] == schema.PINNED_UPSTREAM_COMMIT
+    # the native sources travel verbatim
+    for name in inst.NATIVE_SOURCES:
+        assert (tree / CUDA / name).read_bytes() == (inst.NATIVE_DIR / name).read_bytes()
+
+
+def test_patch_hash_covers_sources_and_hunks() -> None:
+    sources = inst.native_sources()
+    hunks = inst.load_hunks()
+    base = inst.patch_hash(sources, hunks)
+    changed = dict(sources)
+    changed["ggml-dispatch.cu"] = sources["ggml-dispatch.cu"] + b"\n"
+    assert inst.patch_hash(changed, hunks) != base
+    edited = [*hunks[:-1], patch.Hunk(hunks[-1].name, hunks[-1].function, hunks[-1].kind, hunks[-1].anchor, "x\n")]
+    assert inst.patch_hash(sources, edited) != base
+
+
+def test_upstream_commit_sources(tree: Path, tmp_path: Path) -> None:
+    assert inst.resolve_upstream_commit(tree, None) == schema.PINNED_UPSTREAM_COMMIT
+    assert inst.resolve_upstream_commit(tree, "A" * 40) == "a" * 40
+    with pytest.raises(inst.InstallError, match="40-hex"):
+        inst.resolve_upstream_commit(tree, "abc")
+    (tree / "UPSTREAM_COMMIT").unlink()
+    with pytest.raises(inst.InstallError, match="--upstream-commit"):
+        inst.install(tree)
+    assert not (tree / CUDA / inst.MANIFEST).exists()
+    if shutil.which("git") is None:
+        return
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    subprocess.run(["git", "-C", str(tree), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(tree), "commit", "-qm", "x"], check=True, env={**env, "PATH": "/usr/bin:/bin"})
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    inst.install(tree)
+    assert head.strip() in (tree / CUDA / inst.BUILD_HEADER).read_text()
+
+
+def test_refuses_a_fork_with_other_dispatch_code(tree: Path) -> None:
+    cu = tree / CUDA / "ggml-cuda.cu"
+    src = cu.read_text()
+    fork = src.replace(
+        "    if (ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {\n        ggml_cuda_mul_mat_vec_q",
+        "    if (ne11 < 4 && ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {\n        ggml_cuda_mul_mat_vec_q",
+    )
+    assert fork != src
+    cu.write_text(fork)
+    before = snapshot(tree)
+    with pytest.raises(inst.InstallError) as e:
+        inst.install(tree)
+    assert "mul_mat_cascade" in str(e.value) and "ggml_cuda_mul_mat" in str(e.value)
+    assert snapshot(tree) == before  # nothing written
+
+
+def test_refusal_names_function_of_a_missing_anchor(tree: Path) -> None:
+    cu = tree / CUDA / "ggml-cuda.cu"
+    cu.write_text(cu.read_text().replace('if (strcmp(name, "ggml_backend_get_features") == 0) {', "if (0) {"))
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree)])
+    assert res.exit_code == 2
+    assert "proc_address" in res.output and "ggml_backend_cuda_reg_get_proc_address" in res.output
+    assert not (tree / CUDA / inst.MANIFEST).exists()
+
+
+def test_refuses_a_duplicated_anchor(tree: Path) -> None:
+    cu = tree / CUDA / "ggml-cuda.cu"
+    cu.write_text(cu.read_text() + "\nggml_backend_t ggml_backend_cuda_init(int device) {\n")
+    with pytest.raises(inst.InstallError, match=r"backend_init.*occurs 2 times"):
+        inst.install(tree)
+
+
+def test_refuses_a_hook_without_record(tree: Path) -> None:
+    inst.install(tree)
+    (tree / CUDA / inst.MANIFEST).unlink()
+    with pytest.raises(inst.InstallError, match="missing"):
+        inst.install(tree)
+
+
+def test_uninstall_keeps_later_unrelated_edits(tree: Path) -> None:
+    inst.install(tree)
+    cu = tree / CUDA / "ggml-cuda.cu"
+    cu.write_text(cu.read_text() + "// a later local edit\n")
+    plan = inst.uninstall(tree)
+    assert any("edited after install" in m for m in plan.messages)
+    text = cu.read_text()
+    assert inst.HOOK_MARKER not in text and text.endswith("// a later local edit\n")
+
+
+def test_table_install_rewrites_only_the_table_header(tree: Path, tmp_path: Path) -> None:
+    pytest.importorskip("codegen.render")
+    inst.install(tree)
+    cuda = tree / CUDA
+    no_table = (cuda / inst.TABLE_HEADER).read_text()
+    assert "#define GGML_DISPATCH_TABLE_RULE_COUNT 0" in no_table
+    plan = inst.install(tree, table_path=write_table(tmp_path / "table.json", h200_table()))
+    assert set(plan.writes) == {str(CUDA / inst.TABLE_HEADER), str(CUDA / inst.MANIFEST)}
+    header = (cuda / inst.TABLE_HEADER).read_text()
+    assert "#define GGML_DISPATCH_TABLE_RULE_COUNT 1" in header
+    record = json.loads((cuda / inst.MANIFEST).read_text())
+    assert record["table_rules"] == 1 and re.fullmatch(r"[0-9a-f]{64}", record["table_hash"])
+    # back to no table, then out: byte-exact
+    inst.install(tree)
+    assert (cuda / inst.TABLE_HEADER).read_text() == no_table
+
+
+def test_table_from_another_upstream_is_refused_unless_allowed(tree: Path, tmp_path: Path) -> None:
+    pytest.importorskip("codegen.render")
+    path = write_table(tmp_path / "table.json", h200_table(commit="1" * 40))
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--table", str(path)])
+    assert res.exit_code == 2 and "--allow-upstream-mismatch" in res.output
+    assert not (tree / CUDA / inst.MANIFEST).exists()
+    res = CliRunner().invoke(
+        main, ["install", "--llama-cpp", str(tree), "--table", str(path), "--allow-upstream-mismatch"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "warning" in res.output
+
+
+def test_cli_dry_run_and_env_var(tree: Path) -> None:
+    before = snapshot(tree)
+    res = CliRunner().invoke(main, ["install", "--dry-run"], env={"LLAMA_CPP_DIR": str(tree)})
+    assert res.exit_code == 0, res.output
+    assert "write ggml/src/ggml-cuda/ggml-cuda.cu" in res.output
+    assert snapshot(tree) == before
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree / "nope")])
+    assert res.exit_code == 2 and "not a llama.cpp tree" in res.output
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--uninstall"])
+    assert res.exit_code == 0, res.output
+    assert snapshot(tree) == before
+
+
+def test_header_codes_match_schema() -> None:
+    text = (inst.NATIVE_DIR / "ggml-dispatch.h").read_text()
+
+    def define(name: str) -> int:
+        m = re.search(rf"#define {name}\s+(\d+)", text)
+        assert m, name
+        return int(m.group(1))
+
+    assert define("GGML_DISPATCH_ROUTE_STOCK") == schema.ROUTE_STOCK_CODE
+    for route, code in schema.ROUTE_CODES.items():
+        assert define(f"GGML_DISPATCH_ROUTE_{route.value.upper()}") == code
+    assert define("GGML_DISPATCH_ROUTE_COUNT") == len(schema.ROUTE_CODES) + 1
+    for op, code in schema.OP_CODES.items():
+        assert define(f"GGML_DISPATCH_OP_{op.value}") == code
+    for lay, code in schema.LAYOUT_CODES.items():
+        assert define(f"GGML_DISPATCH_LAYOUT_{lay.value.upper()}") == code
+    names = re.search(r"#define GGML_DISPATCH_ROUTE_NAMES \{([^}]*)\}", text)
+    assert names
+    listed = [s.strip().strip('"') for s in names.group(1).split(",")]
+    assert listed == ["stock", *[r.value for r, _ in sorted(schema.ROUTE_CODES.items(), key=lambda kv: kv[1])]]
