@@ -203,6 +203,8 @@ class RouteAtPoint:
             return "slower"
         if self.faster:
             return "faster"
+        if self.ev.is_anchor:
+            return "stock's own route"
         if self.ev.reference:
             return "reference (no CI)"
         if self.ev.ci_low is None:
