@@ -1,8 +1,246 @@
-"""``ggml-dispatch census``: placeholder until the census stage lands."""
+"""``ggml-dispatch census``: route traces or a GGUF model -> census.parquet, and a readable summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import click
+
+from census import aggregate, build, estimate, gguf_meta, show, trace
+from ggml_dispatch import fileio, schema
+from ggml_dispatch.errors import InputError
 
 
 @click.group()
 def census() -> None:
-    """Build and inspect the census of matmul shapes (trace or GGUF -> Parquet)."""
+    """Build and inspect the census of matmul shapes (trace or GGUF -> Parquet).
+
+    \b
+    A census has one row per distinct matmul key (GPU, op, layout, types, M/N/K/B, tensor, route)
+    with its call count and est_us, the estimated time those calls take (a roofline estimate from
+    bytes and FLOPs on the recorded GPU until a measured time exists). Priorities and coverage are
+    by est_us, never by call counts.
+    """
+
+
+def _warn(message: str) -> None:
+    click.echo(f"ggml-dispatch: warning: {message}", err=True)
+
+
+def _info(message: str = "") -> None:
+    click.echo(message, err=True)
+
+
+def _summary(table: Any, meta: dict[str, str], out: Path) -> None:
+    decoded: dict[str, Any] = {}
+    for k, v in meta.items():
+        decoded[k] = json.loads(v) if v[:1] in ("{", "[") else v
+    rep = show.report(table, decoded, str(out), top=0)
+    for g in rep["gpus"]:
+        cov = g["coverage"]["by_est_us"]
+        gpu = g["gpu"]
+        _info(
+            f"{show.safe(gpu['name'])} (cc {gpu['cc']}, {gpu['sm_count']} SMs): {g['rows']} rows, "
+            f"{g['calls']:,} calls, estimated {g['est_us']:,.1f} us; by estimated time "
+            + ", ".join(f"{k} in {v} of {g['shape_count']} shapes" for k, v in cov.items())
+        )
+        quant = ", ".join(
+            f"{show.safe(q['type'])} {100 * q['est_share']:.1f}%" for q in g["quant"] if q["est_us"] > 0
+        )
+        _info(f"  est_us by weight type: {quant}")
+
+
+@census.command("ingest")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--gguf",
+    "ggufs",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Model file the trace ran (repeatable). Tensor types and shapes must agree with the trace; "
+    "adds the quant histogram and the weight tensors the trace never used.",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="census.parquet to write.",
+)
+def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) -> None:
+    """Aggregate route traces into a census.
+
+    TRACE is a ggml-route-trace/1 file written by a patched ggml-cuda (GGML_CUDA_ROUTE_TRACE=path),
+    plain or .gz, or an ordinary llama.cpp log whose trace lines start with "ggml-route-trace: ".
+    Identical keys add up across lines and files; different GPUs stay apart. A torn last line or a
+    missing footer (a killed run) is read with a warning; any other bad line stops with its file:line
+    and leaves no output behind.
+    """
+    agg = aggregate.Aggregator()
+    reports: list[trace.FileReport] = []
+    total = 0
+    for p in traces:
+        try:
+            total += p.stat().st_size
+        except OSError as e:
+            raise InputError(p, f"cannot read trace: {e.strerror or e}") from None
+    with click.progressbar(length=total, label="reading traces", file=sys.stderr) as bar:
+        for p in traces:
+            reports.append(trace.read_trace(p, agg.sink, bar.update))
+    models = [gguf_meta.read_gguf(g) for g in ggufs]
+    rows, join = aggregate.trace_rows(agg.tallies, models)
+    if not rows:
+        raise InputError(traces[0], "no route records in the input: nothing to census")
+
+    warnings: list[str] = []
+    for r in reports:
+        warnings += r.warnings
+    if join.layout_disagrees:
+        warnings.append(
+            f"{len(join.layout_disagrees)} key(s) carry a layout other than their shape's class, "
+            f"first: {join.layout_disagrees[0]}"
+        )
+    if join.not_in_gguf and models:
+        missing = ", ".join(repr(n) for n in join.not_in_gguf[:5])
+        warnings.append(
+            f"{len(join.not_in_gguf)} traced weight tensor(s) are in none of the GGUF files: {missing}"
+        )
+    for w in warnings:
+        _warn(show.safe(w))
+
+    headers: list[dict[str, Any]] = [h for r in reports for h in r.headers]
+    meta = build.metadata(
+        inputs={str(r.path): r.sha256 for r in reports},
+        ggufs={str(g): fileio.sha256_file(g) for g in ggufs},
+        headers=headers,
+        gpu_specs=[s.as_dict() for s in join.specs.values()],
+        warnings=warnings,
+        unseen=join.unseen,
+    )
+    table = build.write(rows, output, meta)
+
+    for r in reports:
+        _info(
+            f"{show.safe(r.path)}: {r.lines:,} lines ({r.mode}{', gzip' if r.compressed else ''}), "
+            f"{r.route_lines:,} route records, {r.calls:,} calls"
+        )
+    if models:
+        hist = aggregate.weight_type_histogram(models)
+        _info(
+            "GGUF weight types: "
+            + ", ".join(f"{h['type']} {h['tensors']} tensors {h['bytes'] / (1 << 20):,.1f} MiB" for h in hist)
+        )
+        for gguf_path, names in join.unseen.items():
+            shown = ", ".join(show.safe(n) for n in names[:6])
+            more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+            _info(f"{show.safe(gguf_path)}: {len(names)} weight tensor(s) never in the trace: {shown}{more}")
+    _summary(table, meta, output)
+    _info(f"wrote {output} ({table.num_rows} rows)")
+
+
+@census.command("from-gguf")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--m",
+    "m_values",
+    required=True,
+    metavar="LIST",
+    help="Comma-separated token counts per forward pass, e.g. 1,2,3,4,8,512,1024 (decode, speculative "
+    "verify, prefill ubatches). Each weight matmul gets one call per M.",
+)
+@click.option(
+    "--output-rows",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows the LM head computes per pass (logits requested); it runs at this M only, not at every M.",
+)
+@click.option(
+    "--gpu",
+    default="NVIDIA H200",
+    show_default=True,
+    help=f"GPU for the roofline estimate, matched by name ({', '.join(estimate.datasheet_names())}).",
+)
+@click.option(
+    "--cc",
+    type=click.IntRange(min=1),
+    help="Compute capability as ggml encodes it (900) for a GPU "
+    "not in the list; with --sm-count it gives a rough fallback estimate.",
+)
+@click.option("--sm-count", type=click.IntRange(min=1), help="SM count for a GPU not in the list.")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="census.parquet to write.",
+)
+def from_gguf_cmd(
+    model: Path, m_values: str, output_rows: int, gpu: str, cc: int | None, sm_count: int | None, output: Path
+) -> None:
+    """A declared-workload census from a GGUF model, without a trace (source = declared).
+
+    Every matmul weight is listed at each M; the LM head (token_embd.weight with tied embeddings) only
+    at M = --output-rows. Routes are left empty: nothing ran.
+    """
+    ms = aggregate.parse_m_list(m_values)
+    spec = _declared_spec(gpu, cc, sm_count)
+    m = gguf_meta.read_gguf(model)
+    rows = aggregate.declared_rows(m, ms, output_rows, spec)
+    if not rows:
+        raise InputError(model, "no matmul weight tensors (blk.N.*.weight, output.weight) in this model")
+    meta = build.metadata(
+        inputs={},
+        ggufs={str(model): fileio.sha256_file(model)},
+        gpu_specs=[spec.as_dict()],
+        declared={"M": ms, "output_rows": output_rows, "architecture": m.architecture},
+    )
+    table = build.write(rows, output, meta)
+    hist = aggregate.weight_type_histogram([m])
+    _info(
+        f"{show.safe(str(model))}: {m.architecture or 'unknown architecture'}, "
+        f"{'tied embeddings, ' if m.tied_embeddings else ''}"
+        + ", ".join(f"{h['type']} {h['tensors']} tensors" for h in hist)
+    )
+    _summary(table, meta, output)
+    _info(f"wrote {output} ({table.num_rows} rows)")
+
+
+def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.GpuSpec:
+    if (cc is None) != (sm_count is None):
+        raise InputError(None, "give --cc and --sm-count together", field="--gpu")
+    if cc is not None and sm_count is not None:
+        return estimate.spec_for(schema.GpuId(gpu, cc, sm_count))
+    spec = estimate.lookup_name(gpu)
+    if spec is None:
+        raise InputError(
+            None,
+            f"unknown GPU {gpu!r}: use one of {', '.join(estimate.datasheet_names())}, "
+            "or give --cc and --sm-count for a rough estimate",
+            field="--gpu",
+        )
+    return spec
+
+
+@census.command("show")
+@click.argument("census_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--top", default=20, show_default=True, type=click.IntRange(min=1), help="Shapes to list per GPU."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+def show_cmd(census_file: Path, top: int, as_json: bool) -> None:
+    """Top shapes by estimated time, quant histogram and coverage of a census file."""
+    table, meta = build.read(census_file)
+    rep = show.report(table, meta, str(census_file), top=top)
+    if as_json:
+        click.echo(json.dumps(rep, indent=2, sort_keys=True))
+    else:
+        click.echo(show.render_text(rep, top=top), nl=False)
+
+
+def main(argv: Sequence[str] | None = None) -> None:  # pragma: no cover - convenience for python -m
+    census.main(args=list(argv) if argv is not None else None)

