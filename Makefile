@@ -51,3 +51,16 @@ llama-tarball: venv  ## trimmed .tar.xz of the pinned tree for the GPU machine (
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache
+
+# ---- report: REPORT.md + plots for a measured table folder (tuning.parquet, census.parquet, table.json;
+# ab*.jsonl and NOTES.md are used when present).
+TABLE_DIR ?= tables/cuda-sm90-nvidia-h200
+
+.PHONY: report
+report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABLE_DIR=tables/<gpu>)
+	$(BIN)/ggml-dispatch report --tuning $(TABLE_DIR)/tuning.parquet \
+		$(if $(wildcard $(TABLE_DIR)/census.parquet),--census $(TABLE_DIR)/census.parquet) \
+		$(if $(wildcard $(TABLE_DIR)/table.json),--table $(TABLE_DIR)/table.json) \
+		$(foreach f,$(sort $(wildcard $(TABLE_DIR)/ab*.jsonl)),--ab $(f)) \
+		$(if $(wildcard $(TABLE_DIR)/NOTES.md),--notes $(TABLE_DIR)/NOTES.md) \
+		-o $(TABLE_DIR)

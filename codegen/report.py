@@ -288,6 +288,7 @@ class AbComparison:
     baseline: str  # denominator
     ratio: Ratio
     unpaired: int  # runs of either arm without a partner in the other
+    pairs: tuple[tuple[int, float], ...]  # (pair id, arm/baseline) for every complete pair
 
 
 @dataclass(frozen=True)
@@ -803,7 +804,8 @@ def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[A
             common = sorted(set(arms[arm]) & set(arms[base]))
             ratio = paired_ratio([arms[arm][p] for p in common], [arms[base][p] for p in common], params)
             unpaired = len(set(arms[arm]) ^ set(arms[base]))
-            out.append(AbComparison(model, test, ubatch, arm, base, ratio, unpaired))
+            pairs = tuple((p, arms[arm][p] / arms[base][p]) for p in common)
+            out.append(AbComparison(model, test, ubatch, arm, base, ratio, unpaired, pairs))
     return out
 
 
@@ -1321,6 +1323,22 @@ def _section_ab(
     md.append("")
     md += _ab_rows(comps) if comps else ["No arm has a partner (stock or crude) to compare with."]
     md.append("")
+    if comps:
+        md += ["Paired ratios, pair by pair:", ""]
+        md += md_table(
+            ["model", "test", "ubatch", "comparison", "pair: ratio"],
+            (
+                [
+                    md_escape(c.model),
+                    md_escape(c.test),
+                    str(c.ubatch),
+                    f"{c.arm}/{c.baseline}",
+                    ", ".join(f"{p}: {r:.3f}" for p, r in c.pairs),
+                ]
+                for c in comps
+            ),
+        )
+        md.append("")
     if not preds:
         return md
     md += [

@@ -369,6 +369,8 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
         f"[{lo:.3f}, {hi:.3f}] | 0 | gain |"
     ) in md
     assert f"| crude/stock | 5 | {statistics.median(crude):.3f} |" in md
+    pair_ratios = ", ".join(f"{p}: {f:.3f}" for p, f in enumerate(CRUDE_FACTORS))
+    assert f"| llama-8b q4_K_M | pp512 | 512 | crude/stock | {pair_ratios} |" in md
 
     # predicted gains: Amdahl over census est_us, uncovered and fused points at 1
     speedup = 1100.0 / (300.0 + 500.0 / 2.0 + 150.0 / 1.1 + 50.0 + 100.0)
