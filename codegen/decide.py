@@ -462,7 +462,7 @@ def _point_refusals(key: ShapeKey, M: int, point: Mapping[str, RouteEval], param
     for route, ev in sorted(point.items()):
         if route == chosen:
             continue
-        if ev.n_ok == 0 or route == w:
+        if ev.n_ok == 0 or route == w or ev.is_anchor:
             reason = verdict(ev, params).reason
         else:
             wev = point[w] if w else None

@@ -93,8 +93,8 @@ def render_header(table: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 # Parsing a rendered header back (only headers this module renders)
 
-_DEFINE_INT: Final = re.compile(r"^#define (GGML_DISPATCH_TABLE_[A-Z_]+) (-?\d+)\s*$", re.M)
-_DEFINE_STR: Final = re.compile(r'^#define (GGML_DISPATCH_TABLE_[A-Z_]+) ("(?:[^"\\\n]|\\.)*")\s*$', re.M)
+_DEFINE_INT: Final = re.compile(r"^#define (GGML_DISPATCH_TABLE_[A-Z0-9_]+) (-?\d+)\s*$", re.M)
+_DEFINE_STR: Final = re.compile(r'^#define (GGML_DISPATCH_TABLE_[A-Z0-9_]+) ("(?:[^"\\\n]|\\.)*")\s*$', re.M)
 _STATIC_STR: Final = re.compile(
     r'^static const char (ggml_dispatch_table_[a-z_]+)\[\] = ("(?:[^"\\\n]|\\.)*");$', re.M
 )
