@@ -131,6 +131,9 @@ def build_key(tree: Path, *, build_dir: Path | None, cuda: bool, cuda_arch: str)
 
 
 def default_cache_root() -> Path:
+    env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
+    if env:
+        return Path(env)
     from ggml_dispatch.fetch import CACHE
 
     return CACHE / "tuner-harness"

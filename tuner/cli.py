@@ -272,6 +272,49 @@ def run_cmd(
         _echo(f"stopped by --max-seconds with {remaining} cases left; re-run the same command to continue")
 
 
+@tune.command("build")
+@click.option(
+    "--llama-cpp",
+    "tree",
+    envvar="LLAMA_CPP_DIR",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="llama.cpp tree.",
+)
+@click.option(
+    "--build-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="an existing llama.cpp build of that tree: link its bin/libggml*.so instead of building ggml.",
+)
+@click.option(
+    "--cuda/--cpu",
+    "cuda",
+    default=None,
+    help="build ggml with CUDA or CPU only when no --build-dir is given [default: CUDA if nvcc is on PATH].",
+)
+@click.option(
+    "--cuda-arch", default="90", show_default=True, help="CMAKE_CUDA_ARCHITECTURES for a CUDA build."
+)
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="build parallelism.")
+def build_cmd(
+    tree: Path, build_dir: Path | None, cuda: bool | None, cuda_arch: str, jobs: int | None
+) -> None:
+    """Build (or find in the cache) the harness for a tree and print its path.
+
+    \b
+    The cache (.cache/tuner-harness/<key>, or $GGML_DISPATCH_HARNESS_CACHE) is keyed by the harness
+    sources, the tree's ggml sources or prebuilt libraries, the install stamp and the options.
+    """
+    use_cuda = cuda if cuda is not None else shutil.which("nvcc") is not None
+    try:
+        path = build.build_harness(
+            tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
+        )
+    except build.BuildError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(str(path))
+
+
 @tune.command("merge")
 @click.argument(
     "inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)

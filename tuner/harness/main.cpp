@@ -21,6 +21,7 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 static void usage(FILE * f) {
     fprintf(f,
@@ -58,6 +59,25 @@ int main(int argc, char ** argv) {
         }
         return argv[++i];
     };
+    // accept --opt=value as well as --opt value
+    std::vector<std::string> split_args;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        const size_t      eq = a.find('=');
+        if (i > 0 && a.rfind("--", 0) == 0 && eq != std::string::npos) {
+            split_args.push_back(a.substr(0, eq));
+            split_args.push_back(a.substr(eq + 1));
+        } else {
+            split_args.push_back(a);
+        }
+    }
+    std::vector<char *> argv2;
+    for (auto & a : split_args) {
+        argv2.push_back(&a[0]);
+    }
+    argc = (int) argv2.size();
+    argv = argv2.data();
+
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -156,22 +176,29 @@ int main(int argc, char ** argv) {
     }
 
     if (!test_file.empty()) {
-        std::ofstream out(test_file);
-        int           n = 0;
+        std::string lines;
         for (size_t i = 0; i < cases.size(); ++i) {
             try {
-                out << test_file_line(parse_case(cases[i], o)) << '\n';
-                ++n;
+                lines += test_file_line(parse_case(cases[i], o)) + "\n";
             } catch (const case_error & e) {
                 fprintf(stderr, "harness: error: %s: case %zu: %s\n", cases_path.c_str(), i, e.what());
                 return 2;
             }
         }
-        if (!out) {
-            fprintf(stderr, "harness: error: %s: cannot write\n", test_file.c_str());
+        const std::string tmp = test_file + ".tmp";
+        {
+            std::ofstream out(tmp);
+            out << lines;
+            if (!out) {
+                fprintf(stderr, "harness: error: %s: cannot write\n", tmp.c_str());
+                return 2;
+            }
+        }
+        if (std::rename(tmp.c_str(), test_file.c_str()) != 0) {
+            fprintf(stderr, "harness: error: %s: cannot rename into place\n", test_file.c_str());
             return 2;
         }
-        fprintf(stderr, "harness: wrote %d test-backend-ops cases to %s\n", n, test_file.c_str());
+        fprintf(stderr, "harness: wrote %zu test-backend-ops cases to %s\n", cases.size(), test_file.c_str());
         return 0;
     }
 
