@@ -64,3 +64,13 @@ report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABL
 		$(foreach f,$(sort $(wildcard $(TABLE_DIR)/ab*.jsonl)),--ab $(f)) \
 		$(if $(wildcard $(TABLE_DIR)/NOTES.md),--notes $(TABLE_DIR)/NOTES.md) \
 		-o $(TABLE_DIR)
+
+# ---- census: ingest benchmark (a measurement, not a test): census ingest vs pandas read_json + groupby
+BENCH_RECORDS ?= 5000000
+BENCH_KEYS ?= 5000
+BENCH_ALSO ?= 1000000
+
+.PHONY: bench-ingest
+bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...)
+	$(BIN)/python -m census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
+		$(if $(BENCH_ALSO),--also $(BENCH_ALSO))
