@@ -159,7 +159,7 @@ def _merge(rows: dict[tuple[Any, ...], Row], row: Row) -> None:
 
 
 def parse_m_list(text: str) -> list[int]:
-    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive)."""
+    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive); ValueError otherwise."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -168,12 +168,12 @@ def parse_m_list(text: str) -> list[int]:
         try:
             v = int(part)
         except ValueError:
-            raise InputError(None, f"M value {part!r} is not an integer", field="--m") from None
+            raise ValueError(f"{part!r} is not an integer") from None
         if v <= 0:
-            raise InputError(None, f"M value {v} must be positive", field="--m")
+            raise ValueError(f"{v} is not a positive token count")
         out.add(v)
     if not out:
-        raise InputError(None, "no M values given", field="--m")
+        raise ValueError("no M values given")
     return sorted(out)
 
 

@@ -187,7 +187,10 @@ def from_gguf_cmd(
     Every matmul weight is listed at each M; the LM head (token_embd.weight with tied embeddings) only
     at M = --output-rows. Routes are left empty: nothing ran.
     """
-    ms = aggregate.parse_m_list(m_values)
+    try:
+        ms = aggregate.parse_m_list(m_values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--m") from None
     spec = _declared_spec(gpu, cc, sm_count)
     m = gguf_meta.read_gguf(model)
     rows = aggregate.declared_rows(m, ms, output_rows, spec)
@@ -212,16 +215,15 @@ def from_gguf_cmd(
 
 def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.GpuSpec:
     if (cc is None) != (sm_count is None):
-        raise InputError(None, "give --cc and --sm-count together", field="--gpu")
+        raise click.UsageError("give --cc and --sm-count together")
     if cc is not None and sm_count is not None:
         return estimate.spec_for(schema.GpuId(gpu, cc, sm_count))
     spec = estimate.lookup_name(gpu)
     if spec is None:
-        raise InputError(
-            None,
+        raise click.BadParameter(
             f"unknown GPU {gpu!r}: use one of {', '.join(estimate.datasheet_names())}, "
             "or give --cc and --sm-count for a rough estimate",
-            field="--gpu",
+            param_hint="--gpu",
         )
     return spec
 

@@ -42,7 +42,7 @@ def _shapes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         g = groups.get(k)
         if g is None:
             g = groups[k] = {c: r[c] for c in SHAPE_COLUMNS}
-            g.update(calls=0, est_us=0.0, roles=set(), tensors=0, est_kinds=set())
+            g.update(calls=0, est_us=0.0, roles=set(), tensors=0, est_kinds=set(), example=r["tensor"])
         g["calls"] += r["calls"]
         g["est_us"] += r["est_us"]
         g["roles"].add(r["role"])
@@ -270,7 +270,7 @@ def render_text(rep: Mapping[str, Any], top: int = 20) -> str:
                     str(s["K"]),
                     str(s["B"]),
                     f"{s['E']}/{s['U']}" if s["op"] == schema.Op.MUL_MAT_ID else "-",
-                    safe(",".join(s["roles"]), 32),
+                    safe(",".join(s["roles"]) + (f" ({s['example']})" if "other" in s["roles"] else ""), 40),
                     safe(s["route"] or "-"),
                     safe(s["stock_route"] or "-"),
                     f"{s['calls']:,}",
