@@ -5,6 +5,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 CARRY ?= .carry
+REFERENCE_TSV ?= ../shared/reference/h200-mul-mat-routes.tsv
+REFERENCE_MARGIN ?= 0.10
+COMMITTED_TABLE ?= tables/cuda-sm90-nvidia-h200/table.json
 
 .PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean
 
@@ -23,6 +26,22 @@ demo: venv  ## the main job on the embedded default (committed sample trace and 
 	@mkdir -p $(OUT)
 	$(BIN)/ggml-dispatch census ingest samples/trace-smollm2.jsonl -o $(OUT)/census.parquet
 	$(BIN)/ggml-dispatch census show $(OUT)/census.parquet
+	@# codegen + diff: the reference shapes' census, the reference timings as tuning rows, table + header, diff
+	$(BIN)/ggml-dispatch census ingest samples/trace-reference-shapes.jsonl -o $(OUT)/census-reference.parquet
+	$(BIN)/ggml-dispatch tune import-reference $(REFERENCE_TSV) --sm-count 132 -o $(OUT)/tuning-reference.parquet
+	@echo "== codegen: no measured H200 tuning data is committed yet, so the reference rows serve (one sample"
+	@echo "   each, no CI) with a declared margin of $(REFERENCE_MARGIN); such a table never goes under tables/"
+	$(BIN)/ggml-dispatch codegen $(OUT)/tuning-reference.parquet --census $(OUT)/census-reference.parquet \
+		--reference-margin $(REFERENCE_MARGIN) -o $(OUT)/table-reference
+	@if [ -f $(COMMITTED_TABLE) ]; then \
+		echo "== diff: committed $(COMMITTED_TABLE) -> demo table"; \
+		$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table-reference/table.json \
+			--census $(OUT)/census-reference.parquet --tuning $(OUT)/tuning-reference.parquet; \
+	else \
+		echo "== diff: no measured table is committed at $(COMMITTED_TABLE) yet: diffing against the empty table (stock)"; \
+		$(BIN)/ggml-dispatch diff empty $(OUT)/table-reference/table.json \
+			--census $(OUT)/census-reference.parquet --tuning $(OUT)/tuning-reference.parquet; \
+	fi
 
 test: venv lint typecheck pytest  ## tests, ruff and mypy (what CI runs)
 

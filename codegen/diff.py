@@ -219,7 +219,7 @@ def route_factor(route: str | None, key: ShapeKey, M: int, evals: Evals) -> tupl
         return 1.0, "stock"
     ev = evals.get(key, {}).get(M, {}).get(route)
     if ev is not None and ev.ratio is not None:
-        return 1.0 / ev.ratio, "measured"
+        return 1.0 / ev.ratio, "reference sample" if ev.reference else "measured"
     if key in evals:
         r = _neighbour_ratio(evals[key], route, M)
         return (1.0 / r, "interpolated") if r is not None else None
@@ -304,6 +304,12 @@ def predict(census: pd.DataFrame, a: Mapping[str, Any], b: Mapping[str, Any], ev
         basis = fb[1] if rb is not None else fa[1]
         rows.append(AffectedRow(**common, us_a=ua, us_b=ub, delta_us=ub - ua, basis=basis))
     notes = []
+    kinds = census["est_kind"].value_counts().to_dict() if "est_kind" in census.columns else {}
+    if kinds:
+        listed = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        notes.append(
+            f"baseline is the census est_us ({listed} rows); a changed row gets it / the stock/route ratio"
+        )
     if assumed_gpu:
         notes.append(f"{assumed_gpu} census rows name no GPU: assumed to run on the table's GPU")
     if fused:
