@@ -88,9 +88,13 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
             total += p.stat().st_size
         except OSError as e:
             raise InputError(p, f"cannot read trace: {e.strerror or e}") from None
-    with click.progressbar(length=total, label="reading traces", file=sys.stderr) as bar:
+    if sys.stderr.isatty():
+        with click.progressbar(length=total, label="reading traces", file=sys.stderr) as bar:
+            for p in traces:
+                reports.append(trace.read_trace(p, agg.sink, bar.update))
+    else:
         for p in traces:
-            reports.append(trace.read_trace(p, agg.sink, bar.update))
+            reports.append(trace.read_trace(p, agg.sink))
     models = [gguf_meta.read_gguf(g) for g in ggufs]
     rows, join = aggregate.trace_rows(agg.tallies, models)
     if not rows:
@@ -99,6 +103,13 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
     warnings: list[str] = []
     for r in reports:
         warnings += r.warnings
+    first_by_hash: dict[str, str] = {}
+    for r in reports:
+        if r.sha256 in first_by_hash:
+            warnings.append(
+                f"{r.path}: same content as {first_by_hash[r.sha256]}: its counts were added again"
+            )
+        first_by_hash.setdefault(r.sha256, r.path)
     if join.layout_disagrees:
         warnings.append(
             f"{len(join.layout_disagrees)} key(s) carry a layout other than their shape's class, "

@@ -407,3 +407,14 @@ def test_declared_and_traced_census_agree_on_weight_shapes(tmp_path: Path, smoll
     assert t <= d
     assert len(d - t) == 3 and all(x[0].startswith("blk.29.ffn_") and x[2] == 512 for x in d - t)
     assert len(gguf_meta.read_gguf(smollm2_gguf).tensors) == 272
+
+
+def test_the_same_trace_twice_is_added_twice_with_a_warning(tmp_path: Path) -> None:
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(SAMPLE.read_bytes())
+    out = tmp_path / "c.parquet"
+    res = cli("census", "ingest", SAMPLE, copy, "-o", out)
+    assert res.exit_code == 0 and f"{copy}: same content as {SAMPLE}" in res.stderr
+    calls = sum(r["calls"] for r in pq.read_table(out).to_pylist())
+    assert calls == 2 * sum(r["count"] for r in records(SAMPLE) if r["kind"] == "route")
+    assert len(meta_of(out)[schema.META_INPUT_HASHES]) == 2

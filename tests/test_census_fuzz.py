@@ -162,3 +162,39 @@ def test_damaged_real_gguf_header(tmp_path: Path, make_gguf: Any, cut: int, flip
         gguf_meta.read_gguf(p)
     except InputError as e:
         assert e.path == str(p)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    trace_bytes=st.binary(max_size=400),
+    gguf_bytes=st.binary(max_size=200),
+    lines=st.lists(json_values, max_size=4),
+)
+def test_cli_never_shows_a_traceback(
+    tmp_path: Path, trace_bytes: bytes, gguf_bytes: bytes, lines: list[Any]
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from ggml_dispatch.cli import main
+
+    raw = tmp_path / "raw.jsonl"
+    raw.write_bytes(trace_bytes)
+    js = tmp_path / "values.jsonl"
+    js.write_text("".join(json.dumps(v) + "\n" for v in lines))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(gguf_bytes)
+    out = tmp_path / "c.parquet"
+    for args in (
+        ["census", "ingest", str(raw), "-o", str(out)],
+        ["census", "ingest", str(js), "-o", str(out)],
+        ["census", "ingest", str(js), "--gguf", str(model), "-o", str(out)],
+        ["census", "from-gguf", str(model), "--m", "1", "-o", str(out)],
+        ["census", "show", str(raw)],
+    ):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert isinstance(res.exception, SystemExit), res.exception
+        assert "ggml-dispatch: error: " in res.stderr or "Error: Invalid value" in res.stderr
+        assert not out.exists()
