@@ -96,7 +96,7 @@ def _params(
     default=decide.DEFAULT_RESAMPLES,
     show_default=True,
     type=click.IntRange(min=100),
-    help="bootstrap resamples for the 95%% CI",
+    help="bootstrap resamples for the 95% CI",
 )
 @click.option("--seed", default=decide.DEFAULT_SEED, show_default=True, type=int, help="bootstrap seed")
 @click.option(
@@ -241,7 +241,7 @@ def _load_arg(arg: str) -> dif.LoadedTable:
 @click.option(
     "--tuning",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="tuning Parquet whose medians time the routes (needed with --census)",
+    help="tuning Parquet whose stock/route ratios time the routes (needed with --census)",
 )
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--exit-code", is_flag=True, help="exit 1 when the tables differ, 0 when not (as git diff)")

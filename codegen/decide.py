@@ -4,7 +4,8 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
 
 * A *point* is (shape key, M), the shape key being ``schema.SHAPE_KEY`` = (op, layout, src0_type,
   src1_type, N, K, B). A *candidate* at a point is a route with at least one ``ok`` trial there; every
-  other status (ineligible, wrong, drifted, failed:...) is skipped.
+  other status (ineligible, wrong, drifted, failed:...) is skipped, and so is an ``ok`` trial whose
+  recorded ``route_ran`` is another route.
 * Pairing with stock: every trial re-measures stock as ``anchor_us``, so each ok trial of a route gives
   one paired ratio ``anchor_us / us`` (> 1: the route is faster than stock in that trial). The ratio
   statistic is the **median of the per-trial ratios**; its 95% CI is a percentile bootstrap over trials
@@ -328,8 +329,13 @@ def bootstrap_ci(ratios: Sequence[float], params: Params, seed: int) -> tuple[fl
 
 
 def evaluate_route(key: ShapeKey, M: int, route: str, rows: pd.DataFrame, params: Params) -> RouteEval:
-    ok = rows[rows["status"] == schema.TrialStatus.OK.value]
-    statuses = Counter(str(s) for s in rows["status"] if s != schema.TrialStatus.OK.value)
+    is_ok = rows["status"] == schema.TrialStatus.OK.value
+    # an ok trial counts only if the route that really ran is the one asked for (when recorded)
+    ran = rows["route_ran"]
+    ran_other = is_ok & ran.notna() & (ran != route)
+    ok = rows[is_ok & ~ran_other]
+    statuses = Counter(str(s) for s in rows.loc[~is_ok, "status"])
+    statuses.update(f"ok but {r} ran" for r in rows.loc[ran_other, "route_ran"])
     reference = bool((rows["source"] == schema.Source.REFERENCE.value).any())
     us = ok["us"].astype(float).to_numpy()
     anchor = ok["anchor_us"].astype(float).to_numpy()

@@ -83,6 +83,16 @@ def test_only_ok_trials_count() -> None:
     assert reasons[1024] == "no ok trial (drifted x5)"
 
 
+def test_a_trial_counts_only_if_the_route_really_ran() -> None:
+    rows = trials(speed={"mmq": 1.0, "cublas": 3.0}, M=512)
+    for r in rows:
+        if r["route"] == "cublas":
+            r["route_ran"] = "mmq"  # e.g. a replayed CUDA graph ran the old route
+    d = decide.decide(frame(rows), P)
+    assert d.rules == []
+    assert [f.reason for f in d.refusals if f.route == "cublas"] == ["no ok trial (ok but mmq ran x5)"]
+
+
 def test_too_few_trials_and_missing_anchor() -> None:
     few = decide.decide(frame(trials(speed={"mmq": 1.0, "cublas": 2.0}, M=512, n=2)), P)
     assert few.rules == []

@@ -34,7 +34,7 @@ def import_reference_cmd(
     tsv: Path, output: Path, sm_count: int | None, gpu_name: str | None, cc: int | None
 ) -> None:
     """Convert reference per-route timings (e.g. shared/reference/h200-mul-mat-routes.tsv) into
-    tuning rows with ``source = reference``.
+    tuning rows with `source = reference`.
 
     \b
     Each TSV row (test-backend-ops m,n,k = N,M,K; one sample) becomes one tuning row, trial 0,
