@@ -140,7 +140,10 @@ def test_patch_hash_covers_sources_and_hunks() -> None:
     changed = dict(sources)
     changed["ggml-dispatch.cu"] = sources["ggml-dispatch.cu"] + b"\n"
     assert inst.patch_hash(changed, hunks) != base
-    edited = [*hunks[:-1], patch.Hunk(hunks[-1].name, hunks[-1].function, hunks[-1].kind, hunks[-1].anchor, "x\n")]
+    edited = [
+        *hunks[:-1],
+        patch.Hunk(hunks[-1].name, hunks[-1].function, hunks[-1].kind, hunks[-1].anchor, "x\n"),
+    ]
     assert inst.patch_hash(sources, edited) != base
 
 
@@ -155,11 +158,20 @@ def test_upstream_commit_sources(tree: Path, tmp_path: Path) -> None:
     assert not (tree / CUDA / inst.MANIFEST).exists()
     if shutil.which("git") is None:
         return
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "init", "-q", str(tree)], check=True)
     subprocess.run(["git", "-C", str(tree), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(tree), "commit", "-qm", "x"], check=True, env={**env, "PATH": "/usr/bin:/bin"})
-    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    subprocess.run(
+        ["git", "-C", str(tree), "commit", "-qm", "x"], check=True, env={**env, "PATH": "/usr/bin:/bin"}
+    )
+    head = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout
     inst.install(tree)
     assert head.strip() in (tree / CUDA / inst.BUILD_HEADER).read_text()
 
@@ -167,10 +179,8 @@ def test_upstream_commit_sources(tree: Path, tmp_path: Path) -> None:
 def test_refuses_a_fork_with_other_dispatch_code(tree: Path) -> None:
     cu = tree / CUDA / "ggml-cuda.cu"
     src = cu.read_text()
-    fork = src.replace(
-        "    if (ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {\n        ggml_cuda_mul_mat_vec_q",
-        "    if (ne11 < 4 && ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {\n        ggml_cuda_mul_mat_vec_q",
-    )
+    call = "ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {\n        ggml_cuda_mul_mat_vec_q"
+    fork = src.replace(f"    if ({call}", f"    if (ne11 < 4 && {call}")
     assert fork != src
     cu.write_text(fork)
     before = snapshot(tree)
@@ -277,4 +287,7 @@ def test_header_codes_match_schema() -> None:
     names = re.search(r"#define GGML_DISPATCH_ROUTE_NAMES \{([^}]*)\}", text)
     assert names
     listed = [s.strip().strip('"') for s in names.group(1).split(",")]
-    assert listed == ["stock", *[r.value for r, _ in sorted(schema.ROUTE_CODES.items(), key=lambda kv: kv[1])]]
+    assert listed == [
+        "stock",
+        *[r.value for r, _ in sorted(schema.ROUTE_CODES.items(), key=lambda kv: kv[1])],
+    ]

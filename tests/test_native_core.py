@@ -29,14 +29,27 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on PA
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = tmp_path_factory.mktemp("core") / "core_driver"
     subprocess.run(
-        [str(CXX), "-std=c++17", "-Wall", "-Wextra", "-Werror", "-O1", f"-I{NATIVE_DIR}", str(DRIVER), "-o", str(exe)],
+        [
+            str(CXX),
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            f"-I{NATIVE_DIR}",
+            str(DRIVER),
+            "-o",
+            str(exe),
+        ],
         check=True,
     )
     return exe
 
 
 @pytest.fixture(scope="module")
-def run(driver: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
+def run(
+    driver: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
     trace = tmp_path_factory.mktemp("trace") / "trace.jsonl"
     out = subprocess.run([str(driver), str(trace)], check=True, capture_output=True, text=True).stdout
     lines = trace.read_bytes().decode("utf-8").splitlines()
@@ -78,7 +91,9 @@ def test_trace_matches_schema(run: tuple[dict[str, Any], list[dict[str, Any]], P
     assert records[-1]["dropped"] == 0
 
 
-def test_counts_include_replays_and_match_the_trace(run: tuple[dict[str, Any], list[dict[str, Any]], Path]) -> None:
+def test_counts_include_replays_and_match_the_trace(
+    run: tuple[dict[str, Any], list[dict[str, Any]], Path],
+) -> None:
     out, records, _ = run
     calls: Counter[tuple[str, str]] = Counter()
     for r in records[1:-1]:
@@ -96,14 +111,20 @@ def test_counts_include_replays_and_match_the_trace(run: tuple[dict[str, Any], l
         ran_by_route[name] += r["count"]
     end = out["counts_end"]
     codes = {"stock": 0, **{r.value: c for r, c in schema.ROUTE_CODES.items()}}
-    assert {k: v for k, v in ran_by_route.items()} == {k: end["ran"][c] for k, c in codes.items() if end["ran"][c]}
+    assert {k: v for k, v in ran_by_route.items()} == {
+        k: end["ran"][c] for k, c in codes.items() if end["ran"][c]
+    }
     assert end["forced"] == sum(r["count"] for r in records[1:-1] if r["reason"] == "forced")
     assert end["table"] == sum(r["count"] for r in records[1:-1] if r["reason"] == "table")
-    assert end["ineligible"] == sum(r["count"] for r in records[1:-1] if r["reason"].startswith("ineligible:"))
+    assert end["ineligible"] == sum(
+        r["count"] for r in records[1:-1] if r["reason"].startswith("ineligible:")
+    )
     assert out["counts_after_reset"] == {"ran": [0] * 6, "forced": 0, "table": 0, "ineligible": 0}
 
 
-def test_override_makes_captured_graphs_stale_once(run: tuple[dict[str, Any], list[dict[str, Any]], Path]) -> None:
+def test_override_makes_captured_graphs_stale_once(
+    run: tuple[dict[str, Any], list[dict[str, Any]], Path],
+) -> None:
     out, _, _ = run
     assert (out["stale_before"], out["stale_after"], out["stale_again"]) == (False, True, False)
     assert out["override"] == schema.ROUTE_CODES[schema.Route.MMQ]

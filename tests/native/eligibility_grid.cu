@@ -1,0 +1,274 @@
+// Holds ggml-dispatch's eligibility check (ggml-dispatch-eligibility.cuh, hard limits only) against the
+// tree's own ggml_cuda_should_use_{mmvf,mmf,mmvq,mmq} on a grid of shapes, types and cc values.
+//
+// Built by tests/test_native_build.py with nvcc (host code; no GPU needed). The tree's functions are
+// taken verbatim out of mmvf.cu, mmf.cu, mmvq.cu and mmq.cu into tree_should_use.inc; ggml_cuda_info()
+// and ggml_cuda_get_device() are stubbed so the device properties (cc, smpbo) come from the grid.
+//
+// grid_config.h (written by the test) may define GGML_DISPATCH_TEST_ARCH_LIST, which replaces nvcc's __CUDA_ARCH_LIST__ for the host code, i.e. the checks see
+// the compiled-arch list of a build for those archs (device code is chosen per arch by __CUDA_ARCH__,
+// the host only sees this list through ggml_cuda_highest_compiled_arch).
+//
+// Properties, for every grid point (src1/dst F32, no padded compute view, as in the stock cascade):
+//  C1 containment: the tree would run route R  =>  the check allows R (never stricter than stock),
+//     except documented upstream hazards where stock itself would abort (listed, counted, not allowed).
+//  C2 hard limits: where upstream's soft preference is neutral (M = 1 for mmvf/mmvq, M <= 16 for mmf,
+//     M = 1 with experts for mmq), the check allows R exactly when the tree's should_use_R says yes.
+//  C3 no device code (no compiled arch <= cc): every route is refused.
+//  C4 other vendors: every route is refused.
+//  C5 the stock cascade's own choice is allowed (forcing what stock runs is always possible).
+#include "grid_config.h"
+
+#ifdef GGML_DISPATCH_TEST_ARCH_LIST
+#    undef __CUDA_ARCH_LIST__
+#    define __CUDA_ARCH_LIST__ GGML_DISPATCH_TEST_ARCH_LIST
+#endif
+
+#include "ggml-dispatch-eligibility.cuh"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+static ggml_cuda_device_info g_info;
+
+const ggml_cuda_device_info & ggml_cuda_info() {
+    return g_info;
+}
+
+int ggml_cuda_get_device() {
+    return 0;
+}
+
+#include "tree_should_use.inc"
+
+struct stats {
+    long points = 0, violations = 0, hazards = 0;
+    long eligible[GGML_DISPATCH_ROUTE_COUNT]    = {};
+    long tree_yes[GGML_DISPATCH_ROUTE_COUNT]    = {};
+    long c2_checked[GGML_DISPATCH_ROUTE_COUNT]  = {};
+    long why[GGML_DISPATCH_WHY_COUNT]           = {};
+    long stock[ggml_dispatch::TRACE_ROUTE_COUNT] = {};
+    std::vector<std::string> messages;
+};
+
+static std::string where(const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev, int route) {
+    char buf[320];
+    std::snprintf(buf, sizeof(buf),
+                  "route %s type %s cc %d smpbo %zu K %lld N %lld M %lld B %lld nb [%zu %zu %zu %zu] contig_alloc %d",
+                  ggml_dispatch::route_name(route), ggml_type_name(d.src0_type), dev.cc, dev.smpbo,
+                  (long long) d.src0_ne[0], (long long) d.src0_ne[1], (long long) d.src1_ne[1],
+                  (long long) (d.src1_ne[2] * d.src1_ne[3]), d.src0_nb[0], d.src0_nb[1], d.src0_nb[2], d.src0_nb[3],
+                  (int) d.src0_contiguously_allocated);
+    return buf;
+}
+
+static void fail(stats & s, const std::string & what) {
+    s.violations++;
+    if (s.messages.size() < 25) {
+        s.messages.push_back(what);
+    }
+}
+
+// Upstream hazards: the tree's cascade would pick a route whose kernel aborts for this node.
+static bool hazard(int route, const ggml_dispatch_mm_desc & d) {
+    if (route == GGML_DISPATCH_ROUTE_MMVQ && d.src0_type == GGML_TYPE_Q8_K) {
+        return true;  // should_use_mmvq says yes for any quantized type; mul_mat_vec_q has no Q8_K kernel
+    }
+    if (route == GGML_DISPATCH_ROUTE_CUBLAS && !d.src0_contiguously_allocated &&
+            !ggml_dispatch_cublas_nc_type(d.src0_type)) {
+        return true;  // ggml_cuda_mul_mat_cublas asserts a strided conversion that does not exist
+    }
+    return false;
+}
+
+static bool tree_should_use(int route, const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev,
+                            int64_t n_experts) {
+    const int64_t ne11 = d.src1_ne[1];
+    switch (route) {
+        case GGML_DISPATCH_ROUTE_MMVF: return ggml_cuda_should_use_mmvf(d.src0_type, dev.cc, d.src0_ne, d.src0_nb, ne11);
+        case GGML_DISPATCH_ROUTE_MMF:
+            return ggml_cuda_should_use_mmf(d.src0_type, dev.cc, dev.warp_size, d.src0_ne, d.src0_nb, (int) ne11, false);
+        case GGML_DISPATCH_ROUTE_MMVQ: return ggml_cuda_should_use_mmvq(d.src0_type, dev.cc, ne11);
+        case GGML_DISPATCH_ROUTE_MMQ:  return ggml_cuda_should_use_mmq(d.src0_type, dev.cc, ne11, n_experts);
+        default: return false;
+    }
+}
+
+static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev) {
+    s.points++;
+    const int64_t M   = d.src1_ne[1];
+    const bool    nv  = GGML_CUDA_CC_IS_NVIDIA(dev.cc);
+    const bool    dc  = ggml_cuda_highest_compiled_arch(dev.cc) >= 0;
+    ggml_dispatch_why why[GGML_DISPATCH_ROUTE_COUNT];
+    for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
+        why[r] = ggml_dispatch_check(r, d, dev);
+        s.why[why[r]]++;
+        if (why[r] == GGML_DISPATCH_OK) {
+            s.eligible[r]++;
+        }
+        if (!nv && why[r] != GGML_DISPATCH_WHY_VENDOR) {  // C4
+            fail(s, "C4 not refused on another vendor: " + where(d, dev, r));
+        }
+        if (nv && !dc && why[r] != GGML_DISPATCH_WHY_NO_DEVICE_CODE) {  // C3
+            fail(s, "C3 not refused without device code: " + where(d, dev, r));
+        }
+    }
+    if (!nv || !dc) {
+        return;
+    }
+    for (int r = GGML_DISPATCH_ROUTE_MMVF; r <= GGML_DISPATCH_ROUTE_MMQ; ++r) {
+        const bool yes = tree_should_use(r, d, dev, 0);
+        s.tree_yes[r] += yes;
+        if (yes && why[r] != GGML_DISPATCH_OK) {  // C1
+            if (hazard(r, d)) {
+                s.hazards++;
+            } else {
+                fail(s, std::string("C1 tree runs it, check refuses (") + ggml_dispatch_why_name(why[r]) + "): " +
+                        where(d, dev, r));
+            }
+        }
+    }
+    // C2: the points where upstream's soft preference is neutral
+    const bool unbatched = d.src1_ne[2] * d.src1_ne[3] == 1 && d.src0_ne[2] * d.src0_ne[3] == 1;
+    struct {
+        int     route;
+        bool    applies;
+        int64_t n_experts;
+    } c2[] = {
+        {GGML_DISPATCH_ROUTE_MMVF, M == 1 && unbatched, 0},
+        {GGML_DISPATCH_ROUTE_MMF, true, 0},
+        {GGML_DISPATCH_ROUTE_MMVQ, M == 1, 0},
+        {GGML_DISPATCH_ROUTE_MMQ, M == 1, 1},
+    };
+    for (const auto & c : c2) {
+        if (!c.applies) {
+            continue;
+        }
+        s.c2_checked[c.route]++;
+        const bool yes = tree_should_use(c.route, d, dev, c.n_experts);
+        const bool ok  = why[c.route] == GGML_DISPATCH_OK;
+        if (yes != ok && !(yes && hazard(c.route, d))) {
+            fail(s, std::string("C2 hard limit differs (tree ") + (yes ? "yes" : "no") + ", check " +
+                    ggml_dispatch_why_name(why[c.route]) + "): " + where(d, dev, c.route));
+        }
+    }
+    // C5
+    const int st = ggml_dispatch_stock_route(d, dev);
+    s.stock[st]++;
+    if (st >= 1 && st < GGML_DISPATCH_ROUTE_COUNT && why[st] != GGML_DISPATCH_OK && !hazard(st, d)) {
+        fail(s, std::string("C5 stock's own route refused (") + ggml_dispatch_why_name(why[st]) + "): " +
+                where(d, dev, st));
+    }
+}
+
+struct src0_layout {
+    const char * name;
+    int          kind;  // 0 contiguous, 1 padded rows, 2 KV-cache-like view (heads interleaved), 3 odd stride view
+};
+
+int main() {
+    const ggml_type types[] = {  // the src0 types ggml-cuda's supports_op accepts for MUL_MAT
+        GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q1_0, GGML_TYPE_Q2_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+        GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_MXFP4, GGML_TYPE_NVFP4, GGML_TYPE_Q2_K,
+        GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, GGML_TYPE_IQ1_M,
+        GGML_TYPE_IQ1_S, GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS,
+        GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+    };
+    const int     ccs[]    = {700, 750, 800, 890, 900, 1200, GGML_CUDA_CC_RDNA3};
+    const size_t  smpbos[] = {48 * 1024, 47 * 1024, 227 * 1024};
+    const int64_t Ns[]     = {1, 31, 64, 576, 4097};
+    const int64_t Ms[]     = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 31, 64, 65, 256, 512};
+    const int64_t Bs[]     = {1, 3};
+    const src0_layout layouts[] = {{"contiguous", 0}, {"padded_rows", 1}, {"kv_view", 2}, {"odd_stride", 3}};
+
+    stats s;
+    for (ggml_type t : types) {
+        const int64_t blk = ggml_blck_size(t);
+        const size_t  ts  = ggml_type_size(t);
+        std::vector<int64_t> Ks = {blk, 3*blk, 4096, 4096 + blk};
+        if (blk == 1) {
+            Ks.push_back(4097);
+            Ks.push_back(96);
+            Ks.push_back(100);
+        }
+        for (int cc : ccs) {
+            for (size_t smpbo : smpbos) {
+                g_info.device_count              = 1;
+                g_info.devices[0].cc             = cc;
+                g_info.devices[0].smpbo          = smpbo;
+                g_info.devices[0].warp_size      = 32;
+                const ggml_dispatch_dev_desc dev = {cc, 32, smpbo};
+                for (int64_t K : Ks) {
+                    for (int64_t N : Ns) {
+                        for (int64_t B : Bs) {
+                            for (const auto & lay : layouts) {
+                                if (lay.kind == 2 && B == 1) {
+                                    continue;
+                                }
+                                const size_t row = (size_t) (K / blk) * ts;
+                                ggml_dispatch_mm_desc d = {};
+                                d.src0_type = t;
+                                d.src1_type = GGML_TYPE_F32;
+                                d.dst_type  = GGML_TYPE_F32;
+                                d.src0_ne[0] = K; d.src0_ne[1] = N; d.src0_ne[2] = B; d.src0_ne[3] = 1;
+                                d.src0_nb[0] = ts;
+                                switch (lay.kind) {
+                                    case 0: d.src0_nb[1] = row;          d.src0_nb[2] = row*N; break;
+                                    case 1: d.src0_nb[1] = row + 16*ts;  d.src0_nb[2] = (row + 16*ts)*N; break;
+                                    case 2: d.src0_nb[1] = row*B;        d.src0_nb[2] = row; break;
+                                    default: d.src0_nb[1] = row + ts;    d.src0_nb[2] = (row + ts)*N; break;
+                                }
+                                d.src0_nb[3] = d.src0_nb[2]*B;
+                                d.src0_contiguously_allocated = lay.kind == 0;
+                                d.src0_contiguous             = lay.kind == 0;
+                                d.src1_contiguous             = true;
+                                d.dst_contiguous              = true;
+                                d.dst_nb0                     = sizeof(float);
+                                d.src0_bad_padding            = false;
+                                d.fwht_hint                   = false;
+                                for (int64_t M : Ms) {
+                                    d.src1_ne[0] = K; d.src1_ne[1] = M; d.src1_ne[2] = B; d.src1_ne[3] = 1;
+                                    d.src1_nb[0] = sizeof(float);
+                                    d.src1_nb[1] = sizeof(float)*K;
+                                    d.src1_nb[2] = sizeof(float)*K*M;
+                                    d.src1_nb[3] = sizeof(float)*K*M*B;
+                                    check_point(s, d, dev);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    std::printf("{\"arch_list\":\"%s\",\"points\":%ld,\"violations\":%ld,\"hazards\":%ld", STRINGIZE(__CUDA_ARCH_LIST__),
+                s.points, s.violations, s.hazards);
+    std::printf(",\"eligible\":{");
+    for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
+        std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.eligible[r]);
+    }
+    std::printf("},\"tree_yes\":{");
+    for (int r = 1; r <= GGML_DISPATCH_ROUTE_MMQ; ++r) {
+        std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.tree_yes[r]);
+    }
+    std::printf("},\"c2_checked\":{");
+    for (int r = 1; r <= GGML_DISPATCH_ROUTE_MMQ; ++r) {
+        std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.c2_checked[r]);
+    }
+    std::printf("},\"why\":{");
+    for (int w = 0; w < GGML_DISPATCH_WHY_COUNT; ++w) {
+        std::printf("%s\"%s\":%ld", w ? "," : "", ggml_dispatch_why_name(w), s.why[w]);
+    }
+    std::printf("},\"stock\":{");
+    for (int r = 0; r < ggml_dispatch::TRACE_ROUTE_COUNT; ++r) {
+        std::printf("%s\"%s\":%ld", r ? "," : "", ggml_dispatch::route_name(r), s.stock[r]);
+    }
+    std::printf("},\"messages\":[");
+    for (size_t i = 0; i < s.messages.size(); ++i) {
+        std::printf("%s\"%s\"", i ? "," : "", s.messages[i].c_str());
+    }
+    std::printf("]}\n");
+    return s.violations == 0 ? 0 : 1;
+}
