@@ -93,3 +93,17 @@ BENCH_ALSO ?= 1000000
 bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...)
 	$(BIN)/python -m census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
 		$(if $(BENCH_ALSO),--also $(BENCH_ALSO))
+
+# ---- ggml-cuda integration: install into a tree, and the GPU proof (device/integration.sh)
+.PHONY: install-hook cublas-headers device-integration-carry device-integration
+install-hook: venv  ## install the dispatch hook into LLAMA_CPP_DIR (TABLE=table.json optional; UNINSTALL=1 reverts)
+	$(BIN)/ggml-dispatch install --llama-cpp $(LLAMA_CPP_DIR) $(if $(TABLE),--table $(TABLE)) $(if $(UNINSTALL),--uninstall)
+
+cublas-headers: venv  ## cuBLAS headers (PyPI nvidia-cublas) for nvcc -c of ggml-cuda.cu into .cache/cublas/include
+	$(BIN)/python -m ggml_dispatch.fetch cublas-headers
+
+device-integration-carry: llama-tarball smollm2  ## what device/integration.sh needs in .carry/ (pinned tree, SmolLM2 metadata)
+	$(BIN)/python -m ggml_dispatch.models meta .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf -o $(CARRY)/smollm2.meta.gguf
+
+device-integration:  ## ON THE GPU MACHINE: probe, test-backend-ops per forced route, traced llama-bench, A/B (OUT=...)
+	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) bash device/integration.sh
