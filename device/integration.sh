@@ -3,7 +3,7 @@
 #   probe  the harness interface: proc-address functions, counts incl. CUDA-graph replays, override
 #          with graph invalidation, ineligible override -> stock (device/dispatch_probe.cpp);
 #   tbo    test-backend-ops test -o MUL_MAT with stock and with each GGML_CUDA_DISPATCH=force:<route>,
-#          a route trace each: per route how many cases really ran forced;
+#          a route trace each: per route how many cases really ran forced; -o MUL_MAT_ID traced (stock);
 #   bench  llama-bench (pp512 + tg128, warm-up and 5 repetitions) on SmolLM2 with a route trace:
 #          census ingest accepts it; per weight tensor sum(count x M) = tokens processed; LM head rows =
 #          outputs; attention matmuls once per ubatch;
@@ -58,6 +58,11 @@ copy_build() {  # $1 = destination: binaries and shared libraries of $BUILD/bin
     mkdir -p "$1"
     cp -a "$BUILD"/bin/llama-bench "$BUILD"/bin/test-backend-ops "$1"/
     cp -a "$BUILD"/bin/*.so* "$1"/
+    command -v ldd >/dev/null || { log "no ldd: cannot check which libggml-cuda $1/llama-bench loads"; return; }
+    local lib
+    lib=$(LD_LIBRARY_PATH=$1 ldd "$1/llama-bench" | awk '/libggml-cuda/ {print $3}')
+    log "$1/llama-bench loads $lib"
+    [ "$(dirname "$lib")" = "$1" ] || { log "llama-bench in $1 does not load its own libggml-cuda"; exit 1; }
 }
 
 # --- build ---------------------------------------------------------------------------------------
@@ -72,7 +77,10 @@ else
     install_hook install  # idempotent: on a warm machine only changed files are rewritten
     log "configure ($(elapsed))"
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF >>"$LOG" 2>&1
+        -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON >>"$LOG" 2>&1
+    # (the trimmed tarball has no examples/model-conversion, pocs/ or app/: their CMake options stay off;
+    #  $ORIGIN rpaths make the copied binaries load the libraries copied beside them)
     log "build patched ($(elapsed))"
     cmake --build "$BUILD" --target test-backend-ops llama-bench -j "$JOBS" >>"$LOG" 2>&1 || { log "build failed"; tail -40 "$LOG" >&2; exit 1; }
     copy_build "$PATCHED"
@@ -110,20 +118,21 @@ if has_part tbo; then
     log "test-backend-ops ($(elapsed))"
     rm -rf "$TBO_DIR"
     mkdir -p "$TBO_DIR"
-    run_tbo() {  # $1 = mode (stock | force:<route>)
+    run_tbo() {  # $1 = mode (stock | stock-id | force:<route>)
         local name=${1/force:/force-}
-        local env_mode=table
-        [ "$1" != stock ] && env_mode=$1
+        local env_mode=table op=MUL_MAT
+        [[ "$1" == force:* ]] && env_mode=$1
+        [ "$1" = stock-id ] && op=MUL_MAT_ID  # MUL_MAT_ID: traced, never overridden
         local t0=$(date +%s)
         set +e
         GGML_CUDA_DISPATCH=$env_mode GGML_CUDA_ROUTE_TRACE=$TBO_DIR/trace-$name.jsonl LD_LIBRARY_PATH=$PATCHED \
-            timeout 560 "$PATCHED/test-backend-ops" test -o MUL_MAT -b CUDA0 >"$TBO_DIR/log-$name.txt" 2>&1
+            timeout 560 "$PATCHED/test-backend-ops" test -o $op -b CUDA0 >"$TBO_DIR/log-$name.txt" 2>&1
         echo $? >"$TBO_DIR/rc-$name"
         set -e
         echo $(( $(date +%s) - t0 )) >"$TBO_DIR/sec-$name"
     }
     # three at a time: each uses the GPU and half the cores for the CPU reference
-    for wave in "stock force:mmvf force:mmf" "force:mmvq force:mmq force:cublas"; do
+    for wave in "stock stock-id force:mmvf force:mmf" "force:mmvq force:mmq force:cublas"; do
         for m in $wave; do run_tbo "$m" & done
         wait
         log "  wave done: $wave ($(elapsed))"

@@ -45,7 +45,7 @@ def case_key(r: dict[str, Any]) -> tuple[Any, ...]:
 def tbo_summary(work: Path) -> dict[str, Any]:
     d = work / "tbo"
     modes: dict[str, Any] = {}
-    for mode in ["stock", *[f"force-{r}" for r in ROUTES]]:
+    for mode in ["stock", "stock-id", *[f"force-{r}" for r in ROUTES]]:
         log = d / f"log-{mode}.txt"
         if not log.is_file():
             continue
@@ -77,7 +77,10 @@ def tbo_summary(work: Path) -> dict[str, Any]:
             and (forced_route is None or by_reason["forced"] > 0)
             and (forced_route is not None or set(by_reason) <= {"stock", "fused"})
             and any(r.get("kind") == "footer" for r in recs)
+            and bool(routes)
         )
+        if mode == "stock-id":  # MUL_MAT_ID is traced (expert layout), never overridden
+            ok = ok and all(r["op"] == "MUL_MAT_ID" and r["layout"] == "expert" for r in routes)
         modes[mode] = {
             "rc": rc,
             "tests_passed": passed,
