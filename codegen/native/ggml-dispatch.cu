@@ -96,6 +96,7 @@ static std::string build_json() {
 #else
     s += "null";
 #endif
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA)
     int rt = 0, drv = 0;
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) {
         rt = 0;
@@ -104,12 +105,9 @@ static std::string build_json() {
         drv = 0;
     }
     (void) cudaGetLastError();
-#if defined(CUDART_VERSION)
     s += ",\"cuda_version_compiled\":" + std::to_string(CUDART_VERSION);
-#endif
     s += ",\"cuda_runtime_version\":" + std::to_string(rt);
     s += ",\"cuda_driver_version\":" + std::to_string(drv);
-#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA)
     int maj = 0, min = 0, pat = 0;
     if (cublasGetProperty(MAJOR_VERSION, &maj) == CUBLAS_STATUS_SUCCESS &&
             cublasGetProperty(MINOR_VERSION, &min) == CUBLAS_STATUS_SUCCESS &&
