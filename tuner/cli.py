@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -12,8 +13,8 @@ import click
 from ggml_dispatch.errors import InputError
 from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
-from tuner.run import SweepInterrupted, default_journal, run_sweep
-from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard
+from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
+from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard, select_cases, shard_cases
 
 
 def _echo(msg: str) -> None:
@@ -180,23 +181,19 @@ def run_cmd(
     """
     route_list = _routes(routes)
     shard_t = parse_shard(shard)
+    # the census is checked before anything is built
+    selection = select_cases(
+        read_census(census),
+        coverage=coverage,
+        routes=route_list,
+        trials=trials,
+        nmse_max=nmse_max,
+        path=census,
+    )
     if dry_run:
-        from tuner.run import read_census
-        from tuner.select import select_cases, shard_cases
-
-        sel = select_cases(
-            read_census(census),
-            coverage=coverage,
-            routes=route_list,
-            trials=trials,
-            nmse_max=nmse_max,
-            path=census,
-        )
-        import json
-
-        for c in shard_cases(sel.cases, shard_t):
+        for c in shard_cases(selection.cases, shard_t):
             click.echo(json.dumps(c.spec()))
-        _echo(sel.summary())
+        _echo(selection.summary())
         return
 
     stamp = build.tree_stamp(tree)

@@ -239,9 +239,6 @@ def shard_cases(cases: Sequence[Case], shard: tuple[int, int]) -> list[Case]:
     """Shard i of n: whole shapes dealt round-robin in the selection's order (largest first), so shards
     get similar work and every shape's M neighbours are measured on the same GPU."""
     i, n = shard
-    shapes: list[ShapeKey] = []
-    for c in cases:
-        if c.shape not in shapes:
-            shapes.append(c.shape)
+    shapes = list(dict.fromkeys(c.shape for c in cases))
     mine = {s for k, s in enumerate(shapes) if k % n == i}
     return [c for c in cases if c.shape in mine]

@@ -1,0 +1,81 @@
+"""The sweep journal: append-only lines, torn last line after a kill, identity of the sweep."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ggml_dispatch.errors import InputError
+from tuner.journal import JOURNAL_SCHEMA, Journal, read_journal
+
+IDENT = {"census_sha256": "ab" * 32, "shard": "0/1"}
+
+
+def rec(case: str, status: str = "done") -> dict[str, object]:
+    return {"case": case, "status": status, "spec": {"case": case}, "trials": []}
+
+
+def test_append_and_read_back(tmp_path: Path) -> None:
+    p = tmp_path / "j.jsonl"
+    with Journal.open(p, IDENT) as j:
+        j.append(rec("a"))
+        j.append(rec("b", "failed:exit 3"))
+    lines = p.read_text().splitlines()
+    assert json.loads(lines[0])["schema"] == JOURNAL_SCHEMA and len(lines) == 3
+    c = read_journal(p)
+    assert c.done_ids() == {"a", "b"} and c.warnings == []
+    assert c.header is not None and c.header["census_sha256"] == IDENT["census_sha256"]
+
+
+def test_torn_last_line_is_ignored_and_the_next_append_starts_clean(tmp_path: Path) -> None:
+    p = tmp_path / "j.jsonl"
+    with Journal.open(p, IDENT) as j:
+        j.append(rec("a"))
+    with p.open("ab") as f:
+        f.write(b'{"kind": "case", "case": "b", "sta')  # killed mid-write
+    c = read_journal(p)
+    assert c.done_ids() == {"a"}
+    assert c.warnings and "torn last line" in c.warnings[0]
+    with Journal.open(p, IDENT) as j:
+        assert j.contents.done_ids() == {"a"}
+        j.append(rec("b"))
+    c = read_journal(p)
+    assert c.done_ids() == {"a", "b"} and c.warnings == []
+
+
+def test_damage_before_the_last_line_is_an_error_naming_the_line(tmp_path: Path) -> None:
+    p = tmp_path / "j.jsonl"
+    with Journal.open(p, IDENT) as j:
+        j.append(rec("a"))
+        j.append(rec("b"))
+    lines = p.read_text().splitlines()
+    lines[1] = lines[1][:10]
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as e:
+        read_journal(p)
+    assert e.value.line == 2
+
+
+def test_a_journal_of_another_sweep_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "j.jsonl"
+    with Journal.open(p, IDENT) as j:
+        j.append(rec("a"))
+    with pytest.raises(InputError) as e:
+        Journal.open(p, {**IDENT, "shard": "1/2"})
+    assert e.value.field == "shard" and "another sweep" in e.value.message
+
+
+def test_a_later_record_of_a_case_replaces_the_earlier(tmp_path: Path) -> None:
+    p = tmp_path / "j.jsonl"
+    with Journal.open(p, IDENT) as j:
+        j.append(rec("a", "failed:timeout after 5 s"))
+        j.append(rec("a"))
+    (c,) = read_journal(p).cases
+    assert c["status"] == "done"
+
+
+def test_nan_never_reaches_the_journal(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "j.jsonl", IDENT) as j, pytest.raises(ValueError):
+        j.append({**rec("a"), "wall_s": float("nan")})

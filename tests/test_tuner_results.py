@@ -1,0 +1,234 @@
+"""Journal records -> tuning rows and Parquet; shard merge. The records here have the shape of the
+harness' output on a GPU (which CI does not have); tests/test_tuner_native.py runs the real harness."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from codegen import decide
+from ggml_dispatch import fileio, schema
+from ggml_dispatch.errors import InputError
+from tuner import results
+
+HEADER = {
+    "kind": "header",
+    "harness_version": "0.1.0+abc",
+    "gpu_name": "NVIDIA H200",
+    "gpu_uuid": "GPU-1234",
+    "gpu_cc": 900,
+    "gpu_sm_count": 132,
+    "driver": "580.159.04",
+    "cuda_version": "13.0",
+    "cublas_version": "13.0.2",
+}
+STAMP = {"upstream_commit": schema.PINNED_UPSTREAM_COMMIT, "patch_hash": "f" * 64}
+
+
+def spec(M: int, N: int = 4096) -> dict[str, Any]:
+    return {
+        "case": f"MUL_MAT:weight:q4_K:f32:N{N}:K4096:B1:M{M}",
+        "op": "MUL_MAT",
+        "layout": "weight",
+        "src0_type": "q4_K",
+        "src1_type": "f32",
+        "M": M,
+        "N": N,
+        "K": 4096,
+        "B": 1,
+        "routes": ["mmvf", "mmf", "mmvq", "mmq", "cublas"],
+        "trials": 4,
+        "nmse_max": 5e-4,
+    }
+
+
+def done_record(M: int, N: int = 4096, mmq_us: float = 80.0, stock_us: float = 100.0) -> dict[str, Any]:
+    s = spec(M, N)
+    trials = []
+    for t in range(4):
+        a = stock_us * (1 + 0.002 * t)
+        trials.append(
+            {
+                "kind": "trial",
+                "case": s["case"],
+                "route": "stock",
+                "trial": t,
+                "us": a,
+                "anchor_us": a,
+                "replays": 9,
+                "weight_copies": 5,
+                "nmse": 1e-6,
+                "route_ran": "mmvq",
+                "status": "ok",
+            }
+        )
+        trials.append(
+            {
+                "kind": "trial",
+                "case": s["case"],
+                "route": "mmq",
+                "trial": t,
+                "us": mmq_us * (1 + 0.001 * t),
+                "anchor_us": a,
+                "replays": 9,
+                "weight_copies": 5,
+                "nmse": 2e-6,
+                "route_ran": "mmq",
+                "status": "ok",
+            }
+        )
+        for r, st in (("mmvf", "ineligible"), ("mmf", "ineligible"), ("cublas", "wrong")):
+            trials.append(
+                {
+                    "kind": "trial",
+                    "case": s["case"],
+                    "route": r,
+                    "trial": t,
+                    "us": None,
+                    "anchor_us": a,
+                    "replays": 0,
+                    "weight_copies": 5,
+                    "nmse": None,
+                    "route_ran": "mmvq",
+                    "status": st,
+                    "reason": "fell-back:mmvq" if st == "ineligible" else "nmse 0.1 > 0.0005",
+                }
+            )
+        trials.append(
+            {
+                "kind": "trial",
+                "case": s["case"],
+                "route": "mmvq",
+                "trial": t,
+                "us": stock_us,
+                "anchor_us": a,
+                "replays": 9,
+                "weight_copies": 5,
+                "nmse": 1e-6,
+                "route_ran": "mmvq",
+                "status": "drifted" if t == 3 else "ok",
+            }
+        )
+    return {
+        "case": s["case"],
+        "spec": s,
+        "status": "done",
+        "header": HEADER,
+        "stamp": STAMP,
+        "trials": trials,
+        "case_info": {"stock_route_ran": "mmvq", "nodes": 10, "weight_copies": 5},
+        "wall_s": 2.5,
+    }
+
+
+def failed_record(M: int) -> dict[str, Any]:
+    s = spec(M)
+    return {
+        "case": s["case"],
+        "spec": s,
+        "status": "failed:killed by SIGABRT during trial 2 route=mmq",
+        "header": HEADER,
+        "stamp": STAMP,
+        "trials": [],
+        "case_info": {},
+        "wall_s": 1.0,
+    }
+
+
+def test_rows_carry_stock_as_anchor_not_as_a_route() -> None:
+    rows = results.rows_of_record(done_record(8))
+    assert {r["route"] for r in rows} == {"mmvf", "mmf", "mmvq", "mmq", "cublas"}
+    assert len(rows) == 5 * 4
+    mmq = [r for r in rows if r["route"] == "mmq"]
+    assert all(r["anchor_us"] > r["us"] for r in mmq)
+    inel = [r for r in rows if r["status"] == "ineligible"]
+    assert inel and all(r["us"] is None and r["anchor_us"] > 0 for r in inel)
+    r0 = rows[0]
+    assert r0["gpu_name"] == "NVIDIA H200" and r0["gpu_cc"] == 900 and r0["patch_hash"] == "f" * 64
+    assert r0["source"] == "measured" and set(r0) == set(schema.TUNING_COLUMNS)
+
+
+def test_failed_case_gives_one_failed_row_per_route() -> None:
+    rows = results.rows_of_record(failed_record(8))
+    assert [r["route"] for r in rows] == ["mmvf", "mmf", "mmvq", "mmq", "cublas"]
+    assert all(r["status"].startswith("failed:killed by SIGABRT") and r["us"] is None for r in rows)
+
+
+def test_parquet_has_exactly_the_tuning_columns_and_provenance(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    n = results.write_tuning(
+        out, [done_record(8), failed_record(16)], input_hashes={"c": "00"}, settings={"x": 1}
+    )
+    assert n == 25
+    t = pq.read_table(out)
+    assert t.column_names == list(schema.TUNING_COLUMNS)
+    assert [str(f.type) for f in t.schema] == [
+        {"string": "string", "int64": "int64", "float64": "double"}[v] for v in schema.TUNING_COLUMNS.values()
+    ]
+    meta = fileio.read_parquet_metadata(out)
+    assert meta[schema.META_SCHEMA] == schema.TUNING_SCHEMA
+    assert meta[schema.META_UPSTREAM_COMMIT] == schema.PINNED_UPSTREAM_COMMIT
+    assert meta[schema.META_PATCH_HASH] == "f" * 64
+    cases = json.loads(meta[results.META_TUNER_CASES])
+    assert cases[spec(8)["case"]]["stock_route_ran"] == "mmvq"
+    assert cases[spec(8)["case"]]["reasons"]["mmvf"] == "fell-back:mmvq"
+    assert cases[spec(16)["case"]]["status"].startswith("failed:")
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_codegen_accepts_the_rows_and_decides_on_them(tmp_path: Path) -> None:
+    """Contract with codegen: the file the tuner writes is what `ggml-dispatch codegen` reads."""
+    out = tmp_path / "t.parquet"
+    recs = [done_record(m) for m in (4, 8, 16)]
+    results.write_tuning(out, recs, input_hashes={}, settings={})
+    df = pd.read_parquet(out)
+    params = decide.Params()
+    ident = decide.check_rows(df, out, params)
+    assert ident.gpu == schema.GpuId("NVIDIA H200", 900, 132)
+    d = decide.decide(df, params, out)
+    exact = [r for r in d.rules if r.kind == "exact"]
+    assert [(r.route, r.M_lo, r.M_hi) for r in exact] == [("mmq", 4, 16)]
+
+
+def test_merge_refuses_duplicates_and_mixed_gpus(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    results.write_tuning(a, [done_record(8)], input_hashes={}, settings={"shard": "0/2"})
+    results.write_tuning(b, [done_record(16), failed_record(32)], input_hashes={}, settings={"shard": "1/2"})
+    m = tmp_path / "m.parquet"
+    assert results.merge_tuning([a, b], m) == 20 + 25
+    meta = fileio.read_parquet_metadata(m)
+    assert len(json.loads(meta[results.META_TUNER_CASES])) == 3
+    with pytest.raises(InputError) as e:
+        results.merge_tuning([a, a], tmp_path / "x.parquet")
+    assert "duplicates" in e.value.message and not (tmp_path / "x.parquet").exists()
+    other = done_record(64)
+    other["header"] = {**HEADER, "gpu_name": "NVIDIA H100 80GB HBM3"}
+    c = tmp_path / "c.parquet"
+    results.write_tuning(c, [other], input_hashes={}, settings={})
+    with pytest.raises(InputError) as e:
+        results.merge_tuning([a, c], tmp_path / "x.parquet")
+    assert "2 GPUs" in e.value.message
+    assert results.merge_tuning([a, c], tmp_path / "x.parquet", allow_mixed=True) == 40
+
+
+def test_merge_refuses_a_file_that_is_not_tuning(tmp_path: Path) -> None:
+    p = tmp_path / "n.parquet"
+    fileio.write_parquet(results.to_table([]), p, fileio.base_metadata(schema.CENSUS_SCHEMA))
+    with pytest.raises(InputError) as e:
+        results.merge_tuning([p], tmp_path / "x.parquet")
+    assert e.value.field == "schema"
+
+
+def test_non_finite_times_become_nulls() -> None:
+    r = done_record(8)
+    mmq = next(t for t in r["trials"] if t["route"] == "mmq")
+    mmq["us"] = float("inf")
+    rows = results.rows_of_record(r)
+    assert all(x["us"] is None or math.isfinite(x["us"]) for x in rows)
+    assert sum(x["us"] is None for x in rows if x["route"] == "mmq") == 1

@@ -1,0 +1,178 @@
+"""Case selection: coverage by estimated time, M neighbours, skipped rows, shards, bad input."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from ggml_dispatch import schema
+from ggml_dispatch.errors import InputError
+from tuner.select import (
+    ALL_ROUTES,
+    M_GRID,
+    grid_neighbours,
+    parse_shard,
+    select_cases,
+    shard_cases,
+)
+
+
+def row(
+    src0: str = "q4_K", M: int = 1, N: int = 4096, K: int = 4096, est: float = 1.0, **kw: Any
+) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "op": "MUL_MAT",
+        "layout": "weight",
+        "fused": None,
+        "src0_type": src0,
+        "src1_type": "f32",
+        "M": M,
+        "N": N,
+        "K": K,
+        "B": 1,
+        "est_us": est,
+        "calls": 1,
+    }
+    r.update(kw)
+    return r
+
+
+def test_grid_neighbours() -> None:
+    assert grid_neighbours(1) == (None, 2)
+    assert grid_neighbours(5) == (4, 8)
+    assert grid_neighbours(512) == (256, 1024)
+    assert grid_neighbours(16384) == (8192, None)
+    assert grid_neighbours(20000) == (16384, None)
+    assert M_GRID[0] == 1 and M_GRID[-1] == 16384
+
+
+def test_every_census_m_sits_between_measured_neighbours() -> None:
+    sel = select_cases(
+        [row(M=1, est=10), row(M=5, est=10), row(M=512, est=10), row(M=300, est=10)], coverage=1.0
+    )
+    ms = [c.M for c in sel.cases]
+    assert ms == [1, 2, 4, 5, 8, 256, 300, 512, 1024]
+    assert {c.M for c in sel.cases if c.census} == {1, 5, 300, 512}
+    for m in (5, 300, 512):
+        assert any(x < m for x in ms) and any(x > m for x in ms)
+
+
+def test_coverage_is_by_estimated_time_not_calls() -> None:
+    rows = [
+        row(N=4096, M=1, est=900.0, calls=1),  # rare but expensive
+        row(N=1024, M=1, est=50.0, calls=10_000),  # frequent but cheap
+        row(N=2048, M=1, est=50.0, calls=5),
+    ]
+    sel = select_cases(rows, coverage=0.9)
+    shapes = {c.shape.N for c in sel.cases}
+    assert shapes == {4096}
+    assert sel.covered_est_us == 900.0
+    sel = select_cases(rows, coverage=0.95)  # 900 < 950: the next point by est_us is needed
+    assert {c.shape.N for c in sel.cases} in ({4096, 1024}, {4096, 2048})
+    assert math.isclose(sel.tunable_est_us, 1000.0)
+
+
+def test_points_of_one_key_add_up_across_census_rows() -> None:
+    # two tensors with one shape (e.g. attn_q and attn_output) are one tuning point
+    rows = [
+        row(N=4096, M=8, est=30, tensor="a"),
+        row(N=4096, M=8, est=30, tensor="b"),
+        row(N=1024, M=8, est=50),
+    ]
+    sel = select_cases(rows, coverage=0.5)
+    census = [c for c in sel.cases if c.census]
+    assert [(c.shape.N, c.est_us) for c in census] == [(4096, 60.0)]
+
+
+def test_fused_and_expert_rows_are_skipped_and_reported() -> None:
+    rows = [
+        row(M=1, est=100),
+        row(M=1, N=11008, est=300, fused="glu"),
+        row(M=1, op="MUL_MAT_ID", layout="expert", est=100),
+    ]
+    sel = select_cases(rows, coverage=1.0)
+    assert {c.shape.N for c in sel.cases} == {4096}
+    assert sel.total_est_us == 500 and sel.tunable_est_us == 100
+    assert sum(sel.skipped_rows.values()) == 2
+    text = sel.summary()
+    assert "fused" in text and "MUL_MAT_ID/expert" in text and "60.0% of est_us" in text
+
+
+def test_attention_layout_is_tuned_with_its_batch() -> None:
+    sel = select_cases([row(src0="f16", layout="attention", N=256, K=128, B=32, M=1, est=5)], coverage=1.0)
+    assert {(c.shape.layout, c.shape.B) for c in sel.cases} == {("attention", 32)}
+
+
+def test_cases_ordered_by_shape_time_then_m_and_specs_follow_the_interface() -> None:
+    rows = [row(N=1024, M=512, est=10), row(N=4096, M=1, est=20), row(N=4096, M=512, est=20)]
+    sel = select_cases(rows, coverage=1.0, trials=3, nmse_max=1e-3, routes=("mmq", "cublas"))
+    assert [c.shape.N for c in sel.cases][:5] == [4096] * 5
+    assert [c.M for c in sel.cases if c.shape.N == 4096] == [1, 2, 256, 512, 1024]
+    spec = sel.cases[0].spec()
+    assert set(spec) == {
+        "case",
+        "op",
+        "layout",
+        "src0_type",
+        "src1_type",
+        "M",
+        "N",
+        "K",
+        "B",
+        "routes",
+        "trials",
+        "nmse_max",
+    }
+    assert spec["routes"] == ["mmq", "cublas"] and spec["trials"] == 3 and spec["nmse_max"] == 1e-3
+    assert len({c.id for c in sel.cases}) == len(sel.cases)
+    assert sel.cases[0].id == "MUL_MAT:weight:q4_K:f32:N4096:K4096:B1:M1"
+
+
+def test_default_routes_are_the_five_table_routes() -> None:
+    assert set(ALL_ROUTES) == {r.value for r in schema.Route}
+    sel = select_cases([row()], coverage=1.0)
+    assert sel.cases[0].routes == ALL_ROUTES
+
+
+def test_shards_partition_whole_shapes() -> None:
+    rows = [row(N=n, M=m, est=float(n + m)) for n in (512, 1024, 2048, 4096, 8192) for m in (1, 512)]
+    cases = select_cases(rows, coverage=1.0).cases
+    parts = [shard_cases(cases, (i, 3)) for i in range(3)]
+    ids = [c.id for p in parts for c in p]
+    assert sorted(ids) == sorted(c.id for c in cases)
+    assert len(ids) == len(set(ids))
+    for p in parts:
+        for q in parts:
+            if p is not q:
+                assert not {c.shape for c in p} & {c.shape for c in q}
+    assert all(parts)
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"est_us": float("nan")}, "row 0: est_us"),
+        ({"est_us": -1.0}, "row 0: est_us"),
+        ({"est_us": "x"}, "row 0: est_us"),
+        ({"M": 0}, "row 0: M"),
+        ({"N": 1.5}, "row 0: N"),
+        ({"src0_type": "q9_Z"}, "row 0: src0_type"),
+    ],
+)
+def test_bad_census_rows_name_the_row_and_field(bad: dict[str, Any], field: str) -> None:
+    with pytest.raises(InputError) as e:
+        select_cases([row(**bad)], coverage=1.0, path="c.parquet")
+    assert e.value.field == field and e.value.path == "c.parquet"
+
+
+def test_coverage_and_shard_arguments() -> None:
+    with pytest.raises(InputError):
+        select_cases([row()], coverage=0.0)
+    with pytest.raises(InputError):
+        select_cases([row()], coverage=1.5)
+    assert parse_shard("1/4") == (1, 4)
+    for bad in ("4/4", "-1/2", "1", "a/b", "0/0"):
+        with pytest.raises(InputError):
+            parse_shard(bad)
