@@ -244,6 +244,85 @@ def declared_rows(model: GgufModel, ms: Iterable[int], output_rows: int, spec: e
     return rows
 
 
+def declared_attention_rows(
+    model: GgufModel, ms: Iterable[int], n_kv: int, n_ctx: int, kv_type: str, spec: estimate.GpuSpec
+) -> list[Row]:
+    """KQ and KQV of every layer at each M over ``n_kv`` cached tokens of an ``n_ctx``-cell cache
+    (FlashAttention off), with the views llama.cpp builds: K ``[head_dim, n_kv, n_head_kv]`` against
+    Q ``[head_dim, M, n_head]``, transposed V ``[n_kv, head_dim, n_head_kv]`` against KQ
+    ``[n_kv, M, n_head]``. The strides (so the contiguity flags) depend on the cache size."""
+    if n_ctx < n_kv:
+        raise InputError(None, f"the cache ({n_ctx} cells) is smaller than n_kv = {n_kv}", field="--n-ctx")
+    heads, kv_heads, layers = model.head_count, model.head_count_kv or model.head_count, model.block_count
+    if heads <= 0 or layers <= 0 or heads % kv_heads:
+        raise InputError(
+            model.path,
+            "attention rows need scalar head_count, head_count_kv and block_count in the metadata",
+            field=f"{model.architecture}.attention",
+        )
+    hk = model.key_length or (model.embedding_length // heads if model.embedding_length else 0)
+    hv = model.value_length or hk
+    if hk <= 0:
+        raise InputError(
+            model.path, "no head size (key_length or embedding_length)", field=model.architecture
+        )
+    t = schema.ggml_type(kv_type)
+    ts = t.type_size
+    rows: list[Row] = []
+    for il in range(layers):
+        for M in ms:
+            views = (
+                # name, role, src0_ne, src0_nb (views of a cache of n_ctx cells), src1_ne
+                (
+                    f"cache_k_l{il} (view) (permuted)",
+                    roles.ATTN_KQ,
+                    (hk, n_kv, kv_heads, 1),
+                    (ts, ts * hk * kv_heads, ts * hk, ts * hk * kv_heads * n_ctx),
+                    (hk, M, heads, 1),
+                ),
+                (
+                    f"cache_v_l{il} (view) (permuted)",
+                    roles.ATTN_KQV,
+                    (n_kv, hv, kv_heads, 1),
+                    (ts, ts * n_ctx, ts * n_ctx * hv, ts * n_ctx * hv * kv_heads),
+                    (n_kv, M, heads, 1),
+                ),
+            )
+            for name, role, ne, nb, src1_ne in views:
+                gemm = schema.gemm_of(schema.Op.MUL_MAT, ne, src1_ne)
+                work = estimate.work_of(schema.Op.MUL_MAT, kv_type, "f32", ne, src1_ne)
+                rows.append(
+                    {
+                        "gpu_name": spec.name,
+                        "gpu_cc": spec.cc,
+                        "gpu_sm_count": spec.sm_count,
+                        "op": schema.Op.MUL_MAT.value,
+                        "layout": schema.Layout.ATTENTION.value,
+                        "fused": None,
+                        "src0_type": kv_type,
+                        "src1_type": "f32",
+                        "M": gemm.M,
+                        "N": gemm.N,
+                        "K": gemm.K,
+                        "B": gemm.B,
+                        "E": gemm.E,
+                        "U": gemm.U,
+                        "src0_contiguous": schema.is_contiguous(ne, nb, t),
+                        "src0_nb_aligned": _aligned(nb),
+                        "tensor": name,
+                        "role": role,
+                        "route": None,
+                        "stock_route": None,
+                        "reason": None,
+                        "calls": 1,
+                        "est_us": estimate.per_call_us(spec, work),
+                        "est_kind": EST_ROOFLINE,
+                        "source": schema.Source.DECLARED.value,
+                    }
+                )
+    return rows
+
+
 def weight_type_histogram(models: Sequence[GgufModel]) -> list[dict[str, Any]]:
     """Matmul weight tensors of the GGUF files by ggml type: count and bytes, largest first."""
     hist: dict[str, list[int]] = {}

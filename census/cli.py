@@ -177,6 +177,24 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
     help=f"GPU for the roofline estimate, matched by name ({', '.join(estimate.datasheet_names())}).",
 )
 @click.option(
+    "--n-kv",
+    type=click.IntRange(min=1),
+    help="Also list attention KQ/KQV matmuls (FlashAttention off) over this many cached tokens; "
+    "without it only weight matmuls are declared.",
+)
+@click.option(
+    "--n-ctx",
+    type=click.IntRange(min=1),
+    help="KV-cache size in cells for --n-kv (its strides); default: the larger of n_kv and 4096.",
+)
+@click.option(
+    "--kv-type",
+    default="f16",
+    show_default=True,
+    type=click.Choice(["f16", "bf16", "f32"]),
+    help="KV-cache type for --n-kv.",
+)
+@click.option(
     "--cc",
     type=click.IntRange(min=1),
     help="Compute capability as ggml encodes it (900) for a GPU "
@@ -191,12 +209,22 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
     help="census.parquet to write.",
 )
 def from_gguf_cmd(
-    model: Path, m_values: str, output_rows: int, gpu: str, cc: int | None, sm_count: int | None, output: Path
+    model: Path,
+    m_values: str,
+    output_rows: int,
+    gpu: str,
+    n_kv: int | None,
+    n_ctx: int | None,
+    kv_type: str,
+    cc: int | None,
+    sm_count: int | None,
+    output: Path,
 ) -> None:
     """A declared-workload census from a GGUF model, without a trace (source = declared).
 
     Every matmul weight is listed at each M; the LM head (token_embd.weight with tied embeddings) only
-    at M = --output-rows. Routes are left empty: nothing ran.
+    at M = --output-rows; with --n-kv, the attention KQ/KQV of every layer too. Routes are left
+    empty: nothing ran.
     """
     try:
         ms = aggregate.parse_m_list(m_values)
@@ -207,11 +235,18 @@ def from_gguf_cmd(
     rows = aggregate.declared_rows(m, ms, output_rows, spec)
     if not rows:
         raise InputError(model, "no matmul weight tensors (blk.N.*.weight, output.weight) in this model")
+    declared: dict[str, Any] = {"M": ms, "output_rows": output_rows, "architecture": m.architecture}
+    if n_kv is not None:
+        ctx = n_ctx if n_ctx is not None else max(n_kv, 4096)
+        if ctx < n_kv:
+            raise click.BadParameter(f"{ctx} cells cannot hold n_kv = {n_kv}", param_hint="--n-ctx")
+        rows += aggregate.declared_attention_rows(m, ms, n_kv, ctx, kv_type, spec)
+        declared.update(n_kv=n_kv, n_ctx=ctx, kv_type=kv_type)
     meta = build.metadata(
         inputs={},
         ggufs={str(model): fileio.sha256_file(model)},
         gpu_specs=[spec.as_dict()],
-        declared={"M": ms, "output_rows": output_rows, "architecture": m.architecture},
+        declared=declared,
     )
     table = build.write(rows, output, meta)
     hist = aggregate.weight_type_histogram([m])

@@ -34,6 +34,9 @@ class GgufModel:
     block_count: int = 0
     head_count: int = 0
     head_count_kv: int = 0
+    embedding_length: int = 0
+    key_length: int = 0  # head size of K (0: embedding_length / head_count)
+    value_length: int = 0
 
     @property
     def tied_embeddings(self) -> bool:
@@ -123,4 +126,7 @@ def read_gguf(path: str | Path) -> GgufModel:
         block_count=arch_int("block_count"),
         head_count=arch_int("attention.head_count"),
         head_count_kv=arch_int("attention.head_count_kv"),
+        embedding_length=arch_int("embedding_length"),
+        key_length=arch_int("attention.key_length"),
+        value_length=arch_int("attention.value_length"),
     )

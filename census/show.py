@@ -213,7 +213,12 @@ def render_text(rep: Mapping[str, Any], top: int = 20) -> str:
         out.append(f"  gguf  {safe(p)}  sha256 {h[:16]}")
     if rep.get("declared"):
         d = rep["declared"]
-        out.append(f"  declared workload: M = {d.get('M')}, LM head at M = {d.get('output_rows')}")
+        kv = (
+            f", attention over {d['n_kv']} of {d.get('n_ctx')} {d.get('kv_type')} KV cells"
+            if d.get("n_kv")
+            else ""
+        )
+        out.append(f"  declared workload: M = {d.get('M')}, LM head at M = {d.get('output_rows')}{kv}")
     if rep["warnings"]:
         out.append(
             f"  {len(rep['warnings'])} warning(s) while ingesting, e.g. {safe(rep['warnings'][0], 160)}"

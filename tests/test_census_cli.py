@@ -418,3 +418,42 @@ def test_the_same_trace_twice_is_added_twice_with_a_warning(tmp_path: Path) -> N
     calls = sum(r["calls"] for r in pq.read_table(out).to_pylist())
     assert calls == 2 * sum(r["count"] for r in records(SAMPLE) if r["kind"] == "route")
     assert len(meta_of(out)[schema.META_INPUT_HASHES]) == 2
+
+
+def test_declared_attention_matches_the_traced_views(tmp_path: Path, smollm2_gguf: Path) -> None:
+    traced = tmp_path / "t.parquet"
+    declared = tmp_path / "d.parquet"
+    assert cli("census", "ingest", SAMPLE, "-o", traced).exit_code == 0
+    # the sample's workload: n_ctx 4096, 512 cells in use after the prompt
+    res = cli(
+        "census", "from-gguf", smollm2_gguf, "--m", "512", "--n-kv", "512", "--n-ctx", "4096", "-o", declared
+    )
+    assert res.exit_code == 0, res.output
+    key = ("tensor", "role", "layout", "src0_type", "M", "N", "K", "B", "src0_contiguous", "src0_nb_aligned")
+
+    def attention(p: Path) -> set[tuple[Any, ...]]:
+        return {tuple(r[k] for k in key) for r in pq.read_table(p).to_pylist() if r["layout"] == "attention"}
+
+    got = attention(declared)
+    assert len(got) == 2 * 30
+    assert got == {x for x in attention(traced) if x[4] == 512}
+    assert "attention over 512 of 4096 f16 KV cells" in cli("census", "show", declared).stdout
+    # a cache exactly n_kv cells long makes the transposed V view contiguous: the flags follow the strides
+    small = tmp_path / "s.parquet"
+    assert (
+        cli(
+            "census", "from-gguf", smollm2_gguf, "--m", "1", "--n-kv", "512", "--n-ctx", "512", "-o", small
+        ).exit_code
+        == 0
+    )
+    v = [r for r in pq.read_table(small).to_pylist() if r["role"] == "attn_kqv"]
+    assert v and all(r["src0_contiguous"] for r in v)
+    res = cli("census", "from-gguf", smollm2_gguf, "--m", "1", "--n-kv", "512", "--n-ctx", "256", "-o", small)
+    assert res.exit_code == 2 and "cannot hold n_kv = 512" in res.stderr
+
+
+def test_declared_attention_needs_head_counts(make_gguf: MakeGguf, tmp_path: Path) -> None:
+    g = make_gguf("m.gguf", [("blk.0.attn_q.weight", "q8_0", [64, 64])])
+    out = tmp_path / "d.parquet"
+    res = cli("census", "from-gguf", g, "--m", "1", "--n-kv", "256", "-o", out)
+    _assert_failed_cleanly(res, out, "attention rows need scalar head_count")
