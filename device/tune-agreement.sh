@@ -5,15 +5,17 @@
 #   2. cost: device-seconds to a +-1% CI of the route/stock ratio, harness vs test-backend-ops;
 #   3. L2: M = 1 shapes with and without weight rotation.
 #
-# Run from the repository root on the device machine:
-#   OUT=<dir> [BUILD_DIR=<llama.cpp build with bin/libggml-cuda.so>] [LLAMA_CPP_DIR=<patched tree> |
-#   LLAMA_TARBALL=.carry/llama.cpp.tar.xz] [REFERENCE_TSV=...] [PARTS=1,2,3] device/tune-agreement.sh
+# Run from the repository root on the device machine (carry .carry/ with llama.cpp.tar.xz from
+# `make llama-tarball` and a copy of shared/reference/h200-mul-mat-routes.tsv):
+#   OUT=<dir> [BUILD_DIR=<patched CUDA build: libggml*.so in bin/ or the folder>] [LLAMA_CPP_DIR=<tree>]
+#   [LLAMA_TARBALL=.carry/llama.cpp.tar.xz] [REFERENCE_TSV=...] [PARTS=1,2,3] device/tune-agreement.sh
 #
-# The tree must carry `ggml-dispatch install` (the route override; without it only stock is compared).
-# BUILD_DIR: a CUDA build of that tree (shared libs): nothing of ggml-cuda is recompiled; the harness and
-# test-backend-ops.cpp are built against it (~1.5 min). Without BUILD_DIR, ggml-cuda is built here
-# (sm_90, FlashAttention off: ~4 min on 16 cores); then split the parts over two calls on the warm
-# machine (PARTS=1 first, then PARTS=2,3: the build in build/tuner-device is kept while it stays warm).
+# Which ggml is measured: BUILD_DIR if given; else device/integration.sh's patched build if this warm
+# machine has it (build/integration/patched, same patch hash); else the tarball's tree, patched here
+# with `ggml-dispatch install`, its ggml-cuda built by the harness' CMake (sm_90, FlashAttention off,
+# ~4 min on 16 cores): then split the parts over two calls on the warm machine (PARTS=1, then
+# PARTS=2,3; build/tuner-device is kept while the machine stays warm). test-backend-ops is the
+# prebuilt one next to the libraries, else tests/test-backend-ops.cpp built against the same ggml.
 # Writes under $OUT (8 files): harness-agreement.jsonl tbo-agreement.sql harness-cost.jsonl
 # tbo-cost.sql harness-l2.jsonl summary.json summary.md run.log; prints summary.md last.
 set -euo pipefail
@@ -30,18 +32,32 @@ log() { echo "tune-agreement: $*" | tee -a "$LOG" >&2; }
 PARTS=${PARTS:-1,2,3}
 JOBS=${JOBS:-$(nproc)}
 PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-CUDA0}  # CPU runs the same steps on ggml's CPU backend (how CI tests this script)
 T0=$(date +%s)
 
-# --- the llama.cpp tree ------------------------------------------------------------------------
+# --- the llama.cpp tree (patched) and the ggml build to measure -----------------------------------
+PY_INSTALL='import sys; from codegen.install_cli import install_cmd; install_cmd(sys.argv[1:])'
+PHASH_WANT=$(PYTHONPATH=$REPO $PY -c 'from codegen import install as i; print(i.patch_hash(i.native_sources(), i.load_hunks()))' 2>/dev/null || echo "")
+INTEGRATION=$REPO/build/integration/patched
+if [ -z "${BUILD_DIR:-}" ] && ls "$INTEGRATION"/libggml-cuda.so* >/dev/null 2>&1 \
+    && [ -n "$PHASH_WANT" ] && [ "$(cat "$INTEGRATION/PATCH_HASH" 2>/dev/null)" = "$PHASH_WANT" ]; then
+    BUILD_DIR=$INTEGRATION  # device/integration.sh's patched build on this (warm) machine
+    log "reusing the patched build in $BUILD_DIR"
+fi
 TREE=${LLAMA_CPP_DIR:-}
+if [ -z "$TREE" ] && [ -f "$REPO/build/integration/llama.cpp/ggml/include/ggml.h" ] && [ "${BUILD_DIR:-}" = "$INTEGRATION" ]; then
+    TREE=$REPO/build/integration/llama.cpp
+fi
 if [ -z "$TREE" ]; then
     TARBALL=${LLAMA_TARBALL:-$REPO/.carry/llama.cpp.tar.xz}
     if [ ! -f "$WORK/llama.cpp/ggml/include/ggml.h" ]; then
-        [ -f "$TARBALL" ] || { log "no LLAMA_CPP_DIR and no tarball at $TARBALL"; exit 2; }
+        [ -f "$TARBALL" ] || { log "no LLAMA_CPP_DIR and no tarball at $TARBALL (make llama-tarball)"; exit 2; }
         log "unpacking $TARBALL"
         tar -xJf "$TARBALL" -C "$WORK"
     fi
     TREE=$WORK/llama.cpp
+    # idempotent; a tree that already carries this hook is left as it is
+    PYTHONPATH=$REPO $PY -c "$PY_INSTALL" --llama-cpp "$TREE" >>"$LOG" 2>&1 || { tail -20 "$LOG"; exit 1; }
 fi
 [ -f "$TREE/ggml/include/ggml.h" ] || { log "$TREE is not a llama.cpp tree"; exit 2; }
 if [ -f "$TREE/ggml/src/ggml-cuda/ggml-dispatch-build.h" ]; then
@@ -52,7 +68,7 @@ fi
 
 TSV=${REFERENCE_TSV:-}
 for cand in "$TSV" shared/reference/h200-mul-mat-routes.tsv ../shared/reference/h200-mul-mat-routes.tsv \
-    device/h200-mul-mat-routes.tsv; do
+    .carry/h200-mul-mat-routes.tsv; do
     if [ -n "$cand" ] && [ -f "$cand" ]; then TSV=$cand; break; fi
 done
 [ -f "$TSV" ] || { log "reference TSV not found (set REFERENCE_TSV)"; exit 2; }
@@ -60,29 +76,37 @@ done
 # --- build: harness + test-backend-ops against the same ggml -----------------------------------
 VERSION=$(PYTHONPATH=$REPO $PY -c 'from tuner.build import harness_version; print(harness_version())')
 HB=$WORK/harness
-ARGS=(-DLLAMA_CPP_DIR="$TREE" -DTUNER_HARNESS_VERSION="$VERSION" -DTUNER_TEST_BACKEND_OPS=ON)
+ARGS=(-DLLAMA_CPP_DIR="$TREE" -DTUNER_HARNESS_VERSION="$VERSION")
+TBO=""
 if [ -n "${BUILD_DIR:-}" ]; then
-    ls "$BUILD_DIR"/bin/libggml-cuda.so* >/dev/null 2>&1 || { log "$BUILD_DIR/bin has no libggml-cuda.so"; exit 2; }
+    LIBDIR=$BUILD_DIR/bin
+    [ -d "$LIBDIR" ] || LIBDIR=$BUILD_DIR
+    if [ "$DEVICE" != CPU ] && ! ls "$LIBDIR"/libggml-cuda.so* >/dev/null 2>&1; then
+        log "$BUILD_DIR has no libggml-cuda.so (bin/ or the folder)"
+        exit 2
+    fi
     ARGS+=(-DGGML_BUILD_DIR="$BUILD_DIR")
-    export LD_LIBRARY_PATH=$BUILD_DIR/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    [ -x "$LIBDIR/test-backend-ops" ] && TBO=$LIBDIR/test-backend-ops
     log "linking the prebuilt ggml of $BUILD_DIR"
 else
     ARGS+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_CUDA_FA=OFF)
     log "building ggml-cuda from $TREE (sm_90, FA off)"
 fi
+if [ -n "$TBO" ]; then ARGS+=(-DTUNER_TEST_BACKEND_OPS=OFF); else ARGS+=(-DTUNER_TEST_BACKEND_OPS=ON); fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S tuner/harness -B "$HB" "${GEN[@]}" "${ARGS[@]}" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
 cmake --build "$HB" -j "$JOBS" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
 log "build done in $(( $(date +%s) - T0 )) s"
 HARNESS=$HB/bin/ggml-dispatch-harness
-TBO=$HB/bin/test-backend-ops
+[ -n "$TBO" ] || TBO=$HB/bin/test-backend-ops
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$LOG" 2>&1 || true
-"$HARNESS" --info >>"$LOG" 2>&1
+"$HARNESS" --info --device "$DEVICE" >>"$LOG" 2>&1
 
 # --- the three parts ---------------------------------------------------------------------------
 PYTHONPATH=$REPO $PY -m tuner.agreement --harness "$HARNESS" --tbo "$TBO" --tsv "$TSV" --out "$OUT" \
-    --work "$WORK/agreement-work" --parts "$PARTS" --device "${DEVICE:-CUDA0}" ${AGREEMENT_ARGS:-} \
+    --work "$WORK/agreement-work" --parts "$PARTS" --device "$DEVICE" ${AGREEMENT_ARGS:-} \
     2> >(tee -a "$LOG" >&2) >"$WORK/summary.txt"
 log "done in $(( $(date +%s) - T0 )) s"
 cat "$WORK/summary.txt"

@@ -637,3 +637,49 @@ def test_agreement_pipeline_on_cpu(harness: Path, test_backend_ops: Path, tmp_pa
     for cost in s["cost"]:
         assert cost["tbo"]["n"] == 3 and cost["harness"]["reached"] is False  # no route can be forced on CPU
     assert "## 1. Agreement" in (out / "summary.md").read_text()
+
+
+def test_device_script_runs_on_the_cpu_backend(
+    tree: Path, harness: Path, test_backend_ops: Path, tmp_path: Path
+) -> None:
+    """device/tune-agreement.sh as the lead runs it, with DEVICE=CPU: the harness is built in the
+    prebuilt-libraries mode (-DGGML_BUILD_DIR) against this module's CPU build, whose bin/ also holds
+    test-backend-ops."""
+    tsv = tmp_path / "ref.tsv"
+    tsv.write_text(TINY_TSV)
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "WORK": str(tmp_path / "work"),
+        "DEVICE": "CPU",
+        "BUILD_DIR": str(harness.parent.parent),
+        "LLAMA_CPP_DIR": str(tree),
+        "REFERENCE_TSV": str(tsv),
+        "PYTHON": sys.executable,
+        "AGREEMENT_ARGS": "--cost-cases 1 --cost-trials 4 --tbo-reps 3 --trials 3 --harness-arg=--trial-ms=2 "
+        "--harness-arg=--l2-bytes=10000 --harness-arg=--threads=1",
+    }
+    repo = Path(__file__).resolve().parent.parent
+    p = subprocess.run(
+        ["bash", str(repo / "device" / "tune-agreement.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(x.name for x in out.iterdir()) == [
+        "harness-agreement.jsonl",
+        "harness-cost.jsonl",
+        "harness-l2.jsonl",
+        "run.log",
+        "summary.json",
+        "summary.md",
+        "tbo-agreement.sql",
+        "tbo-cost.sql",
+    ]
+    assert "linking the prebuilt ggml" in p.stderr and "carries no ggml-dispatch install" in p.stderr
+    assert p.stdout.startswith("# Harness vs test-backend-ops") and "## 3. M = 1" in p.stdout
+    header = json.loads((out / "harness-agreement.jsonl").read_text().splitlines()[0])
+    assert header["harness_version"] == build.harness_version() and header["backend"] == "CPU"

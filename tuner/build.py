@@ -94,7 +94,7 @@ def _hash_tree_sources(root: Path) -> str:
 
 def _hash_prebuilt(build_dir: Path) -> str:
     h = hashlib.sha256()
-    for sub in ("bin", "lib"):
+    for sub in ("bin", "lib", "ggml/src", "."):
         d = build_dir / sub
         if not d.is_dir():
             continue
@@ -162,8 +162,10 @@ def build_harness(
     """The harness binary for this tree (built if needed). Raises BuildError with the log's tail."""
     if not (tree / "ggml" / "include" / "ggml.h").is_file():
         raise BuildError(f"{tree}: not a llama.cpp tree (no ggml/include/ggml.h)")
-    if build_dir is not None and not any((build_dir / d).glob("libggml-base.so*") for d in ("bin", "lib")):
-        raise BuildError(f"{build_dir}: no libggml-base.so under bin/ or lib/ (a llama.cpp build folder?)")
+    if build_dir is not None and not any(
+        any((build_dir / d).glob("libggml-base.so*")) for d in ("bin", "lib", "ggml/src", ".")
+    ):
+        raise BuildError(f"{build_dir}: no libggml-base.so in bin/, lib/ or the folder (a llama.cpp build?)")
     for tool in ("cmake",):
         if shutil.which(tool) is None:
             raise BuildError(f"{tool} is not on PATH")

@@ -333,6 +333,11 @@ json device_header(const bench_env & env) {
     j["l2_source"]       = d.l2_source;
     j["features"]        = d.features;
     j["dispatch_api"]    = d.dispatch_api;
+#ifdef TUNER_SET_GRAPH_UID
+    j["graph_uid"] = true;
+#else
+    j["graph_uid"] = false;
+#endif
     const harness_opts & o = env.opts;
     j["opts"] = {
         { "rotate", o.rotate },
