@@ -107,3 +107,14 @@ device-integration-carry: llama-tarball smollm2  ## what device/integration.sh n
 
 device-integration:  ## ON THE GPU MACHINE: probe, test-backend-ops per forced route, traced llama-bench, A/B (OUT=...)
 	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) bash device/integration.sh
+
+# ---- tuner: the harness and the GPU proof (device/tune-agreement.sh) ----
+.PHONY: tuner-harness tune-agreement-carry tune-agreement
+tuner-harness: venv  ## build the tuning harness against the pinned tree's CPU backend (cached in .cache/tuner-harness)
+	$(BIN)/ggml-dispatch tune build --llama-cpp $$($(BIN)/python -m ggml_dispatch.fetch llama-src) --cpu
+
+tune-agreement-carry: llama-tarball  ## what device/tune-agreement.sh needs in .carry/ (pinned tree, reference TSV)
+	cp ../shared/reference/h200-mul-mat-routes.tsv $(CARRY)/
+
+tune-agreement:  ## ON THE GPU MACHINE: harness vs test-backend-ops, cost to a +-1% CI, L2 rotation (OUT=..., BUILD_DIR=...)
+	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) $(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR)) bash device/tune-agreement.sh
