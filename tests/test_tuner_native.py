@@ -683,3 +683,61 @@ def test_device_script_runs_on_the_cpu_backend(
     assert p.stdout.startswith("# Harness vs test-backend-ops") and "## 3. M = 1" in p.stdout
     header = json.loads((out / "harness-agreement.jsonl").read_text().splitlines()[0])
     assert header["harness_version"] == build.harness_version() and header["backend"] == "CPU"
+
+
+def test_sweep_script_runs_on_the_cpu_backend_and_resumes(tree: Path, harness: Path, tmp_path: Path) -> None:
+    """device/tune-sweep.sh with DEVICE=CPU against this module's CPU build: a first call stopped by its
+    budget, a second call that finishes from the journal the first one left (a warm machine)."""
+    census = write_census(
+        tmp_path / "census.parquet",
+        [census_row("q4_0", 1, 64, 256, 50.0), census_row("q8_0", 4, 32, 64, 20.0)],
+    )
+    repo = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "WORK": str(tmp_path / "work"),
+        "DEVICE": "CPU",
+        "BUILD_DIR": str(harness.parent.parent),
+        "LLAMA_CPP_DIR": str(tree),
+        "CENSUS": str(census),
+        "PYTHON": sys.executable,
+        "TRIALS": "2",
+        "COVERAGE": "1",
+        "TUNE_ARGS": "--l2-bytes 100000 --harness-arg=--trial-ms=2 --harness-arg=--threads=1",
+    }
+    out1 = tmp_path / "out1"
+    p = subprocess.run(
+        ["bash", str(repo / "device" / "tune-sweep.sh")],
+        capture_output=True,
+        text=True,
+        # a later --max-seconds overrides the script's: stop after a case or two
+        env={
+            **env,
+            "OUT": str(out1),
+            "TUNE_ARGS": env["TUNE_ARGS"] + " --harness-arg=--trial-ms=500 --max-seconds 3",
+        },
+        timeout=1200,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    # 5 cases (M 1 2 | 2 4 8); the budget left after the build is what --max-seconds gets
+    assert sorted(x.name for x in out1.iterdir()) == ["run.log", "tuning.journal.jsonl", "tuning.parquet"]
+    first = len(read_journal(out1 / "tuning.journal.jsonl").cases)
+    assert 1 <= first < 5 and "stopped by --max-seconds" in p.stderr
+    out2 = tmp_path / "out2"
+    p = subprocess.run(
+        ["bash", str(repo / "device" / "tune-sweep.sh")],
+        capture_output=True,
+        text=True,
+        env={**env, "OUT": str(out2)},
+        timeout=1200,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert len(read_journal(out2 / "tuning.journal.jsonl").cases) == 5
+    assert {(r["N"], r["M"]) for r in rows_of(out2 / "tuning.parquet")} == {
+        (64, 1),
+        (64, 2),
+        (32, 2),
+        (32, 4),
+        (32, 8),
+    }
+    assert f"resuming: {first} of 5 cases" in p.stderr
