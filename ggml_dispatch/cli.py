@@ -5,7 +5,8 @@ This layer only parses options and prints; the work is in the stage packages' pu
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Final
 
 import click
 
@@ -20,7 +21,30 @@ class _InputFailure(click.ClickException):
         click.echo(f"ggml-dispatch: error: {self.format_message()}", err=True)
 
 
+# Sub-commands are imported only when used: `census ingest` need not load matplotlib or jinja2.
+_COMMANDS: Final[dict[str, str]] = {
+    "census": "census.cli:census",
+    "tune": "tuner.cli:tune",
+    "codegen": "codegen.cli:codegen_cmd",
+    "install": "codegen.install_cli:install_cmd",
+    "diff": "codegen.cli:diff_cmd",
+    "report": "codegen.report_cli:report_cmd",
+}
+
+
 class _Root(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -43,21 +67,3 @@ def main() -> None:
       diff     two tables    -> what changed and what it should do to time
       report   Parquet files -> Markdown + PNG plots
     """
-
-
-def _register() -> None:
-    from census.cli import census
-    from codegen.cli import codegen_cmd, diff_cmd
-    from codegen.install_cli import install_cmd
-    from codegen.report_cli import report_cmd
-    from tuner.cli import tune
-
-    main.add_command(census)
-    main.add_command(tune)
-    main.add_command(codegen_cmd)
-    main.add_command(install_cmd)
-    main.add_command(diff_cmd)
-    main.add_command(report_cmd)
-
-
-_register()
