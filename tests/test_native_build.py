@@ -208,57 +208,67 @@ def test_hook_symbols_resolve(cuda_objects: dict[str, subprocess.CompletedProces
     assert needed <= defined, needed - defined
 
 
-@needs_nvcc
-def test_nvcc_compiles_dispatch_source_with_a_table(
-    patched_tree: Path, cublas_include: Path, tmp_path: Path
-) -> None:
-    pytest.importorskip("codegen.render")
+def h200_table(commit: str) -> dict[str, Any]:
     from codegen import table
 
     t = table.empty_table()
     t["gpu"] = {"name": "NVIDIA H200", "cc": 900, "sm_count": 132}
-    t["upstream_commit"] = (patched_tree / "UPSTREAM_COMMIT").read_text().strip()
+    t["upstream_commit"] = commit
     t["provenance"] = {"source": "measured"}
+    weight = {"op": "MUL_MAT", "layout": "weight", "src1_type": "f32", "B": 1}
     t["rules"] = [
-        {
-            "op": "MUL_MAT",
-            "layout": "weight",
-            "src0_type": "q4_K",
-            "src1_type": "f32",
-            "N": 4096,
-            "K": 4096,
-            "B": 1,
-        }
-        | {"M_lo": 256, "M_hi": 2048, "route": "cublas"},
-        {"op": "MUL_MAT", "layout": "weight", "src0_type": "q4_K", "src1_type": "f32", "N": 0, "K": 0, "B": 1}
-        | {"M_lo": 9, "M_hi": 64, "route": "mmq"},
+        weight | {"src0_type": "q4_K", "N": 4096, "K": 4096, "M_lo": 256, "M_hi": 2048, "route": "cublas"},
+        weight | {"src0_type": "q4_K", "N": 0, "K": 0, "M_lo": 9, "M_hi": 64, "route": "mmq"},
+        weight | {"src0_type": "q4_0", "N": 4096, "K": 4096, "M_lo": 2, "M_hi": 64, "route": "mmq"},
     ]
-    tree = tmp_path / "llama.cpp"
+    return t
+
+
+@pytest.fixture(scope="module")
+def table_object(
+    patched_tree: Path, cublas_include: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """ggml-dispatch.cu compiled with a rendered three-rule table (a copy of the hook's files + table)."""
+    if NVCC is None:
+        pytest.skip("nvcc is not installed on this machine")
+    pytest.importorskip("codegen.render")
+    from codegen import table
+
+    work = tmp_path_factory.mktemp("table")
+    tree = work / "llama.cpp"
     (tree / CUDA).mkdir(parents=True)
     for p in (patched_tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cu"):
+        if p.name.startswith("ggml-dispatch") or p.name == "ggml-cuda.cu":
             shutil.copy2(p, tree / CUDA / p.name)
     shutil.copy2(patched_tree / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
-    (tmp_path / "table.json").write_text(table.dumps(t))
-    plan = inst.install(tree, table_path=tmp_path / "table.json")
-    assert str(CUDA / inst.TABLE_HEADER) in plan.writes
-    header = (tree / CUDA / inst.TABLE_HEADER).read_text()
-    assert "#define GGML_DISPATCH_TABLE_RULE_COUNT 2" in header
-    # compile against the full patched tree, with this table header in front of the no-table one
+    (work / "table.json").write_text(table.dumps(h200_table((tree / "UPSTREAM_COMMIT").read_text().strip())))
+    plan = inst.install(tree, table_path=work / "table.json")
+    assert set(plan.writes) == {str(CUDA / inst.TABLE_HEADER), str(CUDA / inst.MANIFEST)}
+    assert "#define GGML_DISPATCH_TABLE_RULE_COUNT 3" in (tree / CUDA / inst.TABLE_HEADER).read_text()
+    # the copy's own directory comes first for its includes (the table header), the tree's after
     res = _nvcc(
         [
             *NVCC_FLAGS,
-            f"-I{tree / CUDA}",
+            f"-I{patched_tree / CUDA}",
             *_includes(patched_tree, cublas_include),
             "-c",
-            str(patched_tree / CUDA / "ggml-dispatch.cu"),
+            str(tree / CUDA / "ggml-dispatch.cu"),
             "-o",
-            "d.o",
+            "ggml-dispatch-table.o",
         ],
-        tmp_path,
+        work,
     )
+    return work / "ggml-dispatch-table.o", res
+
+
+@needs_nvcc
+def test_nvcc_compiles_dispatch_source_with_a_table(
+    table_object: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    obj, res = table_object
     assert res.returncode == 0, res.stderr[-4000:]
     assert _hook_warnings(res.stderr) == []
+    assert obj.is_file()
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,3 +428,251 @@ def test_grid_catches_a_missing_hard_limit(grids: dict[str, dict[str, Any]]) -> 
     g = grids["mutant"]
     assert g["rc"] != 0 and g["violations"] > 0
     assert any("mmq" in m and "tree no, check ok" in m for m in g["messages"])
+
+
+# --------------------------------------------------------------------------------------------
+# The real ggml-dispatch.cu driven without a GPU (tests/native/glue_driver.cu)
+
+GLUE_EXTRA_FUNCTIONS = {"fwht.cu": [r"ggml_cuda_op_mul_mat_use_fwht"]}
+
+
+@pytest.fixture(scope="module")
+def glue(
+    patched_tree: Path,
+    cublas_include: Path,
+    cpu_build: Path,
+    cuda_objects: dict[str, subprocess.CompletedProcess[str]],
+    table_object: tuple[Path, subprocess.CompletedProcess[str]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Path]:
+    """Two driver programs: with the hook's no-table object and with the three-rule table object."""
+    assert cuda_objects["ggml-dispatch"].returncode == 0, cuda_objects["ggml-dispatch"].stderr[-2000:]
+    assert table_object[1].returncode == 0, table_object[1].stderr[-2000:]
+    work = tmp_path_factory.mktemp("glue")
+    inc = tree_should_use_source(patched_tree / CUDA)
+    for fname, patterns in GLUE_EXTRA_FUNCTIONS.items():
+        src = (patched_tree / CUDA / fname).read_text()
+        for pat in patterns:
+            funcs = extract_functions(src, pat)
+            assert funcs, f"{fname}: no definition of {pat}"
+            inc += "".join(f"\n// {fname} (verbatim)\n{f}\n" for f in funcs)
+    (work / "tree_should_use.inc").write_text(inc)
+    res = _nvcc(
+        [
+            *NVCC_FLAGS,
+            f"-I{work}",
+            f"-I{patched_tree / CUDA}",
+            *_includes(patched_tree, cublas_include),
+            "-c",
+            str(NATIVE_TESTS / "glue_driver.cu"),
+            "-o",
+            "glue_driver.o",
+        ],
+        work,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    libdir = _libggml_base(cpu_build).parent
+    objs = Path(cuda_objects["dir"].stdout)
+    exes = {}
+    for name, obj in (("no_table", objs / "ggml-dispatch.o"), ("table", table_object[0])):
+        exe = work / f"glue_{name}"
+        link = _nvcc(
+            [
+                "glue_driver.o",
+                str(obj),
+                "-o",
+                str(exe),
+                f"-L{libdir}",
+                "-lggml",
+                "-lggml-base",
+                "-lggml-cpu",
+                "-Xlinker=--wrap=cudaGetDeviceProperties",
+                "-Xlinker=--wrap=cublasGetProperty",
+                f"-Xlinker=-rpath={libdir}",
+            ],
+            work,
+        )
+        assert link.returncode == 0, link.stderr[-4000:]
+        exes[name] = exe
+    return exes
+
+
+def run_glue(exe: Path, env: dict[str, str]) -> tuple[dict[str, Any], str]:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("GGML_CUDA_", "GLUE_"))} | env
+    res = subprocess.run([str(exe)], capture_output=True, text=True, env=full, timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    lines = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    out: dict[str, Any] = {"cases": {}}
+    for obj in lines:
+        if "case" in obj:
+            out["cases"][obj["case"]] = obj["run"]
+        else:
+            out.update(obj)
+    return out, res.stderr
+
+
+STOCK = {
+    "q4_0 M=8": "mmvq",
+    "q4_0 M=512": "mmq",
+    "f16 M=8": "mmf",
+    "f16 M=1": "mmvf",
+    "f32 N=1 M=100": "mmvf_t",
+}
+
+
+@needs_nvcc
+def test_glue_default_mode_runs_stock_and_traces_it(glue: dict[str, Path], tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    out, log = run_glue(glue["no_table"], {"GGML_CUDA_ROUTE_TRACE": str(trace)})
+    assert out["active"] is True
+    assert set(out["cases"].values()) == {"stock"}  # nothing requested: stock runs
+    assert "no dispatch table compiled in" in log and str(trace) in log
+    recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    header, routes, footer = recs[0], recs[1:-1], recs[-1]
+    assert header["kind"] == "header" and footer["kind"] == "footer" and footer["records"] == len(routes)
+    assert header["devices"][0] | {"vram_mib": 0} == {
+        "id": 0,
+        "name": "NVIDIA H200",
+        "uuid": "GPU-01020304-0506-0708-090a-0b0c0d0e0f10",
+        "cc": 900,
+        "sm_count": 132,
+        "smpbo": 232448,
+        "vram_mib": 0,
+    }
+    assert header["patch_hash"] == inst.patch_hash(inst.native_sources(), inst.load_hunks())
+    assert header["upstream_commit"] == (fetch.llama_cpp_dir() / "UPSTREAM_COMMIT").read_text().strip()
+    assert header["table_hash"] is None and header["build"]["cuda_arch_list"] == "900"
+    assert header["build"]["options"]["GGML_CUDA_GRAPHS"] is True
+    by_tensor = {(r["tensor"], r["src1_ne"][1], r["fused"]): r for r in routes}
+    assert by_tensor[("blk.0.attn_q.weight", 8, None)]["route"] == "mmvq"
+    assert by_tensor[("blk.0.attn_q.weight", 512, None)]["route"] == "mmq"
+    assert by_tensor[("blk.0.ffn_down.weight", 8, None)]["route"] == "mmf"
+    assert by_tensor[("blk.0.ffn_down.weight", 1, None)]["route"] == "mmvf"
+    assert by_tensor[("col", 100, None)]["route"] == "mmvf_t"
+    att = by_tensor[("cache_k_l0 (view) (permuted)", 7, None)]
+    assert (
+        att["layout"] == "attention" and att["src0_ne"] == [64, 512, 3, 1] and att["src1_ne"] == [64, 7, 9, 1]
+    )
+    moe = [r for r in routes if r["op"] == "MUL_MAT_ID"]
+    assert len(moe) == 1 and moe[0]["layout"] == "expert" and moe[0]["route"] == "mmvq"
+    fused = [r for r in routes if r["fused"]]
+    assert {r["tensor"] for r in fused} == {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"}
+    assert all(r["fused"] == "glu" and r["reason"] == "fused" and r["route"] == "mmvq" for r in fused)
+    assert all(r["reason"] in ("stock", "fused") and r["route"] == r["stock_route"] for r in routes)
+    # the captured node counts once at capture and once per replay (1 + 3)
+    assert by_tensor[("blk.0.attn_q.weight", 8, None)]["count"] == 1 + 4
+    assert out["graph_nodes"] == 4 and out["stale"] == [False, True, False]
+    assert sum(r["count"] for r in routes) == sum(out["counts"]["ran"])
+
+
+@pytest.mark.parametrize(
+    ("mode", "forced", "ineligible"),
+    [
+        (
+            "force:mmq",
+            {"q4_0 M=8", "q4_0 M=512"},
+            {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9", "f32 N=1 M=100"},
+        ),
+        (
+            "force:mmvq",
+            {"q4_0 M=8"},
+            {"q4_0 M=512", "f16 M=8", "f16 M=1", "attention f16 M=7 B=9", "f32 N=1 M=100"},
+        ),
+        (
+            "force:mmvf",
+            {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9"},
+            {"q4_0 M=8", "q4_0 M=512", "f32 N=1 M=100"},
+        ),
+        (
+            "force:mmf",
+            {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9"},
+            {"q4_0 M=8", "q4_0 M=512", "f32 N=1 M=100"},
+        ),
+        ("force:cublas", set(STOCK) | {"attention f16 M=7 B=9"}, set()),
+        (
+            "override:4",
+            {"q4_0 M=8", "q4_0 M=512"},
+            {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9", "f32 N=1 M=100"},
+        ),
+    ],
+)
+@needs_nvcc
+def test_glue_forced_routes_only_where_eligible(
+    glue: dict[str, Path], tmp_path: Path, mode: str, forced: set[str], ineligible: set[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    env = {"GGML_CUDA_ROUTE_TRACE": str(trace)}
+    if mode.startswith("override:"):
+        env["GLUE_OVERRIDE"] = mode.split(":")[1]
+        route = "mmq"
+    else:
+        env["GGML_CUDA_DISPATCH"] = mode
+        route = mode.split(":")[1]
+    out, log = run_glue(glue["no_table"], env)
+    assert {c for c, r in out["cases"].items() if r != "stock"} == forced
+    assert all(out["cases"][c] == route for c in forced)
+    routes = [json.loads(ln) for ln in trace.read_text().splitlines()][1:-1]
+    mm = [r for r in routes if r["op"] == "MUL_MAT" and not r["fused"]]
+    refused = [r for r in mm if r["reason"].startswith("ineligible:")]
+    # every refused node ran its stock route; every forced node ran the forced route
+    assert all(r["route"] == r["stock_route"] for r in refused)
+    assert all(r["route"] == route for r in mm if r["reason"] == "forced")
+    assert len({(r["tensor"], r["src1_ne"][1]) for r in refused}) == len(ineligible)
+    counts = out["counts"]
+    assert counts["ineligible"] == sum(r["count"] for r in refused) and counts["table"] == 0
+    assert counts["forced"] == sum(r["count"] for r in mm if r["reason"] == "forced")
+    if mode.startswith("force:"):
+        assert f"GGML_CUDA_DISPATCH={mode}" in log
+
+
+@needs_nvcc
+def test_glue_off_is_inactive(glue: dict[str, Path], tmp_path: Path) -> None:
+    out, log = run_glue(glue["no_table"], {"GGML_CUDA_DISPATCH": "off"})
+    assert out["active"] is False and set(out["cases"].values()) == {"stock"}
+    assert out["counts"] == {"ran": [0] * 6, "forced": 0, "table": 0, "ineligible": 0}
+    assert "GGML_CUDA_DISPATCH=off" in log
+    # off with a trace: observed, still stock
+    trace = tmp_path / "t.jsonl"
+    out, _ = run_glue(glue["no_table"], {"GGML_CUDA_DISPATCH": "off", "GGML_CUDA_ROUTE_TRACE": str(trace)})
+    assert out["active"] is True and set(out["cases"].values()) == {"stock"}
+    routes = [json.loads(ln) for ln in trace.read_text().splitlines()][1:-1]
+    assert routes and all(r["reason"] in ("stock", "fused") for r in routes)
+    assert out["stale"] == [False, False, False]  # overrides are ignored under off
+    out, log = run_glue(glue["no_table"], {"GGML_CUDA_DISPATCH": "sometimes"})
+    assert out["active"] is False and "running stock" in log
+
+
+@needs_nvcc
+def test_glue_table_applies_only_on_its_gpu(glue: dict[str, Path], tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    out, log = run_glue(glue["table"], {"GGML_CUDA_ROUTE_TRACE": str(trace)})
+    # rule: q4_0, N = K = 4096, M 2..64 -> mmq; M = 512 is outside it
+    assert out["cases"]["q4_0 M=8"] == "mmq" and out["cases"]["q4_0 M=512"] == "stock"
+    assert "applied on CUDA0" in log and "3 rules" in log
+    recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    assert recs[0]["table_hash"] and recs[0]["dispatch"]["table_applied"] == [True]
+    table_rows = [r for r in recs[1:-1] if r["reason"] == "table"]
+    assert {(r["tensor"], r["src1_ne"][1], r["route"], r["stock_route"]) for r in table_rows} == {
+        ("blk.0.attn_q.weight", 8, "mmq", "mmvq")
+    }
+    assert out["counts"]["table"] == 1 + 4  # the captured node and its 3 replays count too
+
+    out, log = run_glue(glue["table"], {"GLUE_GPU_NAME": "NVIDIA H100 80GB HBM3"})
+    assert set(out["cases"].values()) == {"stock"}
+    assert "refused on CUDA0" in log and "GPU mismatch" in log
+    out, _ = run_glue(glue["table"], {"GGML_CUDA_DISPATCH": "off"})
+    assert set(out["cases"].values()) == {"stock"}
+
+
+@needs_nvcc
+def test_glue_trace_is_accepted_by_census_ingest(glue: dict[str, Path], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ggml_dispatch.cli import main
+
+    trace = tmp_path / "trace.jsonl"
+    run_glue(glue["table"], {"GGML_CUDA_ROUTE_TRACE": str(trace)})
+    res = CliRunner().invoke(main, ["census", "ingest", str(trace), "-o", str(tmp_path / "c.parquet")])
+    assert res.exit_code == 0, res.output
