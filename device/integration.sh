@@ -12,7 +12,8 @@
 #
 # Run from the repository root on the device machine (the lead: `make device-integration-carry` here
 # first, then run this with carry [".carry"]):
-#   OUT=<dir> [PARTS=probe,tbo,bench,ab] [WORK=build/integration] device/integration.sh
+#   OUT=<dir> [PARTS=probe,tbo,bench,ab] [TBO_MODES="stock force:mmq ..."] [TBO_JOBS=4] \
+#   [WORK=build/integration] device/integration.sh
 # Inputs: .carry/llama.cpp.tar.xz (pinned tree, trimmed), .carry/smollm2.meta.gguf (SmolLM2's metadata
 # and tensor list: the 98 MB file cannot travel, the model is rebuilt there with the same names, types
 # and shapes, random weights). The build (patched, then unpatched by reverting the hook and rebuilding
@@ -131,12 +132,19 @@ if has_part tbo; then
         set -e
         echo $(( $(date +%s) - t0 )) >"$TBO_DIR/sec-$name"
     }
-    # three at a time: each uses the GPU and half the cores for the CPU reference
-    for wave in "stock stock-id force:mmvf force:mmf" "force:mmvq force:mmq force:cublas"; do
-        for m in $wave; do run_tbo "$m" & done
-        wait
-        log "  wave done: $wave ($(elapsed))"
+    # TBO_JOBS at a time: each uses the GPU and half the cores for its CPU reference
+    running=0
+    for m in ${TBO_MODES:-stock stock-id force:mmvf force:mmf force:mmvq force:mmq force:cublas}; do
+        if [ "$running" -ge "${TBO_JOBS:-4}" ]; then
+            wait -n || true
+            running=$((running - 1))
+        fi
+        run_tbo "$m" &
+        running=$((running + 1))
+        log "  started $m ($(elapsed))"
     done
+    wait
+    log "  test-backend-ops done ($(elapsed))"
     tar -czf "$OUT/traces-tbo.tar.gz" -C "$TBO_DIR" .
 fi
 

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# End-to-end on the GPU machine (issue 6), with the project's own commands only:
+#   models  real-dimension models: SmolLM2 rebuilt from its metadata; llama at Llama-3-8B dimensions,
+#           4 and 16 layers, Q4_K_M; qwen3 at the seed workload's dense shapes (hidden 5120, FFN 17408,
+#           head dim 256, 24/4 heads), 4 layers, a Q5_K/Q6_K/Q8_0 mix (random weights, llama-quantize);
+#   trace   llama-bench with GGML_CUDA_ROUTE_TRACE, FlashAttention on: decode (tg), M = 2,3,4,8,16,
+#           prefill micro-batches M = 128..2048 (pp2048 at -ub 128..2048);
+#   census  ggml-dispatch census ingest (per model and all together);
+#   tune    ggml-dispatch tune run on the census (prebuilt ggml, --max-seconds TUNE_SECONDS);
+#   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
+#           the crude rule (a one-rule table compiled into a second build).
+#
+# Run from the repository root on the device machine:
+#   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] device/e2e.sh
+#   OUT=<dir> PARTS=models,ab [AB_PAIRS=5] device/e2e.sh
+# Inputs in .carry/ (make device-e2e-carry): llama.cpp.tar.xz (trimmed pinned tree),
+# smollm2.meta.gguf, bin-patched.tar.xz (patched build: no table), and for ab bin-table.tar.xz and
+# bin-crude.tar.xz (the same tree with the measured table / the crude rule compiled in).
+# Writes under $OUT (<= 8 files) and prints summary.md last.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+: "${OUT:?set OUT to the output folder}"
+mkdir -p "$OUT"
+WORK=${WORK:-$REPO/build/e2e}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+LOG=$OUT/run.log
+: >>"$LOG"
+PARTS=${PARTS:-models,trace,census,tune}
+PY=${PYTHON:-python3}
+T0=$(date +%s)
+log() { echo "e2e [$(( $(date +%s) - T0 ))s]: $*" | tee -a "$LOG" >&2; }
+has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
+SUMMARY=$OUT/summary.md
+: >"$SUMMARY"
+
+SRC=$WORK/llama.cpp
+if [ ! -f "$SRC/ggml/include/ggml.h" ]; then
+    tar -xJf .carry/llama.cpp.tar.xz -C "$WORK"
+fi
+export PYTHONPATH=$REPO:$SRC/gguf-py
+dispatch() { $PY -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
+
+unpack_bin() {  # $1 = name (patched | table | crude) -> $WORK/bin-$1
+    local d=$WORK/bin-$1
+    if [ ! -x "$d/llama-bench" ]; then
+        [ -f ".carry/bin-$1.tar.xz" ] || { log "missing .carry/bin-$1.tar.xz"; exit 2; }
+        mkdir -p "$d"
+        tar -xJf ".carry/bin-$1.tar.xz" -C "$d"
+    fi
+    echo "$d"
+}
+PATCHED=$(unpack_bin patched)
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
+    >>"$LOG" 2>&1 || true
+
+M=$WORK/models
+mkdir -p "$M"
+MODELS=(smollm2 llama8b-L4 llama8b-L16 qwen27b-L4)
+if has_part models; then
+    if [ ! -f "$M/smollm2.gguf" ]; then
+        $PY -m ggml_dispatch.models clone .carry/smollm2.meta.gguf -o "$M/smollm2.gguf" >>"$LOG" 2>&1
+        log "smollm2 rebuilt"
+    fi
+    quant() {  # $1 = name, $2 = preset, $3 = layers, rest = llama-quantize args before the type
+        local name=$1 preset=$2 layers=$3
+        shift 3
+        [ -f "$M/$name.gguf" ] && return 0
+        $PY -m ggml_dispatch.models dense --preset "$preset" --layers "$layers" \
+            --tokenizer-from .carry/smollm2.meta.gguf -o "$M/$name.f16.gguf" >>"$LOG" 2>&1
+        LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" "$(nproc)" \
+            >>"$LOG" 2>&1
+        rm -f "$M/$name.f16.gguf"
+        log "$name: $(du -m "$M/$name.gguf" | cut -f1) MiB"
+    }
+    quant llama8b-L4 llama8b 4 Q4_K_M &
+    quant qwen27b-L4 qwen27b 4 --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 --tensor-type attn_v=q8_0 \
+        --tensor-type attn_output=q8_0 --tensor-type ffn_down=q6_K --output-tensor-type q6_K Q5_K_M &
+    wait
+    quant llama8b-L16 llama8b 16 Q4_K_M
+fi
+
+BENCH=(-ngl 99 -fa 1 -r 1 -b 2048 -o jsonl)
+if has_part trace; then
+    mkdir -p "$WORK/traces"
+    for name in "${MODELS[@]}"; do
+        t=$WORK/traces/$name
+        # decode, speculative verify and small batches, prefill micro-batches: one process each
+        GGML_CUDA_ROUTE_TRACE=$t.tg.jsonl LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-bench" -m "$M/$name.gguf" \
+            "${BENCH[@]}" -p 0 -n 128 >>"$WORK/bench-trace.jsonl" 2>>"$LOG"
+        GGML_CUDA_ROUTE_TRACE=$t.small.jsonl LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-bench" -m "$M/$name.gguf" \
+            "${BENCH[@]}" -p 2,3,4,8,16 -n 0 -ub 512 >>"$WORK/bench-trace.jsonl" 2>>"$LOG"
+        GGML_CUDA_ROUTE_TRACE=$t.pp.jsonl LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-bench" -m "$M/$name.gguf" \
+            "${BENCH[@]}" -p 2048 -n 0 -ub 128,256,512,1024,2048 >>"$WORK/bench-trace.jsonl" 2>>"$LOG"
+        log "traced $name"
+    done
+    tar -czf "$OUT/traces.tar.gz" -C "$WORK/traces" .
+fi
+
+if has_part census; then
+    all=()
+    for name in "${MODELS[@]}"; do
+        dispatch census ingest "$WORK"/traces/"$name".*.jsonl --gguf "$M/$name.gguf" \
+            -o "$WORK/census-$name.parquet" >>"$LOG" 2>&1
+        all+=("$WORK"/traces/"$name".*.jsonl)
+    done
+    # the table's census: every model's shapes together (the gguf join is per model above)
+    dispatch census ingest "${all[@]}" -o "$OUT/census.parquet" >>"$LOG" 2>&1
+    {
+        echo "## census (all models)"
+        echo '```'
+        dispatch census show "$OUT/census.parquet" 2>&1 | head -60
+        echo '```'
+    } >>"$SUMMARY"
+    log "census done"
+fi
+
+if has_part tune; then
+    [ -f "$OUT/census.parquet" ] || { log "tune needs the census part"; exit 2; }
+    # the tree the prebuilt libraries came from: install the hook so the harness sees its stamp
+    dispatch install --llama-cpp "$SRC" >>"$LOG" 2>&1
+    mkdir -p "$WORK/prebuilt/bin"
+    cp -a "$PATCHED"/*.so* "$WORK/prebuilt/bin/"
+    set +e
+    dispatch tune run "$OUT/census.parquet" --llama-cpp "$SRC" --build-dir "$WORK/prebuilt" \
+        -o "$OUT/tuning.parquet" --journal "$OUT/tuning.journal.jsonl" \
+        --max-seconds "${TUNE_SECONDS:-240}" ${TUNE_ARGS:-} >>"$LOG" 2>&1
+    echo "tune_rc=$?" >>"$LOG"
+    set -e
+    {
+        echo "## tuning"
+        $PY - "$OUT/tuning.parquet" <<'EOF'
+import sys
+
+import pandas as pd
+
+t = pd.read_parquet(sys.argv[1])
+print(f"rows {len(t)}, shapes {t.groupby(['src0_type', 'N', 'K']).ngroups}, Ms {sorted(t.M.unique())}")
+print(t.groupby("status").size().to_string())
+ok = t[t.status == "ok"]
+g = ok.groupby(["src0_type", "N", "K", "M", "route"]).us.median().unstack("route")
+print(g.round(1).to_string())
+EOF
+    } >>"$SUMMARY" 2>>"$LOG" || true
+    log "tune done"
+fi
+
+if has_part ab; then
+    TABLE=$(unpack_bin table)
+    CRUDE=$(unpack_bin crude)
+    AB=$OUT/ab.jsonl
+    : >"$AB"
+    PAIRS=${AB_PAIRS:-5}
+    for name in ${AB_MODELS:-llama8b-L4 llama8b-L16}; do
+        for pair in $(seq 1 "$PAIRS"); do
+            order="stock table crude"
+            case $((pair % 3)) in 1) order="table crude stock" ;; 2) order="crude stock table" ;; esac
+            for arm in $order; do
+                case $arm in
+                    stock) dir=$TABLE mode=off ;;
+                    table) dir=$TABLE mode=table ;;
+                    crude) dir=$CRUDE mode=table ;;
+                esac
+                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa 1 \
+                    -r 1 -b 2048 -o jsonl -p 512,2048 -ub 128,256,512,2048 -n 0 2>>"$LOG" >"$WORK/ab-pp.jsonl"
+                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa 1 \
+                    -r 1 -o jsonl -p 0 -n 128 2>>"$LOG" >"$WORK/ab-tg.jsonl"
+                cat "$WORK/ab-pp.jsonl" "$WORK/ab-tg.jsonl" | $PY -c '
+import json, sys
+model, arm, pair = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    d = json.loads(line)
+    test = f"pp{d['"'"'n_prompt'"'"']}" if d["n_gen"] == 0 else f"tg{d['"'"'n_gen'"'"']}"
+    if test == "pp512" and d["n_ubatch"] != 512:
+        continue
+    print(json.dumps({"model": model, "test": test, "ubatch": d["n_ubatch"], "arm": arm, "pair": pair,
+                      "tps": d["avg_ts"]}))' "$name" "$arm" "$pair" >>"$AB"
+            done
+            log "ab $name pair $pair"
+        done
+    done
+fi
+
+log "done"
+cat "$SUMMARY"
