@@ -252,7 +252,8 @@ std::vector<int64_t> sample_columns(int64_t M, int want) {
 std::vector<float> read_columns(ggml_tensor * y, const mm_case & c, const std::vector<int64_t> & cols) {
     const size_t       col_bytes = (size_t) c.N * sizeof(float);
     std::vector<float> out((size_t) (c.N * c.B) * cols.size());
-    const bool         whole = ggml_nbytes(y) <= (size_t) 256 << 20 || cols.size() == (size_t) c.M;
+    // small outputs in one copy; large ones column by column (less device-to-host traffic per check)
+    const bool         whole = ggml_nbytes(y) <= (size_t) 16 << 20 || cols.size() == (size_t) c.M;
     std::vector<float> all;
     if (whole) {
         all.resize(ggml_nbytes(y) / sizeof(float));
