@@ -11,8 +11,11 @@
 #   [LLAMA_TARBALL=.carry/llama.cpp.tar.xz] [REFERENCE_TSV=...] [PARTS=1,2,3] device/tune-agreement.sh
 #
 # Which ggml is measured: see device/tune-common.sh (BUILD_DIR, else the integration build of a warm
-# machine, else the tarball's tree patched and built here, ~4 min: then split the parts over two calls
-# on the warm machine, PARTS=1 then PARTS=2,3).
+# machine, else the tarball's tree patched and built here, ~4 min).
+# Expected on an H200 with a prebuilt BUILD_DIR (estimates): build ~1.5 min (harness + test-backend-ops.cpp),
+# part 1 ~4 min (31 cases; test-backend-ops runs >= 1 s per case and config), part 2 ~3.5 min (3 cases,
+# 40 harness trials, 8 test-backend-ops repetitions), part 3 ~0.5 min. Over two calls on the warm
+# machine: PARTS=1, then PARTS=2,3 (part 2 reuses part 1's eligibility from $WORK).
 # Writes under $OUT (8 files): harness-agreement.jsonl tbo-agreement.sql harness-cost.jsonl
 # tbo-cost.sql harness-l2.jsonl summary.json summary.md run.log; prints summary.md last.
 set -euo pipefail

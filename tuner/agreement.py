@@ -565,9 +565,16 @@ def main(argv: list[str] | None = None) -> int:
     cases = lim(agreement_cases(ref, min_m=a.min_m, trials=a.trials))
     agree: list[dict[str, Any]] = []
     if 1 in parts or 2 in parts:
-        _log(f"part 1: {len(cases)} cases, harness")
-        h_text = run_harness(a.harness, cases, work, "agree", hargs)
-        (a.out / "harness-agreement.jsonl").write_text(h_text)
+        saved = work / "harness-agreement.jsonl"
+        if 1 not in parts and saved.is_file():
+            # part 2 only needs which routes are eligible where: reuse an earlier call's part 1
+            _log(f"part 2: eligibility from the earlier part 1 in {saved}")
+            h_text = saved.read_text()
+        else:
+            _log(f"part 1: {len(cases)} cases, harness")
+            h_text = run_harness(a.harness, cases, work, "agree", hargs)
+            saved.write_text(h_text)
+            (a.out / "harness-agreement.jsonl").write_text(h_text)
         tfile = emit_test_file(a.harness, cases, work, "agree")
         _, by = _harness_index(read_jsonl(h_text))
         configs = [
