@@ -307,6 +307,25 @@ def test_sweep_end_to_end(
     )
     assert p.returncode == 0 and "0 cases measured (0 failed), 8 resumed" in p.stderr
     assert len(rows_of(out)) == 8 * 5 * 3
+    # another method (here: trials) cannot resume this journal
+    p = tune(
+        "run",
+        str(small_census),
+        "--llama-cpp",
+        str(tree),
+        "--cpu",
+        "-o",
+        str(out),
+        "--trials",
+        "4",
+        "--coverage",
+        "1",
+        "--l2-bytes",
+        "100000",
+        *FAST,
+        env=env,
+    )
+    assert p.returncode == 2 and "belongs to another sweep (trials = 3" in p.stderr
 
 
 def _start(args: list[str]) -> subprocess.Popen[str]:

@@ -247,7 +247,14 @@ def run_sweep(
         f"L2 {header.get('l2_bytes')} bytes ({header.get('l2_source')})"
     )
     stamp_d = {"upstream_commit": stamp.upstream_commit, "patch_hash": stamp.patch_hash}
-    identity = {"census_sha256": census_sha, "shard": f"{shard[0]}/{shard[1]}"}
+    # what a resumed sweep must share with the journal (coverage may grow: more cases, same method)
+    identity = {
+        "census_sha256": census_sha,
+        "shard": f"{shard[0]}/{shard[1]}",
+        "trials": trials,
+        "nmse_max": nmse_max,
+        "routes": list(routes),
+    }
     ran = failed = 0
     stopped = False
     warnings: list[str] = []
