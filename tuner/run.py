@@ -335,6 +335,10 @@ def run_sweep(
                 "features",
                 "opts",
                 "dispatch_api",
+                "graph_uid",
+                "driver_source",
+                "pci_bus_id",
+                "smpbo",
             )
         },
         stopped_early=stopped,
