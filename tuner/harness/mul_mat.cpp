@@ -406,10 +406,13 @@ void run_mul_mat_case(bench_env & env, const mm_case & c) {
                 poison(dev.y[(size_t) i]);
             }
             api.take();
-            double last = 0;
-            for (int w = 0; w < std::max(1, o.warmup); ++w) {
-                last = time_graph(env.backend, g0.gf, 1)[0];
+            for (int w = 0; w < o.warmup; ++w) {
+                if (!compute(env.backend, g0.gf)) {
+                    throw std::runtime_error("ggml_backend_graph_compute failed");
+                }
             }
+            // one replay after the warm-up: its time sizes the graph and the replays per trial
+            const double last = time_graph(env.backend, g0.gf, 1)[0];
             const ggml_dispatch_counts cnt = api.take();
             const std::string ran = api.present() ? route_ran_of(cnt) : "unverified";
             const double      e   = check(nodes0);
