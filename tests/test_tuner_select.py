@@ -100,9 +100,15 @@ def test_fused_and_expert_rows_are_skipped_and_reported() -> None:
     assert "fused" in text and "MUL_MAT_ID/expert" in text and "60.0% of est_us" in text
 
 
-def test_attention_layout_is_tuned_with_its_batch() -> None:
-    sel = select_cases([row(src0="f16", layout="attention", N=256, K=128, B=32, M=1, est=5)], coverage=1.0)
-    assert {(c.shape.layout, c.shape.B) for c in sel.cases} == {("attention", 32)}
+def test_attention_layout_is_opt_in_and_tuned_with_its_batch() -> None:
+    rows = [row(M=1, est=5), row(src0="f16", layout="attention", N=256, K=128, B=32, M=1, est=5)]
+    sel = select_cases(rows, coverage=1.0)
+    assert {c.shape.layout for c in sel.cases} == {"weight"}
+    assert "skipped 1 rows attention layout (not asked for: --layouts)" in sel.summary()
+    sel = select_cases(rows, coverage=1.0, layouts=("weight", "attention"))
+    assert {(c.shape.layout, c.shape.B) for c in sel.cases} == {("weight", 1), ("attention", 32)}
+    with pytest.raises(InputError):
+        select_cases(rows, coverage=1.0, layouts=("expert",))
 
 
 def test_cases_ordered_by_shape_time_then_m_and_specs_follow_the_interface() -> None:

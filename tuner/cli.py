@@ -86,6 +86,12 @@ def tune() -> None:
     "--routes", default=",".join(ALL_ROUTES), show_default=True, help="candidate routes (stock always runs)."
 )
 @click.option(
+    "--layouts",
+    default="weight",
+    show_default=True,
+    help="layouts to tune: weight; attention is opt-in (timed as a KV-cache-like view, no GQA broadcast).",
+)
+@click.option(
     "--trials",
     type=click.IntRange(min=1),
     default=DEFAULT_TRIALS,
@@ -149,6 +155,7 @@ def run_cmd(
     harness_bin: Path | None,
     coverage: float,
     routes: str,
+    layouts: str,
     trials: int,
     nmse_max: float,
     max_seconds: float | None,
@@ -180,6 +187,7 @@ def run_cmd(
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
     """
     route_list = _routes(routes)
+    layout_list = tuple(x.strip() for x in layouts.split(",") if x.strip())
     shard_t = parse_shard(shard)
     # the census is checked before anything is built
     selection = select_cases(
@@ -188,6 +196,7 @@ def run_cmd(
         routes=route_list,
         trials=trials,
         nmse_max=nmse_max,
+        layouts=layout_list,
         path=census,
     )
     if dry_run:
@@ -242,6 +251,7 @@ def run_cmd(
                 journal_path=journal,
                 coverage=coverage,
                 routes=route_list,
+                layouts=layout_list,
                 trials=trials,
                 nmse_max=nmse_max,
                 shard=shard_t,

@@ -28,7 +28,7 @@ from ggml_dispatch.errors import InputError
 from tuner import results
 from tuner.build import TreeStamp
 from tuner.journal import Journal, read_journal
-from tuner.select import NEEDED_COLUMNS, Case, Selection, select_cases, shard_cases
+from tuner.select import DEFAULT_LAYOUTS, NEEDED_COLUMNS, Case, Selection, select_cases, shard_cases
 
 STDERR_TAIL_LINES: Final = 12
 FAILED_MSG_MAX: Final = 240
@@ -216,6 +216,7 @@ def run_sweep(
     routes: Sequence[str],
     trials: int,
     nmse_max: float,
+    layouts: Sequence[str] = DEFAULT_LAYOUTS,
     shard: tuple[int, int] = (0, 1),
     max_seconds: float | None = None,
     case_timeout: float = 900,
@@ -233,6 +234,7 @@ def run_sweep(
         routes=routes,
         trials=trials,
         nmse_max=nmse_max,
+        layouts=layouts,
         path=census_path,
     )
     cases = shard_cases(selection.cases, shard)
@@ -323,6 +325,7 @@ def run_sweep(
         trials=trials,
         nmse_max=nmse_max,
         routes=list(routes),
+        layouts=list(layouts),
         harness_args=list(harness_args),
         harness_header={
             k: header.get(k)

@@ -2,9 +2,11 @@
 
 Policy (DESIGN.md "Census", "Decision"):
 
-* Only rows a table can override are tuned: MUL_MAT in the weight and attention layouts, not fused.
-  Fused groups (``fused`` set) never reach the table's lookup, and MUL_MAT_ID (expert layout) cannot
-  be keyed by the tuning columns (they carry no E/U); both are counted and reported as skipped.
+* Only rows a table can override are tuned: MUL_MAT, not fused. Fused groups (``fused`` set) never
+  reach the table's lookup, and MUL_MAT_ID (expert layout) cannot be keyed by the tuning columns (they
+  carry no E/U); both are counted and reported as skipped. The attention layout is opt-in
+  (``layouts``): the harness builds it as a KV-cache-like view with B heads, but the census does not
+  say how many KV heads are broadcast (GQA), so its timings are an approximation.
 * Coverage is by estimated time, never by call counts: the tunable points (shape key + M, ``est_us``
   summed over the census rows that share them) are taken in decreasing ``est_us`` until their sum
   reaches ``coverage`` of the tunable total.
@@ -31,6 +33,7 @@ from ggml_dispatch.errors import InputError
 M_GRID: Final[tuple[int, ...]] = tuple(2**i for i in range(15))  # 1 .. 16384
 ALL_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in schema.Route)
 TUNABLE_LAYOUTS: Final = frozenset({schema.Layout.WEIGHT.value, schema.Layout.ATTENTION.value})
+DEFAULT_LAYOUTS: Final[tuple[str, ...]] = (schema.Layout.WEIGHT.value,)
 DEFAULT_TRIALS: Final = 7
 DEFAULT_NMSE_MAX: Final = 5e-4  # test-backend-ops' threshold for MUL_MAT
 
@@ -136,11 +139,17 @@ def select_cases(
     trials: int = DEFAULT_TRIALS,
     nmse_max: float = DEFAULT_NMSE_MAX,
     grid: Sequence[int] = M_GRID,
+    layouts: Sequence[str] = DEFAULT_LAYOUTS,
     path: str | Path = "<census>",
 ) -> Selection:
     """Pick the cases to measure from census rows (dicts with at least NEEDED_COLUMNS)."""
     if not 0 < coverage <= 1:
         raise InputError(None, f"--coverage must be in (0, 1], got {coverage}", field="coverage")
+    bad = [x for x in layouts if x not in TUNABLE_LAYOUTS]
+    if bad or not layouts:
+        raise InputError(
+            None, f"layouts must be among {sorted(TUNABLE_LAYOUTS)}, got {list(layouts)}", field="layouts"
+        )
     points: dict[tuple[ShapeKey, int], float] = defaultdict(float)
     total = 0.0
     skipped: dict[str, float] = defaultdict(float)
@@ -164,6 +173,11 @@ def select_cases(
         op, layout = str(r["op"]), str(r["layout"])
         if op != schema.Op.MUL_MAT.value or layout not in TUNABLE_LAYOUTS:
             reason = f"{op}/{layout} (no tuning key for it)"
+            skipped[reason] += est
+            skipped_rows[reason] += 1
+            continue
+        if layout not in layouts:
+            reason = f"{layout} layout (not asked for: --layouts)"
             skipped[reason] += est
             skipped_rows[reason] += 1
             continue

@@ -180,7 +180,8 @@ void build(mm_tensors & t, const mm_case & c, int64_t M, int copies, int nodes, 
         ggml_format_name(s, "w%d", i);
         t.storage.push_back(s);
         if (c.layout == "attention") {
-            // a KV-cache-like view: K-vectors of B heads interleaved in each of the N rows
+            // a KV-cache-like view: K-vectors of B heads interleaved in each of the N rows. GQA (fewer
+            // KV heads broadcast over B query heads) is not modelled: the census key carries only B.
             ggml_tensor * v = ggml_view_3d(ctx, s, c.K, c.N, c.B, ggml_row_size(c.src0, c.K * c.B),
                                            ggml_row_size(c.src0, c.K), 0);
             t.w.push_back(v);
