@@ -33,13 +33,16 @@ from ggml_dispatch.errors import InputError
 RULE_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B", "M_lo", "M_hi", "route")
 KEY_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
 SOURCE_NONE: Final = "none"
+SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline), not a measurement
 TABLE_FILENAME: Final = "table.json"
 HEADER_FILENAME: Final = "ggml-dispatch-table.h"
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
 _LAYOUTS: Final = {lay.value: code for lay, code in schema.LAYOUT_CODES.items()}
 _ROUTES: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
-_SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENCE.value, SOURCE_NONE})
+_SOURCES: Final = frozenset(
+    {schema.Source.MEASURED.value, schema.Source.REFERENCE.value, SOURCE_NONE, SOURCE_DECLARED}
+)
 
 
 def empty_table() -> dict[str, Any]:
