@@ -18,6 +18,8 @@
 # and tensor list: the 98 MB file cannot travel, the model is rebuilt there with the same names, types
 # and shapes, random weights). The build (patched, then unpatched by reverting the hook and rebuilding
 # ggml-cuda.cu only) is skipped when $WORK already holds both (a warm machine).
+# With .carry/bin-patched.tar.xz and .carry/stock.delta (device/prebuild.sh, made on the development
+# machine) the builds are unpacked instead (PREBUILT=auto|0|1).
 # Writes under $OUT (8 files): summary.md summary.json trace-smollm2.jsonl traces-tbo.tar.gz
 # bench.jsonl probe.json run.log census.txt; prints summary.md last.
 set -euo pipefail
@@ -66,15 +68,29 @@ copy_build() {  # $1 = destination: binaries and shared libraries of $BUILD/bin
     [ "$(dirname "$lib")" = "$1" ] || { log "llama-bench in $1 does not load its own libggml-cuda"; exit 1; }
 }
 
-# --- build ---------------------------------------------------------------------------------------
+# --- build (or the builds carried from the development machine) -----------------------------------
+if [ ! -f "$SRC/ggml/include/ggml.h" ]; then
+    [ -f "$TARBALL" ] || { log "no tarball at $TARBALL (make device-integration-carry)"; exit 2; }
+    log "unpacking $TARBALL"
+    tar -xJf "$TARBALL" -C "$WORK"
+fi
+PREBUILT=${PREBUILT:-auto}
+if [ "$PREBUILT" = auto ]; then
+    PREBUILT=0
+    [ -f "$REPO/.carry/bin-patched.tar.xz" ] && [ -f "$REPO/.carry/stock.delta" ] && PREBUILT=1
+fi
 if [ -x "$PATCHED/llama-bench" ] && [ -x "$STOCK/llama-bench" ] && [ "$(cat "$PATCHED/PATCH_HASH" 2>/dev/null)" = "$PHASH_WANT" ]; then
     log "build: reusing $PATCHED and $STOCK (patch $PHASH_WANT)"
+elif [ "$PREBUILT" = 1 ]; then
+    # device/prebuild.sh's builds (made on the development machine): patched base + stock delta
+    log "build: the carried prebuilt patched and stock builds (device/prebuilt.sh)"
+    # shellcheck disable=SC1091
+    source "$REPO/device/cuda-env.sh"
+    rm -rf "$PATCHED" "$STOCK"
+    bash "$REPO/device/prebuilt.sh" patched "$PATCHED"
+    bash "$REPO/device/prebuilt.sh" stock "$STOCK"
+    log "prebuilt patched: $(grep -h 'define GGML_DISPATCH_PATCH_HASH' "$PATCHED/ggml-dispatch-build.h" 2>/dev/null || echo 'no stamp')"
 else
-    if [ ! -f "$SRC/ggml/include/ggml.h" ]; then
-        [ -f "$TARBALL" ] || { log "no tarball at $TARBALL (make device-integration-carry)"; exit 2; }
-        log "unpacking $TARBALL"
-        tar -xJf "$TARBALL" -C "$WORK"
-    fi
     install_hook install  # idempotent: on a warm machine only changed files are rewritten
     log "configure ($(elapsed))"
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -98,17 +114,17 @@ fi
 # --- probe: the harness interface ----------------------------------------------------------------
 probe_build() {  # $1 = lib dir
     g++ -std=c++17 -O2 -I"$SRC/ggml/include" -I"$REPO/codegen/native" "$REPO/device/dispatch_probe.cpp" \
-        -o "$1/dispatch_probe" -L"$1" -lggml -lggml-base -lggml-cuda -Wl,-rpath,"$1"
+        -o "$1/dispatch_probe" -L"$1" -lggml -lggml-base -lggml-cuda -Wl,-rpath,"$1" -Wl,--allow-shlib-undefined
 }
 if has_part probe; then
     log "probe ($(elapsed))"
     probe_build "$PATCHED" 2>>"$LOG"
     probe_build "$STOCK" 2>>"$LOG"
     set +e
-    LD_LIBRARY_PATH=$PATCHED "$PATCHED/dispatch_probe" >"$OUT/probe.json" 2>>"$LOG"
+    LD_LIBRARY_PATH=$PATCHED${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$PATCHED/dispatch_probe" >"$OUT/probe.json" 2>>"$LOG"
     echo "probe_rc=$?" >>"$LOG"
     # the unpatched libraries must not have the functions: proves which library each A/B binary loads
-    LD_LIBRARY_PATH=$STOCK "$STOCK/dispatch_probe" >"$WORK/probe-stock.json" 2>>"$LOG"
+    LD_LIBRARY_PATH=$STOCK${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$STOCK/dispatch_probe" >"$WORK/probe-stock.json" 2>>"$LOG"
     set -e
     log "probe stock build: $(cat "$WORK/probe-stock.json")"
 fi
@@ -126,7 +142,7 @@ if has_part tbo; then
         [ "$1" = stock-id ] && op=MUL_MAT_ID  # MUL_MAT_ID: traced, never overridden
         local t0=$(date +%s)
         set +e
-        GGML_CUDA_DISPATCH=$env_mode GGML_CUDA_ROUTE_TRACE=$TBO_DIR/trace-$name.jsonl LD_LIBRARY_PATH=$PATCHED \
+        GGML_CUDA_DISPATCH=$env_mode GGML_CUDA_ROUTE_TRACE=$TBO_DIR/trace-$name.jsonl LD_LIBRARY_PATH=$PATCHED${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
             timeout 560 "$PATCHED/test-backend-ops" test -o $op -b CUDA0 >"$TBO_DIR/log-$name.txt" 2>&1
         echo $? >"$TBO_DIR/rc-$name"
         set -e
@@ -162,7 +178,7 @@ fi
 if has_part bench; then
     log "llama-bench with route trace ($(elapsed))"
     rm -f "$OUT/trace-smollm2.jsonl"
-    GGML_CUDA_ROUTE_TRACE=$OUT/trace-smollm2.jsonl LD_LIBRARY_PATH=$PATCHED \
+    GGML_CUDA_ROUTE_TRACE=$OUT/trace-smollm2.jsonl LD_LIBRARY_PATH=$PATCHED${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
         "$PATCHED/llama-bench" -m "$MODEL" "${BENCH_ARGS[@]}" -o jsonl >"$WORK/bench-traced.jsonl" 2>>"$LOG"
     set +e
     PYTHONPATH=$REPO:$SRC/gguf-py $PY -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
@@ -187,7 +203,7 @@ if has_part ab; then
                 patched-off) dir=$PATCHED; mode=off ;;
                 patched-default) dir=$PATCHED; mode=table ;;
             esac
-            GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir "$dir/llama-bench" -m "$MODEL" "${BENCH_ARGS[@]}" -o jsonl 2>>"$LOG" |
+            GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$dir/llama-bench" -m "$MODEL" "${BENCH_ARGS[@]}" -o jsonl 2>>"$LOG" |
                 $PY -c 'import json,sys
 for line in sys.stdin:
     if line.strip():
