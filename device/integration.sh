@@ -89,7 +89,9 @@ elif [ "$PREBUILT" = 1 ]; then
     rm -rf "$PATCHED" "$STOCK"
     bash "$REPO/device/prebuilt.sh" patched "$PATCHED"
     bash "$REPO/device/prebuilt.sh" stock "$STOCK"
-    log "prebuilt patched: $(grep -h 'define GGML_DISPATCH_PATCH_HASH' "$PATCHED/ggml-dispatch-build.h" 2>/dev/null || echo 'no stamp')"
+    ph=$(sed -n 's/^#define GGML_DISPATCH_PATCH_HASH "\(.*\)"/\1/p' "$PATCHED/ggml-dispatch-build.h" 2>/dev/null || true)
+    log "prebuilt patched: patch hash ${ph:-unknown} (these sources: $PHASH_WANT)"
+    [ "$ph" = "$PHASH_WANT" ] && echo "$ph" >"$PATCHED/PATCH_HASH"
 else
     install_hook install  # idempotent: on a warm machine only changed files are rewritten
     log "configure ($(elapsed))"
