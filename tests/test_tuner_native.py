@@ -408,13 +408,14 @@ def test_max_seconds_stops_and_a_rerun_continues(
         "3",
         "--coverage",
         "1",
-        "--harness-arg=--trial-ms=60",
+        "--harness-arg=--trial-ms=200",
         "--harness-arg=--threads=1",
     ]
     p = tune(*args, "--max-seconds", "0.001")
     assert p.returncode == 0 and "stopped by --max-seconds with 8 cases left" in p.stderr
     assert rows_of(out) == []
-    p = tune(*args, "--max-seconds", "1.5")
+    # each case takes >= 3 trials x 200 ms: 8 of them do not fit in 4 s, the first one starts
+    p = tune(*args, "--max-seconds", "4")
     assert p.returncode == 0 and "stopped by --max-seconds with" in p.stderr, p.stderr
     n = len({(r["N"], r["M"]) for r in rows_of(out)})
     assert 1 <= n < 8
@@ -735,7 +736,7 @@ def test_sweep_script_runs_on_the_cpu_backend_and_resumes(tree: Path, harness: P
         env={
             **env,
             "OUT": str(out1),
-            "TUNE_ARGS": env["TUNE_ARGS"] + " --harness-arg=--trial-ms=500 --max-seconds 3",
+            "TUNE_ARGS": env["TUNE_ARGS"] + " --harness-arg=--trial-ms=1000 --max-seconds 5",
         },
         timeout=1200,
     )
