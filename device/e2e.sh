@@ -43,14 +43,10 @@ fi
 export PYTHONPATH=$REPO:$SRC/gguf-py
 dispatch() { $PY -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
 
-unpack_bin() {  # $1 = name (patched | table | crude) -> $WORK/bin-$1
-    local d=$WORK/bin-$1
-    if [ ! -x "$d/llama-bench" ]; then
-        [ -f ".carry/bin-$1.tar.xz" ] || { log "missing .carry/bin-$1.tar.xz"; exit 2; }
-        mkdir -p "$d"
-        tar -xJf ".carry/bin-$1.tar.xz" -C "$d"
-    fi
-    echo "$d"
+source "$REPO/device/cuda-env.sh"
+unpack_bin() {  # $1 = patched | table | crude -> $WORK/bin-$1 (device/prebuild.sh's builds)
+    bash "$REPO/device/prebuilt.sh" "$1" "$WORK/bin-$1" >&2
+    echo "$WORK/bin-$1"
 }
 PATCHED=$(unpack_bin patched)
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv \
@@ -70,7 +66,7 @@ if has_part models; then
         [ -f "$M/$name.gguf" ] && return 0
         $PY -m ggml_dispatch.models dense --preset "$preset" --layers "$layers" \
             --tokenizer-from .carry/smollm2.meta.gguf -o "$M/$name.f16.gguf" >>"$LOG" 2>&1
-        LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" "$(nproc)" \
+        LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" "$(nproc)" \
             >>"$LOG" 2>&1
         rm -f "$M/$name.f16.gguf"
         log "$name: $(du -m "$M/$name.gguf" | cut -f1) MiB"
@@ -82,17 +78,17 @@ if has_part models; then
     quant llama8b-L16 llama8b 16 Q4_K_M
 fi
 
-BENCH=(-ngl 99 -fa 1 -r 1 -b 2048 -o jsonl)
+BENCH=(-ngl 99 -fa on -r 1 -b 2048 -o jsonl)
 if has_part trace; then
     mkdir -p "$WORK/traces"
     for name in "${MODELS[@]}"; do
         t=$WORK/traces/$name
         # decode, speculative verify and small batches, prefill micro-batches: one process each
-        GGML_CUDA_ROUTE_TRACE=$t.tg.jsonl LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-bench" -m "$M/$name.gguf" \
+        GGML_CUDA_ROUTE_TRACE=$t.tg.jsonl LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-bench" -m "$M/$name.gguf" \
             "${BENCH[@]}" -p 0 -n 128 >>"$WORK/bench-trace.jsonl" 2>>"$LOG"
-        GGML_CUDA_ROUTE_TRACE=$t.small.jsonl LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-bench" -m "$M/$name.gguf" \
+        GGML_CUDA_ROUTE_TRACE=$t.small.jsonl LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-bench" -m "$M/$name.gguf" \
             "${BENCH[@]}" -p 2,3,4,8,16 -n 0 -ub 512 >>"$WORK/bench-trace.jsonl" 2>>"$LOG"
-        GGML_CUDA_ROUTE_TRACE=$t.pp.jsonl LD_LIBRARY_PATH=$PATCHED "$PATCHED/llama-bench" -m "$M/$name.gguf" \
+        GGML_CUDA_ROUTE_TRACE=$t.pp.jsonl LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-bench" -m "$M/$name.gguf" \
             "${BENCH[@]}" -p 2048 -n 0 -ub 128,256,512,1024,2048 >>"$WORK/bench-trace.jsonl" 2>>"$LOG"
         log "traced $name"
     done
@@ -118,13 +114,14 @@ if has_part census; then
 fi
 
 if has_part tune; then
-    [ -f "$OUT/census.parquet" ] || { log "tune needs the census part"; exit 2; }
+    CENSUS=${CENSUS:-$OUT/census.parquet}
+    [ -f "$CENSUS" ] || { log "tune needs a census (the census part, or CENSUS=...)"; exit 2; }
     # the tree the prebuilt libraries came from: install the hook so the harness sees its stamp
     dispatch install --llama-cpp "$SRC" >>"$LOG" 2>&1
     mkdir -p "$WORK/prebuilt/bin"
     cp -a "$PATCHED"/*.so* "$WORK/prebuilt/bin/"
     set +e
-    dispatch tune run "$OUT/census.parquet" --llama-cpp "$SRC" --build-dir "$WORK/prebuilt" \
+    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$WORK/prebuilt" \
         -o "$OUT/tuning.parquet" --journal "$OUT/tuning.journal.jsonl" \
         --max-seconds "${TUNE_SECONDS:-240}" ${TUNE_ARGS:-} >>"$LOG" 2>&1
     echo "tune_rc=$?" >>"$LOG"
@@ -163,9 +160,9 @@ if has_part ab; then
                     table) dir=$TABLE mode=table ;;
                     crude) dir=$CRUDE mode=table ;;
                 esac
-                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa 1 \
+                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa on \
                     -r 1 -b 2048 -o jsonl -p 512,2048 -ub 128,256,512,2048 -n 0 2>>"$LOG" >"$WORK/ab-pp.jsonl"
-                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa 1 \
+                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa on \
                     -r 1 -o jsonl -p 0 -n 128 2>>"$LOG" >"$WORK/ab-tg.jsonl"
                 cat "$WORK/ab-pp.jsonl" "$WORK/ab-tg.jsonl" | $PY -c '
 import json, sys

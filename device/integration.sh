@@ -145,7 +145,7 @@ if has_part tbo; then
         local t0=$(date +%s)
         set +e
         GGML_CUDA_DISPATCH=$env_mode GGML_CUDA_ROUTE_TRACE=$TBO_DIR/trace-$name.jsonl LD_LIBRARY_PATH=$PATCHED${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-            timeout 560 "$PATCHED/test-backend-ops" test -o $op -b CUDA0 >"$TBO_DIR/log-$name.txt" 2>&1
+            timeout "${TBO_TIMEOUT:-560}" "$PATCHED/test-backend-ops" test -o $op -b CUDA0 >"$TBO_DIR/log-$name.txt" 2>&1
         echo $? >"$TBO_DIR/rc-$name"
         set -e
         echo $(( $(date +%s) - t0 )) >"$TBO_DIR/sec-$name"
