@@ -20,7 +20,7 @@ cd "$REPO"
 STEPS=${STEPS:?set STEPS}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-560} ))
 W=$REPO/build/session
-mkdir -p "$W"
+mkdir -p "$W" "$OUT"
 source "$REPO/device/cuda-env.sh"
 export PYTHONUNBUFFERED=1
 log() { echo "session [$(date +%T)]: $*" >&2; }
