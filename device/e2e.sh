@@ -60,20 +60,20 @@ if has_part models; then
         $PY -m ggml_dispatch.models clone .carry/smollm2.meta.gguf -o "$M/smollm2.gguf" >>"$LOG" 2>&1
         log "smollm2 rebuilt"
     fi
-    quant() {  # $1 = name, $2 = preset, $3 = layers, rest = llama-quantize args before the type
-        local name=$1 preset=$2 layers=$3
-        shift 3
+    quant() {  # $1 = name, $2 = preset, $3 = layers, $4 = llama-quantize type, rest = llama-quantize options
+        local name=$1 preset=$2 layers=$3 qtype=$4
+        shift 4
         [ -f "$M/$name.gguf" ] && return 0
         $PY -m ggml_dispatch.models dense --preset "$preset" --layers "$layers" \
             --tokenizer-from .carry/smollm2.meta.gguf -o "$M/$name.f16.gguf" >>"$LOG" 2>&1
-        LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" "$(nproc)" \
-            >>"$LOG" 2>&1
+        LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" \
+            "$qtype" "$(nproc)" >>"$LOG" 2>&1
         rm -f "$M/$name.f16.gguf"
         log "$name: $(du -m "$M/$name.gguf" | cut -f1) MiB"
     }
     quant llama8b-L4 llama8b 4 Q4_K_M &
-    quant qwen27b-L4 qwen27b 4 --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 --tensor-type attn_v=q8_0 \
-        --tensor-type attn_output=q8_0 --tensor-type ffn_down=q6_K --output-tensor-type q6_K Q5_K_M &
+    quant qwen27b-L4 qwen27b 4 Q5_K_M --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 --tensor-type attn_v=q8_0 \
+        --tensor-type attn_output=q8_0 --tensor-type ffn_down=q6_K --output-tensor-type q6_K &
     wait
     quant llama8b-L16 llama8b 16 Q4_K_M
 fi

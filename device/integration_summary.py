@@ -59,7 +59,7 @@ def tbo_summary(work: Path) -> dict[str, Any]:
         keys_by_reason: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
         why: Counter[str] = Counter()
         wrong_route = 0
-        forced_route = mode.removeprefix("force-") if mode != "stock" else None
+        forced_route = mode.removeprefix("force-") if mode.startswith("force-") else None
         for r in routes:
             reason = r["reason"]
             kind = "ineligible" if reason.startswith("ineligible:") else reason

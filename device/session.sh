@@ -28,7 +28,7 @@ log() { echo "session [$(date +%T)]: $*" >&2; }
 expected() {
     case $1 in
         probe-bench-ab) echo 240 ;; tbo) echo 300 ;; models) echo 180 ;; trace-census) echo 120 ;;
-        tune) echo $(( ${TUNE_SECONDS:-240} + 60 )) ;; agree1) echo 240 ;; agree2) echo 210 ;; l2) echo 40 ;;
+        tune) echo 150 ;; agree1) echo 240 ;; agree2) echo 210 ;; l2) echo 40 ;;
         ab) echo 300 ;; *) echo 60 ;;
     esac
 }
@@ -46,7 +46,9 @@ run_step() {  # $1 = step; output folder $W/$1
             local census=$W/trace-census/census.parquet
             [ -f "$census" ] || census=$REPO/.carry/census.parquet
             mkdir -p "$W/e2e/tune-in" && cp "$census" "$W/e2e/tune-in/census.parquet"
-            OUT=$o PARTS=tune WORK=$W/e2e CENSUS=$W/e2e/tune-in/census.parquet bash device/e2e.sh ;;
+            # the sweep gets what is left before the deadline (it resumes from its journal in a later call)
+            OUT=$o PARTS=tune WORK=$W/e2e CENSUS=$W/e2e/tune-in/census.parquet \
+                TUNE_SECONDS=${TUNE_SECONDS:-$(( DEADLINE - $(date +%s) - 45 ))} bash device/e2e.sh ;;
         agree1 | agree2 | l2)
             local part=${s#agree}
             [ "$s" = l2 ] && part=3
