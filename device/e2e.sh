@@ -120,10 +120,12 @@ if has_part tune; then
     dispatch install --llama-cpp "$SRC" >>"$LOG" 2>&1
     mkdir -p "$WORK/prebuilt/bin"
     cp -a "$PATCHED"/*.so* "$WORK/prebuilt/bin/"
+    # the carried libraries have no RUNPATH: the harness finds libggml-cpu/-cuda through the loader path
+    export LD_LIBRARY_PATH=$WORK/prebuilt/bin:$LD_LIBRARY_PATH
     set +e
     dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$WORK/prebuilt" \
         -o "$OUT/tuning.parquet" --journal "$OUT/tuning.journal.jsonl" \
-        --max-seconds "${TUNE_SECONDS:-240}" ${TUNE_ARGS:-} >>"$LOG" 2>&1
+        --max-seconds "${TUNE_SECONDS:-240}" --case-timeout 90 ${TUNE_ARGS:-} >>"$LOG" 2>&1
     echo "tune_rc=$?" >>"$LOG"
     set -e
     {
