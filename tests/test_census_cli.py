@@ -4,8 +4,6 @@ committed sample trace."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,14 @@ from ggml_dispatch import fileio, schema
 from ggml_dispatch.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+# A real capture: the patched ggml-cuda's route trace of llama-bench -p 512 -n 128 -r 5 -b 2048 -ub 512
+# -fa off on an NVIDIA H200 (device/integration.sh), SmolLM2-135M Q4_1 rebuilt on the GPU machine from
+# the real file's metadata (same tensor names, types and shapes; random weights).
 SAMPLE = REPO / "samples" / "trace-smollm2.jsonl"
+# what that llama-bench run processes, warm-up included: 6 prompt runs of 512 tokens (one ubatch, one
+# output each), a 1-token decode warm-up and 5 x 128 decoded tokens (one ubatch and output each)
+BENCH_TOKENS = 6 * 512 + 1 + 5 * 128
+BENCH_OUTPUTS = BENCH_UBATCHES = 6 + 1 + 5 * 128
 
 
 def cli(*args: str | Path) -> Result:
@@ -54,22 +59,35 @@ def test_ingest_the_sample_trace(tmp_path: Path) -> None:
     recs = records(SAMPLE)
     routes = [r for r in recs if r["kind"] == "route"]
     rows = t.to_pylist()
-    assert sum(r["calls"] for r in rows) == sum(r["count"] for r in routes)
-    # identical keys in the two flushes became one row each
+    assert sum(r["calls"] for r in rows) == sum(r["count"] for r in routes) == 175_337
+    # keys that appear in more than one flush became one row each
     keys = {json.dumps({k: v for k, v in r.items() if k != "count"}, sort_keys=True) for r in routes}
-    assert len(rows) == len(keys) < len(routes)
+    assert len(rows) == len(keys) == 538 < len(routes) == 542
     head = [r for r in rows if r["role"] == "lm_head"]
+    # tied embeddings: token_embd.weight is the LM head, once per output row of the bench
     assert len(head) == 1 and (head[0]["tensor"], head[0]["M"], head[0]["calls"]) == (
         "token_embd.weight",
         1,
-        17,
+        BENCH_OUTPUTS,
     )
     assert {r["source"] for r in rows} == {"trace"} and {r["est_kind"] for r in rows} == {"roofline"}
     weights = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
     assert {r["role"] for r in rows} == weights | {"attn_kq", "attn_kqv", "lm_head"}
     kq = [r for r in rows if r["role"] == "attn_kq"]
     assert all(r["layout"] == "attention" and r["B"] == 9 and not r["src0_contiguous"] for r in kq)
-    assert {(r["M"], r["route"]) for r in rows if r["fused"] == "glu"} == {(1, "mmvq")}
+    # what stock ran on the H200 (no table compiled in): prompt ubatches on mmq and cuBLAS, decode on
+    # mmvq and mmvf, the fused decode groups on mmvq
+    assert {(r["layout"], r["M"], r["route"]) for r in rows if r["fused"] is None} == {
+        ("weight", 1, "mmvq"),
+        ("weight", 512, "mmq"),
+        ("attention", 1, "mmvf"),
+        ("attention", 512, "cublas"),
+    }
+    assert {(r["fused"], r["M"], r["route"]) for r in rows if r["fused"]} == {
+        ("glu", 1, "mmvq"),
+        ("bias", 1, "mmvq"),
+    }
+    assert all(r["route"] == r["stock_route"] for r in rows)
     # est_us order: the file is sorted by estimated time
     est = [r["est_us"] for r in rows]
     assert est == sorted(est, reverse=True) and all(e > 0 for e in est)
@@ -80,7 +98,7 @@ def test_ingest_the_sample_trace(tmp_path: Path) -> None:
     assert meta[schema.META_INPUT_HASHES] == {str(SAMPLE): fileio.sha256_file(SAMPLE)}
     assert meta[schema.META_UPSTREAM_COMMIT] == schema.PINNED_UPSTREAM_COMMIT
     (header,) = meta[schema.META_TRACE_HEADERS]
-    assert header["devices"][0]["name"] == "NVIDIA H200" and "not captured" in header["note"]
+    assert header["devices"][0]["name"] == "NVIDIA H200" and header["patch_hash"] == recs[0]["patch_hash"]
     (spec,) = meta[schema.META_GPU_SPECS]
     assert spec["hbm_gbs"] == 4800 and spec["source"] == "datasheet (NVIDIA H200)"
     assert meta[schema.META_WARNINGS] == []
@@ -124,32 +142,44 @@ def test_ingest_with_the_real_gguf(tmp_path: Path, smollm2_gguf: Path) -> None:
     meta = meta_of(out)
     assert meta[schema.META_GGUF_HASHES] == {str(smollm2_gguf): fileio.sha256_file(smollm2_gguf)}
     assert meta[schema.META_GGUF_UNSEEN] == {}
+    # the trace (captured with a model rebuilt from this file's metadata) names the file's own weights
+    model = gguf_meta.read_gguf(smollm2_gguf)
+    tensors = model.tensors
+    weights = [r for r in pq.read_table(out).to_pylist() if r["layout"] == "weight"]
+    assert {r["tensor"] for r in weights} == {t.name for t in model.matmul_weights()}
+    for r in weights:
+        t = tensors[r["tensor"]]
+        assert (t.type_name, t.ne[0], t.ne[1]) == (r["src0_type"], r["K"], r["N"]), r["tensor"]
 
 
-def test_sample_trace_is_small_valid_and_says_it_is_assembled() -> None:
+def test_sample_trace_is_the_real_capture() -> None:
     assert SAMPLE.stat().st_size < 200_000
     recs = records(SAMPLE)
-    assert recs[0]["kind"] == "header" and recs[0]["schema"] == schema.TRACE_SCHEMA
-    assert recs[0]["note"] == "assembled from the SmolLM2-135M GGUF tensor list, not captured"
-    assert recs[-1]["kind"] == "footer"
-    assert recs[-1]["records"] == len(recs) - 2
+    head, foot = recs[0], recs[-1]
+    assert head["kind"] == "header" and head["schema"] == schema.TRACE_SCHEMA and "note" not in head
+    assert head["upstream_commit"] == schema.PINNED_UPSTREAM_COMMIT
+    assert len(head["patch_hash"]) == 64 and head["table_hash"] is None
+    assert head["dispatch"]["mode"] == "table" and head["dispatch"]["table_rules"] == 0
+    (dev,) = head["devices"]
+    assert (dev["name"], dev["cc"], dev["sm_count"], dev["smpbo"]) == ("NVIDIA H200", 900, 132, 232448)
+    assert foot["kind"] == "footer" and foot["records"] == len(recs) - 2 and foot["dropped"] == 0
+    assert [r["kind"] for r in recs[1:-1]] == ["route"] * (len(recs) - 2)
 
-
-def test_sample_trace_is_what_the_script_assembles(tmp_path: Path, smollm2_gguf: Path) -> None:
-    out = tmp_path / "again.jsonl"
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "samples" / "assemble_trace.py"),
-            "--gguf",
-            str(smollm2_gguf),
-            "-o",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    assert out.read_bytes() == SAMPLE.read_bytes()
+    # the counts are the bench's work: every weight of layers 0..28 multiplies every token, the last
+    # layer's FFN only the output rows, the LM head every output row, attention once per ubatch
+    rows: dict[str, int] = {}
+    attention: dict[str, int] = {}
+    for r in recs[1:-1]:
+        if r["layout"] == "weight":
+            rows[r["tensor"]] = rows.get(r["tensor"], 0) + r["count"] * r["src1_ne"][1]
+        else:
+            attention[r["tensor"]] = attention.get(r["tensor"], 0) + r["count"]
+    assert rows.pop("token_embd.weight") == BENCH_OUTPUTS
+    assert len(rows) == 7 * 30
+    assert {t: n for t, n in rows.items() if n != BENCH_TOKENS} == {
+        f"blk.29.ffn_{w}.weight": BENCH_OUTPUTS for w in ("gate", "up", "down")
+    }
+    assert len(attention) == 2 * 30 and set(attention.values()) == {BENCH_UBATCHES}
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,7 +306,12 @@ def test_gguf_that_disagrees_with_the_trace(make_gguf: MakeGguf, tmp_path: Path)
     )
     out = tmp_path / "census.parquet"
     res = cli("census", "ingest", SAMPLE, "--gguf", g, "-o", out)
-    _assert_failed_cleanly(res, out, f"{g}: tensor 'blk.0.attn_q.weight': GGUF has q8_0 [576, 576, 1, 1]")
+    _assert_failed_cleanly(
+        res,
+        out,
+        f"{g}: tensor 'token_embd.weight': GGUF has q8_0 [576, 64, 1, 1], but {SAMPLE}:2 multiplies by it as "
+        "q8_0 [576, 49152, 1, 1]: this trace is not from this model",
+    )
 
 
 def test_bad_gguf_files(tmp_path: Path, make_gguf: MakeGguf) -> None:
@@ -422,32 +457,38 @@ def test_the_same_trace_twice_is_added_twice_with_a_warning(tmp_path: Path) -> N
 
 def test_declared_attention_matches_the_traced_views(tmp_path: Path, smollm2_gguf: Path) -> None:
     traced = tmp_path / "t.parquet"
-    declared = tmp_path / "d.parquet"
     assert cli("census", "ingest", SAMPLE, "-o", traced).exit_code == 0
-    # the sample's workload: n_ctx 4096, 512 cells in use after the prompt
-    res = cli(
-        "census", "from-gguf", smollm2_gguf, "--m", "512", "--n-kv", "512", "--n-ctx", "4096", "-o", declared
-    )
-    assert res.exit_code == 0, res.output
     key = ("tensor", "role", "layout", "src0_type", "M", "N", "K", "B", "src0_contiguous", "src0_nb_aligned")
 
     def attention(p: Path) -> set[tuple[Any, ...]]:
         return {tuple(r[k] for k in key) for r in pq.read_table(p).to_pylist() if r["layout"] == "attention"}
 
-    got = attention(declared)
-    assert len(got) == 2 * 30
-    assert got == {x for x in attention(traced) if x[4] == 512}
-    assert "attention over 512 of 4096 f16 KV cells" in cli("census", "show", declared).stdout
-    # a cache exactly n_kv cells long makes the transposed V view contiguous: the flags follow the strides
-    small = tmp_path / "s.parquet"
+    # llama-bench gives each test its own context: pp512 n_ctx 512, all 512 cells in view; tg128 n_ctx
+    # 128, which llama-context.cpp pads to 256 cells, all 256 in view
+    for M, n_kv in ((512, 512), (1, 256)):
+        declared = tmp_path / f"d{M}.parquet"
+        res = cli(
+            "census", "from-gguf", smollm2_gguf, "--m", str(M), "--n-kv", str(n_kv), "--n-ctx", str(n_kv),
+            "-o", declared,
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        got = attention(declared)
+        assert len(got) == 2 * 30
+        assert got == {x for x in attention(traced) if x[4] == M}
+        # a cache exactly n_kv cells long makes the transposed V view contiguous; the K view never is
+        assert {(x[1], x[8]) for x in got} == {("attn_kq", False), ("attn_kqv", True)}
+        assert f"attention over {n_kv} of {n_kv} f16 KV cells" in cli("census", "show", declared).stdout
+    # a longer cache than the cells in use leaves the V view strided
+    longer = tmp_path / "l.parquet"
     assert (
         cli(
-            "census", "from-gguf", smollm2_gguf, "--m", "1", "--n-kv", "512", "--n-ctx", "512", "-o", small
+            "census", "from-gguf", smollm2_gguf, "--m", "1", "--n-kv", "512", "--n-ctx", "4096", "-o", longer
         ).exit_code
         == 0
     )
-    v = [r for r in pq.read_table(small).to_pylist() if r["role"] == "attn_kqv"]
-    assert v and all(r["src0_contiguous"] for r in v)
+    v = [r for r in pq.read_table(longer).to_pylist() if r["role"] == "attn_kqv"]
+    assert v and not any(r["src0_contiguous"] for r in v)
+    small = tmp_path / "s.parquet"
     res = cli("census", "from-gguf", smollm2_gguf, "--m", "1", "--n-kv", "512", "--n-ctx", "256", "-o", small)
     assert res.exit_code == 2 and "cannot hold n_kv = 512" in res.stderr
 
