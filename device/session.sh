@@ -57,6 +57,10 @@ run_step() {  # $1 = step; output folder $W/$1
             [ -d "$W/agree-tree/llama.cpp" ] || { mkdir -p "$W/agree-tree" && tar -xJf .carry/llama.cpp.tar.xz -C "$W/agree-tree"; }
             PYTHONPATH=$REPO python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
                 install --llama-cpp "$W/agree-tree/llama.cpp" >&2
+            # part 2 needs only part 1's eligibility: an earlier call's harness-agreement.jsonl, if carried
+            if [ -f .carry/harness-agreement.jsonl ] && [ ! -f "$W/tuner/agreement-work/harness-agreement.jsonl" ]; then
+                mkdir -p "$W/tuner/agreement-work" && cp .carry/harness-agreement.jsonl "$W/tuner/agreement-work/"
+            fi
             OUT=$o BUILD_DIR=$W/prebuilt LLAMA_CPP_DIR=$W/agree-tree/llama.cpp REFERENCE_TSV=.carry/h200-mul-mat-routes.tsv \
                 PARTS=$part WORK=$W/tuner bash device/tune-agreement.sh ;;
         ab) OUT=$o PARTS=ab WORK=$W/e2e bash device/e2e.sh ;;
