@@ -7,7 +7,8 @@ OUT ?= out
 CARRY ?= .carry
 REFERENCE_TSV ?= ../shared/reference/h200-mul-mat-routes.tsv
 REFERENCE_MARGIN ?= 0.10
-COMMITTED_TABLE ?= tables/cuda-sm90-nvidia-h200/table.json
+MEASURED ?= tables/cuda-sm90-nvidia-h200
+COMMITTED_TABLE ?= $(MEASURED)/table.json
 
 .PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean
 
@@ -24,24 +25,25 @@ $(BIN)/.installed: pyproject.toml
 
 demo: venv  ## the main job on the embedded default (committed sample trace and tables; no GPU)
 	@mkdir -p $(OUT)
+	@echo "== census: the committed route trace (captured on an H200 from llama-bench on SmolLM2-135M)"
 	$(BIN)/ggml-dispatch census ingest samples/trace-smollm2.jsonl -o $(OUT)/census.parquet
 	$(BIN)/ggml-dispatch census show $(OUT)/census.parquet
-	@# codegen + diff: the reference shapes' census, the reference timings as tuning rows, table + header, diff
+	@echo "== codegen: the committed H200 census + tuning (measured) -> table.json + header"
+	$(BIN)/ggml-dispatch codegen $(MEASURED)/tuning.parquet --census $(MEASURED)/census.parquet -o $(OUT)/table
+	@echo "== diff: committed table -> regenerated table (decisions are deterministic: expect no change)"
+	$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table/table.json
+	@echo "== diff: stock (empty table) -> committed table, with its predicted effect on the H200 census"
+	$(BIN)/ggml-dispatch diff empty $(COMMITTED_TABLE) --census $(MEASURED)/census.parquet \
+		--tuning $(MEASURED)/tuning.parquet
+	@echo "== the one-sample reference rows (shared/reference, margin $(REFERENCE_MARGIN)) vs the measured table"
 	$(BIN)/ggml-dispatch census ingest samples/trace-reference-shapes.jsonl -o $(OUT)/census-reference.parquet
 	$(BIN)/ggml-dispatch tune import-reference $(REFERENCE_TSV) --sm-count 132 -o $(OUT)/tuning-reference.parquet
-	@echo "== codegen: no measured H200 tuning data is committed yet, so the reference rows serve (one sample"
-	@echo "   each, no CI) with a declared margin of $(REFERENCE_MARGIN); such a table never goes under tables/"
 	$(BIN)/ggml-dispatch codegen $(OUT)/tuning-reference.parquet --census $(OUT)/census-reference.parquet \
 		--reference-margin $(REFERENCE_MARGIN) -o $(OUT)/table-reference
-	@if [ -f $(COMMITTED_TABLE) ]; then \
-		echo "== diff: committed $(COMMITTED_TABLE) -> demo table"; \
-		$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table-reference/table.json \
-			--census $(OUT)/census-reference.parquet --tuning $(OUT)/tuning-reference.parquet; \
-	else \
-		echo "== diff: no measured table is committed at $(COMMITTED_TABLE) yet: diffing against the empty table (stock)"; \
-		$(BIN)/ggml-dispatch diff empty $(OUT)/table-reference/table.json \
-			--census $(OUT)/census-reference.parquet --tuning $(OUT)/tuning-reference.parquet; \
-	fi
+	$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table-reference/table.json
+	@echo "== report: $(OUT)/report/REPORT.md"
+	$(BIN)/ggml-dispatch report --tuning $(MEASURED)/tuning.parquet --census $(MEASURED)/census.parquet \
+		--table $(COMMITTED_TABLE) --ab $(MEASURED)/ab.jsonl -o $(OUT)/report >/dev/null
 
 test: venv lint typecheck pytest  ## tests, ruff and mypy (what CI runs)
 
