@@ -6,7 +6,9 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -15,6 +17,8 @@ from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
 from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
 from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard, select_cases, shard_cases
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _echo(msg: str) -> None:
@@ -33,6 +37,59 @@ def _routes(text: str) -> tuple[str, ...]:
     return routes
 
 
+def _tree_option(help: str) -> Callable[[F], F]:
+    return click.option(
+        "--llama-cpp",
+        "tree",
+        envvar="LLAMA_CPP_DIR",
+        required=True,
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help=help,
+    )
+
+
+def _build_options(f: F) -> F:
+    """The options that say how to build the harness (shared by ``run`` and ``build``)."""
+    for option in reversed(
+        (
+            click.option(
+                "--build-dir",
+                type=click.Path(exists=True, file_okay=False, path_type=Path),
+                help="an existing llama.cpp build of that tree: link its bin/libggml*.so instead of "
+                "building ggml.",
+            ),
+            click.option(
+                "--cuda/--cpu",
+                "cuda",
+                default=None,
+                help="build ggml with CUDA or CPU only when no --build-dir is given "
+                "[default: CUDA if nvcc is on PATH].",
+            ),
+            click.option(
+                "--cuda-arch",
+                default="90",
+                show_default=True,
+                help="CMAKE_CUDA_ARCHITECTURES for a CUDA build.",
+            ),
+            click.option("--jobs", type=click.IntRange(min=1), default=None, help="build parallelism."),
+        )
+    ):
+        f = option(f)
+    return f
+
+
+def _build_harness(
+    tree: Path, build_dir: Path | None, cuda: bool | None, cuda_arch: str, jobs: int | None
+) -> Path:
+    use_cuda = cuda if cuda is not None else shutil.which("nvcc") is not None
+    try:
+        return build.build_harness(
+            tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
+        )
+    except build.BuildError as e:
+        raise click.ClickException(str(e)) from None
+
+
 @click.group()
 def tune() -> None:
     """Time every eligible route for the census shapes on the GPU."""
@@ -40,14 +97,7 @@ def tune() -> None:
 
 @tune.command("run")
 @click.argument("census", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--llama-cpp",
-    "tree",
-    envvar="LLAMA_CPP_DIR",
-    required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).",
-)
+@_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
 @click.option(
     "-o",
     "--output",
@@ -55,20 +105,7 @@ def tune() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="tuning Parquet file to write (atomically, from the journal).",
 )
-@click.option(
-    "--build-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="an existing llama.cpp build of that tree: link its bin/libggml*.so instead of building ggml.",
-)
-@click.option(
-    "--cuda/--cpu",
-    "cuda",
-    default=None,
-    help="build ggml with CUDA or CPU only when no --build-dir is given [default: CUDA if nvcc is on PATH].",
-)
-@click.option(
-    "--cuda-arch", default="90", show_default=True, help="CMAKE_CUDA_ARCHITECTURES for a CUDA build."
-)
+@_build_options
 @click.option(
     "--harness",
     "harness_bin",
@@ -143,7 +180,6 @@ def tune() -> None:
     multiple=True,
     help="extra harness option, repeatable (e.g. --harness-arg=--trial-ms=10).",
 )
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="build parallelism.")
 @click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
 def run_cmd(
     census: Path,
@@ -207,13 +243,7 @@ def run_cmd(
 
     stamp = build.tree_stamp(tree)
     if harness_bin is None:
-        use_cuda = cuda if cuda is not None else shutil.which("nvcc") is not None
-        try:
-            harness_bin = build.build_harness(
-                tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
-            )
-        except build.BuildError as e:
-            raise click.ClickException(str(e)) from None
+        harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
     args: list[str] = []
     if device:
         args += ["--device", device]
@@ -227,22 +257,10 @@ def run_cmd(
             f"{tree}: no ggml-dispatch install stamp; upstream commit from {stamp.source}, patch hash empty"
         )
 
-    bar_state: dict[str, object] = {}
-
-    def progress(n: int) -> None:
-        bar = bar_state.get("bar")
-        if bar is not None:
-            bar.update(n)  # type: ignore[attr-defined]
-
     t0 = time.monotonic()
     try:
         with click.progressbar(length=1, label="tune", file=sys.stderr, show_eta=True, show_pos=True) as bar:
-            bar_state["bar"] = bar
-
-            def log(msg: str) -> None:
-                _echo(msg)
-
-            # the bar's length is only known once the journal has been read: run_sweep sets it via log
+            # the bar's length is only known once the journal has been read: run_sweep sets it via on_plan
             result = run_sweep(
                 census,
                 output,
@@ -259,8 +277,8 @@ def run_cmd(
                 case_timeout=case_timeout,
                 harness_args=args,
                 settings={"stamp_source": stamp.source},
-                log=log,
-                progress=progress,
+                log=_echo,
+                progress=bar.update,
                 on_plan=lambda todo: setattr(bar, "length", max(todo, 1)),
             )
     except SweepInterrupted as e:
@@ -280,29 +298,8 @@ def run_cmd(
 
 
 @tune.command("build")
-@click.option(
-    "--llama-cpp",
-    "tree",
-    envvar="LLAMA_CPP_DIR",
-    required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="llama.cpp tree.",
-)
-@click.option(
-    "--build-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="an existing llama.cpp build of that tree: link its bin/libggml*.so instead of building ggml.",
-)
-@click.option(
-    "--cuda/--cpu",
-    "cuda",
-    default=None,
-    help="build ggml with CUDA or CPU only when no --build-dir is given [default: CUDA if nvcc is on PATH].",
-)
-@click.option(
-    "--cuda-arch", default="90", show_default=True, help="CMAKE_CUDA_ARCHITECTURES for a CUDA build."
-)
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="build parallelism.")
+@_tree_option("llama.cpp tree.")
+@_build_options
 def build_cmd(
     tree: Path, build_dir: Path | None, cuda: bool | None, cuda_arch: str, jobs: int | None
 ) -> None:
@@ -312,14 +309,7 @@ def build_cmd(
     The cache (.cache/tuner-harness/<key>, or $GGML_DISPATCH_HARNESS_CACHE) is keyed by the harness
     sources, the tree's ggml sources or prebuilt libraries, the install stamp and the options.
     """
-    use_cuda = cuda if cuda is not None else shutil.which("nvcc") is not None
-    try:
-        path = build.build_harness(
-            tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
-        )
-    except build.BuildError as e:
-        raise click.ClickException(str(e)) from None
-    click.echo(str(path))
+    click.echo(str(_build_harness(tree, build_dir, cuda, cuda_arch, jobs)))
 
 
 @tune.command("merge")
