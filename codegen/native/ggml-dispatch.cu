@@ -75,6 +75,7 @@ static std::string uuid_string(const cudaDeviceProp & prop) {
 struct device_ident {
     std::string name;
     std::string uuid;
+    size_t      vram = 0;  // ggml_cuda_info() leaves total_vram unset in the pinned tree
 };
 
 static device_ident device_identity(int device) {
@@ -83,6 +84,7 @@ static device_ident device_identity(int device) {
     if (cudaGetDeviceProperties(&prop, ggml_cuda_info().devices[device].physical_device) == cudaSuccess) {
         id.name = prop.name;
         id.uuid = uuid_string(prop);
+        id.vram = prop.totalGlobalMem;
     } else {
         (void) cudaGetLastError();
     }
@@ -197,7 +199,7 @@ static std::string header_json(const std::vector<device_ident> & idents) {
         s += ",\"cc\":" + std::to_string(d.cc);
         s += ",\"sm_count\":" + std::to_string(d.nsm);
         s += ",\"smpbo\":" + std::to_string(d.smpbo);
-        s += ",\"vram_mib\":" + std::to_string(d.total_vram / (1024*1024));
+        s += ",\"vram_mib\":" + std::to_string(idents[i].vram / (1024*1024));
         s += "}";
     }
     s += "],\"pid\":" + std::to_string((long long) GGML_DISPATCH_GETPID());
