@@ -34,26 +34,6 @@ def _under_tables(path: Path) -> bool:
     return "tables" in path.resolve().parts
 
 
-def _params(
-    theta: float,
-    reference_margin: float | None,
-    allow_mixed: bool,
-    min_trials: int,
-    resamples: int,
-    seed: int,
-    min_default_shapes: int,
-) -> decide.Params:
-    return decide.Params(
-        theta=theta,
-        reference_margin=reference_margin,
-        min_trials=min_trials,
-        resamples=resamples,
-        seed=seed,
-        min_default_shapes=min_default_shapes,
-        allow_mixed=allow_mixed,
-    )
-
-
 @click.command("codegen")
 @click.argument("tuning", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -131,7 +111,15 @@ def codegen_cmd(
     Rows with source = reference (one sample) need --reference-margin, and a table built from
     them is never written under tables/.
     """
-    params = _params(theta, reference_margin, allow_mixed, min_trials, resamples, seed, min_default_shapes)
+    params = decide.Params(
+        theta=theta,
+        reference_margin=reference_margin,
+        min_trials=min_trials,
+        resamples=resamples,
+        seed=seed,
+        min_default_shapes=min_default_shapes,
+        allow_mixed=allow_mixed,
+    )
     df = _read_parquet(tuning, schema.TUNING_SCHEMA)
     census_df = None
     if census_path is not None:

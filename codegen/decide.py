@@ -53,8 +53,6 @@ DEFAULT_SEED: Final = 20261130
 DEFAULT_MIN_TRIALS: Final = 3
 DEFAULT_MIN_DEFAULT_SHAPES: Final = 2
 
-RATIO_STATISTIC: Final = "median of per-trial anchor_us/us ratios; percentile bootstrap over trials"
-
 ROUTE_NAMES: Final = tuple(r.value for r in schema.Route)
 _ROUTE_ORDER: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
 _OPS: Final = frozenset(o.value for o in schema.Op)
@@ -84,6 +82,19 @@ class ShapeKey:
     N: int
     K: int
     B: int
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> ShapeKey:
+        """The key of a tuning or census row (any mapping with the SHAPE_KEY columns)."""
+        return cls(
+            str(row["op"]),
+            str(row["layout"]),
+            str(row["src0_type"]),
+            str(row["src1_type"]),
+            int(row["N"]),
+            int(row["K"]),
+            int(row["B"]),
+        )
 
     def group(self) -> ShapeKey:
         return ShapeKey(self.op, self.layout, self.src0_type, self.src1_type, 0, 0, self.B)
@@ -427,18 +438,6 @@ def passing_route(evals: Mapping[str, RouteEval], params: Params) -> str | None:
 # Decisions
 
 
-def _key_of(row: Mapping[str, Any]) -> ShapeKey:
-    return ShapeKey(
-        str(row["op"]),
-        str(row["layout"]),
-        str(row["src0_type"]),
-        str(row["src1_type"]),
-        int(row["N"]),
-        int(row["K"]),
-        int(row["B"]),
-    )
-
-
 def evaluate(
     df: pd.DataFrame, params: Params
 ) -> tuple[dict[ShapeKey, dict[int, dict[str, RouteEval]]], dict[ShapeKey, dict[int, float]]]:
@@ -447,7 +446,7 @@ def evaluate(
     stock: dict[ShapeKey, dict[int, float]] = defaultdict(dict)
     cols = ["op", "layout", "src0_type", "src1_type", "N", "K", "B", "M"]
     for values, point_rows in df.groupby(cols, sort=True):
-        key = _key_of(dict(zip(cols, values, strict=True)))
+        key = ShapeKey.of(dict(zip(cols, values, strict=True)))
         M = int(values[-1])  # type: ignore[call-overload]
         per_route: dict[str, RouteEval] = {}
         for route, rrows in point_rows.groupby("route", sort=True):

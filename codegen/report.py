@@ -604,18 +604,6 @@ def load_ab(paths: Sequence[Path]) -> tuple[list[AbRecord], list[InputFile]]:
 # Analysis (pure)
 
 
-def _key_of(row: Mapping[str, Any]) -> ShapeKey:
-    return ShapeKey(
-        str(row["op"]),
-        str(row["layout"]),
-        str(row["src0_type"]),
-        str(row["src1_type"]),
-        int(row["N"]),
-        int(row["K"]),
-        int(row["B"]),
-    )
-
-
 def _good(x: Any) -> bool:
     return _finite(x) and x > 0
 
@@ -625,7 +613,7 @@ def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> list[Point]:
     evals, _stock = decide.evaluate(df, params)
     rows_at: dict[tuple[ShapeKey, int], list[dict[str, Any]]] = defaultdict(list)
     for row in _records(df):
-        rows_at[(_key_of(row), int(row["M"]))].append(row)
+        rows_at[(ShapeKey.of(row), int(row["M"]))].append(row)
     points: list[Point] = []
     for key in sorted(evals, key=shape_sort_key):
         for M in sorted(evals[key]):
@@ -672,7 +660,7 @@ def failure_messages(df: pd.DataFrame) -> list[tuple[str, int, str]]:
             continue
         msg = status[len(schema.FAILED_PREFIX) :].strip() or "(no message)"
         counts[msg] += 1
-        key = _key_of(row)
+        key = ShapeKey.of(row)
         where = (shape_sort_key(key), int(row["M"]), _route_key(str(row["route"])), int(row["trial"]))
         label = f"{shape_label(key)}, M={row['M']}, {row['route']}"
         if msg not in first or where < first[msg][0]:
@@ -693,7 +681,7 @@ def census_points(rows: Sequence[Mapping[str, Any]]) -> list[CensusPoint]:
     """Census rows summed per (shape key, M, fused or not)."""
     acc: dict[tuple[ShapeKey, int, bool], list[float]] = {}
     for r in rows:
-        key = (_key_of(r), int(r["M"]), bool(r["fused"]))
+        key = (ShapeKey.of(r), int(r["M"]), bool(r["fused"]))
         a = acc.setdefault(key, [0.0, 0.0])
         a[0] += float(r["calls"])
         a[1] += float(r["est_us"])
@@ -1097,7 +1085,7 @@ class _Figures:
 
 def figure_count(inputs: Inputs) -> int:
     """How many figures :func:`build_report` renders (for a progress bar)."""
-    shapes = {_key_of(r) for r in _records(inputs.tuning[list(schema.SHAPE_KEY)])}
+    shapes = {ShapeKey.of(r) for r in _records(inputs.tuning[list(schema.SHAPE_KEY)])}
     census = 4 if inputs.census is not None else 0
     return len(shapes) + len({type_key(s) for s in shapes}) + census
 
@@ -1454,7 +1442,7 @@ def _section_predictions(
 
 def _census_groups() -> list[tuple[str, str, Callable[[Mapping[str, Any]], str]]]:
     def by_shape(r: Mapping[str, Any]) -> str:
-        return shape_label(_key_of(r)) + (f" fused:{r['fused']}" if r["fused"] else "")
+        return shape_label(ShapeKey.of(r)) + (f" fused:{r['fused']}" if r["fused"] else "")
 
     def by_role(r: Mapping[str, Any]) -> str:
         return str(r["role"]) if r["role"] else "(none)"

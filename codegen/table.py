@@ -36,6 +36,7 @@ SOURCE_NONE: Final = "none"
 SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline), not a measurement
 TABLE_FILENAME: Final = "table.json"
 HEADER_FILENAME: Final = "ggml-dispatch-table.h"
+RATIO_STATISTIC: Final = "median of per-trial anchor_us/us ratios; percentile bootstrap over trials"
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
 _LAYOUTS: Final = {lay.value: code for lay, code in schema.LAYOUT_CODES.items()}
@@ -264,7 +265,7 @@ def build_table(
             "bootstrap_resamples": p.resamples,
             "confidence": p.confidence,
             "seed": p.seed,
-            "ratio_statistic": "median of per-trial anchor_us/us ratios; percentile bootstrap over trials",
+            "ratio_statistic": RATIO_STATISTIC,
             "min_default_shapes": p.min_default_shapes,
         },
         "mixed": None,
