@@ -10,7 +10,7 @@ REFERENCE_MARGIN ?= 0.10
 MEASURED ?= tables/cuda-sm90-nvidia-h200
 COMMITTED_TABLE ?= $(MEASURED)/table.json
 
-.PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean
+.PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean device-carry device-session
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -120,3 +120,15 @@ tune-agreement-carry: llama-tarball  ## what device/tune-agreement.sh needs in .
 
 tune-agreement:  ## ON THE GPU MACHINE: harness vs test-backend-ops, cost to a +-1% CI, L2 rotation (OUT=..., BUILD_DIR=...)
 	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) $(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR)) bash device/tune-agreement.sh
+
+device-carry: venv device-integration-carry tune-agreement-carry  ## build ggml-cuda here (cold: ~1 h on 2 cores) and fill .carry/ for device/session.sh
+	device/prebuild.sh patched
+	device/prebuild.sh stock
+	$(BIN)/python device/crude_rule.py -o $(OUT)/crude-rule
+	device/prebuild.sh crude $(OUT)/crude-rule/table.json
+	if [ -f $(COMMITTED_TABLE) ]; then device/prebuild.sh table $(COMMITTED_TABLE); fi
+	if [ -f $(MEASURED)/census.parquet ]; then cp $(MEASURED)/census.parquet $(CARRY)/census.parquet; fi
+	@du -sh $(CARRY)
+
+device-session:  ## ON THE GPU MACHINE (carry .carry): OUT=... STEPS="models trace-census tune" bash device/session.sh
+	OUT=$(OUT) STEPS="$(STEPS)" bash device/session.sh
