@@ -185,6 +185,50 @@ def _contiguous_nb(t: schema.GgmlType, ne: Sequence[int]) -> tuple[int, int, int
     return (nb0, nb1, nb2, nb3)
 
 
+def _declared_row(
+    spec: estimate.GpuSpec,
+    op: schema.Op,
+    layout: schema.Layout,
+    src0_type: str,
+    gemm: schema.Gemm,
+    *,
+    contiguous: bool,
+    nb: Sequence[int],
+    tensor: str,
+    role: str,
+    calls: int,
+    est_us: float,
+) -> Row:
+    """A census row of a declared workload (f32 activations, roofline estimate, no route recorded)."""
+    return {
+        "gpu_name": spec.name,
+        "gpu_cc": spec.cc,
+        "gpu_sm_count": spec.sm_count,
+        "op": op.value,
+        "layout": layout.value,
+        "fused": None,
+        "src0_type": src0_type,
+        "src1_type": "f32",
+        "M": gemm.M,
+        "N": gemm.N,
+        "K": gemm.K,
+        "B": gemm.B,
+        "E": gemm.E,
+        "U": gemm.U,
+        "src0_contiguous": contiguous,
+        "src0_nb_aligned": _aligned(nb),
+        "tensor": tensor,
+        "role": role,
+        "route": None,
+        "stock_route": None,
+        "reason": None,
+        "calls": calls,
+        "est_us": est_us,
+        "est_kind": EST_ROOFLINE,
+        "source": schema.Source.DECLARED.value,
+    }
+
+
 def declared_rows(model: GgufModel, ms: Iterable[int], output_rows: int, spec: estimate.GpuSpec) -> list[Row]:
     """A declared workload: every matmul weight once per forward pass of M tokens, for each M; the LM
     head (``token_embd.weight`` when tied) only at M = ``output_rows``, once per pass."""
@@ -211,35 +255,20 @@ def declared_rows(model: GgufModel, ms: Iterable[int], output_rows: int, spec: e
                 src1_ne = (t.ne[0], M, 1, 1)
             gemm = schema.gemm_of(op, t.ne, src1_ne)
             work = estimate.work_of(op, t.type_name, "f32", t.ne, src1_ne, model.expert_used_count)
-            nb = _contiguous_nb(gt, t.ne)
             rows.append(
-                {
-                    "gpu_name": spec.name,
-                    "gpu_cc": spec.cc,
-                    "gpu_sm_count": spec.sm_count,
-                    "op": op.value,
-                    "layout": layout.value,
-                    "fused": None,
-                    "src0_type": t.type_name,
-                    "src1_type": "f32",
-                    "M": gemm.M,
-                    "N": gemm.N,
-                    "K": gemm.K,
-                    "B": gemm.B,
-                    "E": gemm.E,
-                    "U": gemm.U,
-                    "src0_contiguous": True,
-                    "src0_nb_aligned": _aligned(nb),
-                    "tensor": t.name,
-                    "role": roles.role_of(t.name, layout.value),
-                    "route": None,
-                    "stock_route": None,
-                    "reason": None,
-                    "calls": calls,
-                    "est_us": calls * estimate.per_call_us(spec, work),
-                    "est_kind": EST_ROOFLINE,
-                    "source": schema.Source.DECLARED.value,
-                }
+                _declared_row(
+                    spec,
+                    op,
+                    layout,
+                    t.type_name,
+                    gemm,
+                    contiguous=True,
+                    nb=_contiguous_nb(gt, t.ne),
+                    tensor=t.name,
+                    role=roles.role_of(t.name, layout.value),
+                    calls=calls,
+                    est_us=calls * estimate.per_call_us(spec, work),
+                )
             )
     return rows
 
@@ -292,33 +321,19 @@ def declared_attention_rows(
                 gemm = schema.gemm_of(schema.Op.MUL_MAT, ne, src1_ne)
                 work = estimate.work_of(schema.Op.MUL_MAT, kv_type, "f32", ne, src1_ne)
                 rows.append(
-                    {
-                        "gpu_name": spec.name,
-                        "gpu_cc": spec.cc,
-                        "gpu_sm_count": spec.sm_count,
-                        "op": schema.Op.MUL_MAT.value,
-                        "layout": schema.Layout.ATTENTION.value,
-                        "fused": None,
-                        "src0_type": kv_type,
-                        "src1_type": "f32",
-                        "M": gemm.M,
-                        "N": gemm.N,
-                        "K": gemm.K,
-                        "B": gemm.B,
-                        "E": gemm.E,
-                        "U": gemm.U,
-                        "src0_contiguous": schema.is_contiguous(ne, nb, t),
-                        "src0_nb_aligned": _aligned(nb),
-                        "tensor": name,
-                        "role": role,
-                        "route": None,
-                        "stock_route": None,
-                        "reason": None,
-                        "calls": 1,
-                        "est_us": estimate.per_call_us(spec, work),
-                        "est_kind": EST_ROOFLINE,
-                        "source": schema.Source.DECLARED.value,
-                    }
+                    _declared_row(
+                        spec,
+                        schema.Op.MUL_MAT,
+                        schema.Layout.ATTENTION,
+                        kv_type,
+                        gemm,
+                        contiguous=schema.is_contiguous(ne, nb, t),
+                        nb=nb,
+                        tensor=name,
+                        role=role,
+                        calls=1,
+                        est_us=estimate.per_call_us(spec, work),
+                    )
                 )
     return rows
 
