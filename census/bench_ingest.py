@@ -124,6 +124,15 @@ class Run:
     stdout: str
     stderr: str
 
+    def summary(self, records: int) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall_s, 2),
+            "cpu_s": round(self.cpu_s, 2),
+            "records_per_s": round(records / self.wall_s),
+            "records_per_cpu_s": round(records / self.cpu_s),
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
+        }
+
 
 def _run(tool: str, argv: list[str], limit_bytes: int | None = None) -> Run:
     def limit() -> None:
@@ -185,11 +194,7 @@ def bench(path: Path, records: int, keys: int, pandas_limit_gb: float) -> dict[s
         "file_bytes": size,
         "bytes_per_line": round(size / (records + 2), 1),
         "census": {
-            "wall_s": round(census.wall_s, 2),
-            "cpu_s": round(census.cpu_s, 2),
-            "records_per_s": round(records / census.wall_s),
-            "records_per_cpu_s": round(records / census.cpu_s),
-            "peak_rss_mib": round(census.peak_rss_mib, 1),
+            **census.summary(records),
             "rows": c_rows,
             "calls_ok": c_calls == total,
         },
@@ -197,11 +202,7 @@ def bench(path: Path, records: int, keys: int, pandas_limit_gb: float) -> dict[s
     if pandas.ok:
         p_groups, p_calls = (int(x) for x in pandas.stdout.split())
         result["pandas"] = {
-            "wall_s": round(pandas.wall_s, 2),
-            "cpu_s": round(pandas.cpu_s, 2),
-            "records_per_s": round(records / pandas.wall_s),
-            "records_per_cpu_s": round(records / pandas.cpu_s),
-            "peak_rss_mib": round(pandas.peak_rss_mib, 1),
+            **pandas.summary(records),
             "groups": p_groups,
             "calls_ok": p_calls == total,
         }
