@@ -6,17 +6,8 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-import pytest
 
-from ggml_dispatch import fetch, models
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    try:
-        return fetch.smollm2_gguf()
-    except fetch.FetchError as e:
-        pytest.skip(f"SmolLM2 GGUF cannot be fetched here: {e}")
+from ggml_dispatch import models
 
 
 def _tensors(path: Path) -> list[tuple[str, list[int], str]]:
@@ -24,16 +15,16 @@ def _tensors(path: Path) -> list[tuple[str, list[int], str]]:
     return [(t.name, [int(x) for x in t.shape], t.tensor_type.name) for t in r.tensors]
 
 
-def test_clone_has_the_real_metadata_names_types_and_shapes(smollm2: Path, tmp_path: Path) -> None:
+def test_clone_has_the_real_metadata_names_types_and_shapes(smollm2_gguf: Path, tmp_path: Path) -> None:
     meta = tmp_path / "meta.gguf"
-    models.extract_meta(smollm2, meta)
+    models.extract_meta(smollm2_gguf, meta)
     assert meta.stat().st_size < 4 << 20  # small enough to travel to the GPU machine
     assert _tensors(meta) == []
     out = tmp_path / "clone.gguf"
     models.clone(meta, out, seed=1)
-    assert _tensors(out) == _tensors(smollm2)
-    assert out.stat().st_size == smollm2.stat().st_size
-    a, b = gguf.GGUFReader(smollm2), gguf.GGUFReader(out)
+    assert _tensors(out) == _tensors(smollm2_gguf)
+    assert out.stat().st_size == smollm2_gguf.stat().st_size
+    a, b = gguf.GGUFReader(smollm2_gguf), gguf.GGUFReader(out)
     assert set(a.fields) == set(b.fields)
     for key in ("llama.embedding_length", "tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
         assert a.fields[key].contents() == b.fields[key].contents()
@@ -43,10 +34,10 @@ def test_clone_has_the_real_metadata_names_types_and_shapes(smollm2: Path, tmp_p
     assert np.std(values) > 0.001
 
 
-def test_dense_writer_real_architecture_metadata(smollm2: Path, tmp_path: Path) -> None:
+def test_dense_writer_real_architecture_metadata(smollm2_gguf: Path, tmp_path: Path) -> None:
     dims = models.Dims("qwen3", hidden=256, ffn=512, heads=4, kv_heads=2, head_dim=64, layers=2)
     out = tmp_path / "dense.gguf"
-    models.write_dense(out, dims, smollm2)
+    models.write_dense(out, dims, smollm2_gguf)
     r = gguf.GGUFReader(out)
     assert r.fields["general.architecture"].contents() == "qwen3"
     assert r.fields["qwen3.attention.key_length"].contents() == 64
