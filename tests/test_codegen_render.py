@@ -119,33 +119,25 @@ def test_layout_version_is_checked_at_compile_time(tmp_path: Path) -> None:
     (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(tbl.empty_table()))
     src = tmp_path / "x.c"
     src.write_text('#include "ggml-dispatch-table.h"\nint main(void) { return 0; }\n')
-    bad = subprocess.run(
-        [
-            *GCC,
-            "-DGGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION=2",
-            "-I",
-            str(tmp_path),
-            str(src),
-            "-o",
-            str(tmp_path / "x"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+
+    def compile_expecting(version: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                *GCC,
+                f"-DGGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION={version}",
+                "-I",
+                str(tmp_path),
+                str(src),
+                "-o",
+                str(tmp_path / "x"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+
+    bad = compile_expecting(2)
     assert bad.returncode != 0 and "layout version" in bad.stderr
-    good = subprocess.run(
-        [
-            *GCC,
-            "-DGGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION=1",
-            "-I",
-            str(tmp_path),
-            str(src),
-            "-o",
-            str(tmp_path / "x"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    good = compile_expecting(1)
     assert good.returncode == 0, good.stderr
 
 

@@ -105,18 +105,36 @@ def trials(
     return rows
 
 
-def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+def _arrow_table(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) -> pa.Table:
     return pa.Table.from_pylist(
-        [dict(r) for r in rows], schema=pa.schema([(c, _ARROW[k]) for c, k in schema.TUNING_COLUMNS.items()])
-    ).to_pandas()
+        [dict(r) for r in rows], schema=pa.schema([(c, _ARROW[k]) for c, k in columns.items()])
+    )
+
+
+def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    return _arrow_table(rows, schema.TUNING_COLUMNS).to_pandas()
 
 
 def write_tuning(rows: Iterable[Mapping[str, Any]], path: Path) -> Path:
-    table = pa.Table.from_pylist(
-        [dict(r) for r in rows], schema=pa.schema([(c, _ARROW[k]) for c, k in schema.TUNING_COLUMNS.items()])
-    )
+    table = _arrow_table(rows, schema.TUNING_COLUMNS)
     fileio.write_parquet(table, path, fileio.base_metadata(schema.TUNING_SCHEMA))
     return path
+
+
+def rule(N: int, K: int, lo: int, hi: int, route: str, typ: str = "q4_K") -> dict[str, Any]:
+    """A table.json rule of the MUL_MAT weight layout (N = K = 0: a per-type default)."""
+    return {
+        "op": "MUL_MAT",
+        "layout": "weight",
+        "src0_type": typ,
+        "src1_type": "f32",
+        "N": N,
+        "K": K,
+        "B": 1,
+        "M_lo": lo,
+        "M_hi": hi,
+        "route": route,
+    }
 
 
 def census_row(
@@ -165,9 +183,7 @@ def census_row(
 
 
 def write_census(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    table = pa.Table.from_pylist(
-        [dict(r) for r in rows], schema=pa.schema([(c, _ARROW[k]) for c, k in schema.CENSUS_COLUMNS.items()])
-    )
+    table = _arrow_table(rows, schema.CENSUS_COLUMNS)
     fileio.write_parquet(table, path, fileio.base_metadata(schema.CENSUS_SCHEMA))
     return path
 

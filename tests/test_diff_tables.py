@@ -11,28 +11,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_codegen_support import H200, census_row, trials, write_census, write_tuning
+from test_codegen_support import H200, census_row, rule, trials, write_census, write_tuning
 
 from codegen import diff as dif
 from codegen import render
 from codegen import table as tbl
 from ggml_dispatch import schema
 from ggml_dispatch.cli import main
-
-
-def _rule(N: int, K: int, lo: int, hi: int, route: str, typ: str = "q4_K") -> dict[str, Any]:
-    return {
-        "op": "MUL_MAT",
-        "layout": "weight",
-        "src0_type": typ,
-        "src1_type": "f32",
-        "N": N,
-        "K": K,
-        "B": 1,
-        "M_lo": lo,
-        "M_hi": hi,
-        "route": route,
-    }
 
 
 def _table(*rules: dict[str, Any], gpu: schema.GpuId = H200) -> dict[str, Any]:
@@ -45,14 +30,14 @@ def _table(*rules: dict[str, Any], gpu: schema.GpuId = H200) -> dict[str, Any]:
 
 
 A = _table(
-    _rule(4096, 4096, 8, 8, "mmq"),
-    _rule(4096, 4096, 256, 512, "cublas"),
-    _rule(1024, 4096, 256, 512, "cublas", "q6_K"),
+    rule(4096, 4096, 8, 8, "mmq"),
+    rule(4096, 4096, 256, 512, "cublas"),
+    rule(1024, 4096, 256, 512, "cublas", "q6_K"),
 )
 B = _table(
-    _rule(4096, 4096, 8, 8, "mmq"),  # unchanged
-    _rule(4096, 4096, 256, 1024, "cublas"),  # interval changed
-    _rule(14336, 4096, 512, 512, "cublas"),  # added; the q6_K rule is removed
+    rule(4096, 4096, 8, 8, "mmq"),  # unchanged
+    rule(4096, 4096, 256, 1024, "cublas"),  # interval changed
+    rule(14336, 4096, 512, 512, "cublas"),  # added; the q6_K rule is removed
 )
 
 
@@ -70,17 +55,17 @@ def _run(*args: str) -> tuple[int, str]:
 def test_added_removed_changed() -> None:
     d = dif.diff_tables(dif.LoadedTable(A, "a", "A", "json"), dif.LoadedTable(B, "b", "B", "json"))
     assert d.unchanged == 1
-    assert d.added == [_rule(14336, 4096, 512, 512, "cublas")]
-    assert d.removed == [_rule(1024, 4096, 256, 512, "cublas", "q6_K")]
+    assert d.added == [rule(14336, 4096, 512, 512, "cublas")]
+    assert d.removed == [rule(1024, 4096, 256, 512, "cublas", "q6_K")]
     assert len(d.changed) == 1
-    assert d.changed[0].before == [_rule(4096, 4096, 256, 512, "cublas")]
-    assert d.changed[0].after == [_rule(4096, 4096, 256, 1024, "cublas")]
+    assert d.changed[0].before == [rule(4096, 4096, 256, 512, "cublas")]
+    assert d.changed[0].after == [rule(4096, 4096, 256, 1024, "cublas")]
     assert d.differs and d.identity == {}
 
 
 def test_route_change_and_split_are_one_change() -> None:
-    a = _table(_rule(4096, 4096, 256, 1024, "cublas"))
-    b = _table(_rule(4096, 4096, 256, 256, "mmq"), _rule(4096, 4096, 512, 1024, "cublas"))
+    a = _table(rule(4096, 4096, 256, 1024, "cublas"))
+    b = _table(rule(4096, 4096, 256, 256, "mmq"), rule(4096, 4096, 512, 1024, "cublas"))
     d = dif.diff_tables(dif.LoadedTable(a, "", "a", "json"), dif.LoadedTable(b, "", "b", "json"))
     assert not d.added and not d.removed and len(d.changed) == 1
     assert [r["route"] for r in d.changed[0].after] == ["mmq", "cublas"]
@@ -159,8 +144,8 @@ def test_predicted_change_over_a_census(tmp_path: Path) -> None:
         rows += trials(speed={"mmq": 1.0, "cublas": 2.0 if M < 1024 else 4.0}, M=M, noise=0.0)
         rows += trials(speed={"mmq": 1.0, "cublas": 1.5}, M=M, N=1024, K=4096, noise=0.0)
     tuning = write_tuning(rows, tmp_path / "tuning.parquet")
-    a = _table(_rule(4096, 4096, 256, 512, "cublas"))
-    b = _table(_rule(4096, 4096, 256, 1024, "cublas"), _rule(0, 0, 256, 1024, "cublas"))
+    a = _table(rule(4096, 4096, 256, 512, "cublas"))
+    b = _table(rule(4096, 4096, 256, 1024, "cublas"), rule(0, 0, 256, 1024, "cublas"))
     census = write_census(
         [
             census_row(M=512, est_us=1000.0),  # cublas in both: unaffected

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from test_codegen_support import rule
 
 from codegen import decide, report
 from ggml_dispatch import schema
@@ -70,21 +71,6 @@ def table_view(rules: list[dict[str, object]]) -> report.TableView:
         "refused": [],
     }
     return report.TableView(data)
-
-
-def rule(N: int, K: int, lo: int, hi: int, route: str) -> dict[str, object]:
-    return {
-        "op": "MUL_MAT",
-        "layout": "weight",
-        "src0_type": "q4_K",
-        "src1_type": "f32",
-        "N": N,
-        "K": K,
-        "B": 1,
-        "M_lo": lo,
-        "M_hi": hi,
-        "route": route,
-    }
 
 
 def test_table_lookup_prefers_exact_rules_then_type_defaults() -> None:
