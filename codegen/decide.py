@@ -53,7 +53,6 @@ DEFAULT_SEED: Final = 20261130
 DEFAULT_MIN_TRIALS: Final = 3
 DEFAULT_MIN_DEFAULT_SHAPES: Final = 2
 
-ROUTE_NAMES: Final = tuple(r.value for r in schema.Route)
 _ROUTE_ORDER: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
 _OPS: Final = frozenset(o.value for o in schema.Op)
 _LAYOUTS: Final = frozenset(lay.value for lay in schema.Layout)

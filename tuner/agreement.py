@@ -41,7 +41,6 @@ AGREE_TOLERANCE: Final = 0.10
 CI_HALF_WIDTH: Final = 0.01
 CONFIDENCE: Final = 0.95
 RESAMPLES: Final = 2000
-TARGET_SPEEDUP: Final = 5.0
 STOCK: Final = "stock"
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
@@ -119,8 +118,3 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def iter_case_records(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    for p in paths:
-        yield from read_journal(p).cases

@@ -27,7 +27,7 @@ from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
 from tuner import results
 from tuner.build import TreeStamp
-from tuner.journal import Journal, read_journal
+from tuner.journal import Journal
 from tuner.select import DEFAULT_LAYOUTS, NEEDED_COLUMNS, Case, Selection, select_cases, shard_cases
 
 STDERR_TAIL_LINES: Final = 12
@@ -363,7 +363,3 @@ def run_sweep(
 
 def default_journal(out: Path) -> Path:
     return out.with_name(out.name + ".journal.jsonl")
-
-
-def journal_records(path: Path) -> list[dict[str, Any]]:
-    return read_journal(path).cases
