@@ -149,6 +149,12 @@ def tune(
     return subprocess.run([CLI, "tune", *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def run_args(census: Path, tree: Path, out: Path, *extra: str, harness: Path | None = None) -> list[str]:
+    """``tune run`` arguments: CENSUS --llama-cpp TREE -o OUT [--harness H] EXTRA..."""
+    via = ["--harness", str(harness)] if harness is not None else []
+    return ["run", str(census), "--llama-cpp", str(tree), *via, "-o", str(out), *extra]
+
+
 def rows_of(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
@@ -249,23 +255,8 @@ def test_sweep_end_to_end(
 ) -> None:
     out = tmp_path / "tuning.parquet"
     env = {**os.environ, "GGML_DISPATCH_HARNESS_CACHE": str(harness_cache)}
-    p = tune(
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--cpu",
-        "-o",
-        str(out),
-        "--trials",
-        "3",
-        "--coverage",
-        "1",
-        "--l2-bytes",
-        "100000",
-        *FAST,
-        env=env,
-    )
+    sweep = run_args(small_census, tree, out, "--cpu", "--coverage", "1", "--l2-bytes", "100000", *FAST)
+    p = tune(*sweep, "--trials", "3", env=env)
     assert p.returncode == 0, p.stderr
     assert "building the harness" not in p.stderr  # the cached build was found
     assert "8 cases (3 census points + 5 grid neighbours) over 2 shapes" in p.stderr
@@ -288,43 +279,11 @@ def test_sweep_end_to_end(
     cases = json.loads(meta[results.META_TUNER_CASES])
     assert len(cases) == 8 and all(c["reasons"]["mmq"] == "no-override-api" for c in cases.values())
     # a second run finds everything in the journal
-    p = tune(
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--cpu",
-        "-o",
-        str(out),
-        "--trials",
-        "3",
-        "--coverage",
-        "1",
-        "--l2-bytes",
-        "100000",
-        *FAST,
-        env=env,
-    )
+    p = tune(*sweep, "--trials", "3", env=env)
     assert p.returncode == 0 and "0 cases measured (0 failed), 8 resumed" in p.stderr
     assert len(rows_of(out)) == 8 * 5 * 3
     # another method (here: trials) cannot resume this journal
-    p = tune(
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--cpu",
-        "-o",
-        str(out),
-        "--trials",
-        "4",
-        "--coverage",
-        "1",
-        "--l2-bytes",
-        "100000",
-        *FAST,
-        env=env,
-    )
+    p = tune(*sweep, "--trials", "4", env=env)
     assert p.returncode == 2 and "belongs to another sweep (trials = 3" in p.stderr
 
 
@@ -351,22 +310,18 @@ def test_resume_after_a_killed_run(
 ) -> None:
     out = tmp_path / "tuning.parquet"
     journal = tmp_path / "tuning.parquet.journal.jsonl"
-    args = [
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--harness",
-        str(harness),
-        "-o",
-        str(out),
+    args = run_args(
+        small_census,
+        tree,
+        out,
         "--trials",
         "3",
         "--coverage",
         "1",
         "--harness-arg=--trial-ms=60",
         "--harness-arg=--threads=1",
-    ]
+        harness=harness,
+    )
     proc = _start(args)
     _wait_for_cases(journal, 2, proc)
     os.kill(proc.pid, sig)
@@ -395,22 +350,18 @@ def test_max_seconds_stops_and_a_rerun_continues(
     tree: Path, harness: Path, small_census: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "t.parquet"
-    args = [
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--harness",
-        str(harness),
-        "-o",
-        str(out),
+    args = run_args(
+        small_census,
+        tree,
+        out,
         "--trials",
         "3",
         "--coverage",
         "1",
         "--harness-arg=--trial-ms=200",
         "--harness-arg=--threads=1",
-    ]
+        harness=harness,
+    )
     p = tune(*args, "--max-seconds", "0.001")
     assert p.returncode == 0 and "stopped by --max-seconds with 8 cases left" in p.stderr
     assert rows_of(out) == []
@@ -429,21 +380,19 @@ def test_shards_and_merge(tree: Path, harness: Path, small_census: Path, tmp_pat
     for i in (0, 1):
         out = tmp_path / f"t.{i}.parquet"
         p = tune(
-            "run",
-            str(small_census),
-            "--llama-cpp",
-            str(tree),
-            "--harness",
-            str(harness),
-            "-o",
-            str(out),
-            "--trials",
-            "2",
-            "--coverage",
-            "1",
-            "--shard",
-            f"{i}/2",
-            *FAST,
+            *run_args(
+                small_census,
+                tree,
+                out,
+                "--trials",
+                "2",
+                "--coverage",
+                "1",
+                "--shard",
+                f"{i}/2",
+                *FAST,
+                harness=harness,
+            )
         )
         assert p.returncode == 0, p.stderr
         outs.append(out)
@@ -461,19 +410,7 @@ def test_shards_and_merge(tree: Path, harness: Path, small_census: Path, tmp_pat
     assert p.returncode == 2 and "ggml-dispatch: error:" in p.stderr and "duplicates" in p.stderr
     assert not (tmp_path / "dup.parquet").exists()
     # a shard's journal is not another shard's
-    p = tune(
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--harness",
-        str(harness),
-        "-o",
-        str(outs[0]),
-        "--shard",
-        "1/2",
-        *FAST,
-    )
+    p = tune(*run_args(small_census, tree, outs[0], "--shard", "1/2", *FAST, harness=harness))
     assert p.returncode == 2 and "belongs to another sweep" in p.stderr
 
 
@@ -508,21 +445,19 @@ def test_failures_cost_one_case(tree: Path, harness: Path, tmp_path: Path) -> No
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     out = tmp_path / "t.parquet"
     p = tune(
-        "run",
-        str(census),
-        "--llama-cpp",
-        str(tree),
-        "--harness",
-        str(wrapper),
-        "-o",
-        str(out),
-        "--trials",
-        "2",
-        "--coverage",
-        "1",
-        "--case-timeout",
-        "3",
-        *FAST,
+        *run_args(
+            census,
+            tree,
+            out,
+            "--trials",
+            "2",
+            "--coverage",
+            "1",
+            "--case-timeout",
+            "3",
+            *FAST,
+            harness=wrapper,
+        )
     )
     assert p.returncode == 0, p.stderr
     status = {(r["src0_type"], r["N"], r["M"]): r["status"] for r in rows_of(out)}
@@ -543,29 +478,18 @@ def test_bad_input_is_one_clear_error(tree: Path, harness: Path, small_census: P
     notcensus = tmp_path / "n.parquet"
     fileio.write_parquet(results.to_table([]), notcensus, fileio.base_metadata(schema.TUNING_SCHEMA))
     out = tmp_path / "o.parquet"
-    p = tune("run", str(notcensus), "--llama-cpp", str(tree), "--harness", str(harness), "-o", str(out))
+    p = tune(*run_args(notcensus, tree, out, harness=harness))
     assert p.returncode == 2 and p.stderr.startswith(
         f"ggml-dispatch: error: {notcensus}: schema: not a census"
     )
     garbage = tmp_path / "g.parquet"
     garbage.write_text("nope")
-    p = tune("run", str(garbage), "--llama-cpp", str(tree), "--harness", str(harness), "-o", str(out))
+    p = tune(*run_args(garbage, tree, out, harness=harness))
     assert p.returncode == 2 and f"{garbage}: not a readable Parquet file" in p.stderr
     bad = write_census(tmp_path / "b.parquet", [census_row("q4_0", 1, 64, 256, float("nan"))])
-    p = tune("run", str(bad), "--llama-cpp", str(tree), "--harness", str(harness), "-o", str(out))
+    p = tune(*run_args(bad, tree, out, harness=harness))
     assert p.returncode == 2 and "row 0: est_us" in p.stderr
-    p = tune(
-        "run",
-        str(small_census),
-        "--llama-cpp",
-        str(tree),
-        "--harness",
-        str(harness),
-        "-o",
-        str(out),
-        "--routes",
-        "mmq,tensorcore",
-    )
+    p = tune(*run_args(small_census, tree, out, "--routes", "mmq,tensorcore", harness=harness))
     assert p.returncode == 2 and "unknown route(s) tensorcore" in p.stderr
     assert not out.exists() and not list(tmp_path.glob("o.parquet*"))
 
@@ -580,7 +504,7 @@ def test_real_census_from_the_smollm2_gguf_selects_cases(
         text=True,
     )
     assert p.returncode == 0, p.stderr
-    p = tune("run", str(census), "--llama-cpp", str(tree), "-o", str(tmp_path / "t.parquet"), "--dry-run")
+    p = tune(*run_args(census, tree, tmp_path / "t.parquet", "--dry-run"))
     assert p.returncode == 0, p.stderr
     specs = [json.loads(line) for line in p.stdout.splitlines()]
     assert specs and all(s["op"] == "MUL_MAT" and s["layout"] == "weight" for s in specs)
