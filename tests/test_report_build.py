@@ -26,33 +26,22 @@ GPU = {"gpu_name": "NVIDIA H200", "gpu_uuid": "GPU-6b1c", "gpu_cc": 900, "gpu_sm
 PATCH = "3f2a" * 16
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
 
-Q4 = {
-    "op": "MUL_MAT",
-    "layout": "weight",
-    "src0_type": "q4_K",
-    "src1_type": "f32",
-    "N": 4096,
-    "K": 4096,
-    "B": 1,
-}
-Q6 = {
-    "op": "MUL_MAT",
-    "layout": "weight",
-    "src0_type": "q6_K",
-    "src1_type": "f32",
-    "N": 4096,
-    "K": 14336,
-    "B": 1,
-}
-Q8 = {
-    "op": "MUL_MAT",
-    "layout": "weight",
-    "src0_type": "q8_0",
-    "src1_type": "f32",
-    "N": 576,
-    "K": 576,
-    "B": 1,
-}
+
+def _weight_shape(src0_type: str, N: int, K: int) -> dict[str, Any]:
+    return {
+        "op": "MUL_MAT",
+        "layout": "weight",
+        "src0_type": src0_type,
+        "src1_type": "f32",
+        "N": N,
+        "K": K,
+        "B": 1,
+    }
+
+
+Q4 = _weight_shape("q4_K", 4096, 4096)
+Q6 = _weight_shape("q6_K", 4096, 14336)
+Q8 = _weight_shape("q8_0", 576, 576)
 TRIALS = range(5)
 MMVQ_NOISE = (0.98, 1.02, 1.0, 0.99, 1.01)  # per-trial stock/route ratios straddling 1
 
