@@ -512,15 +512,7 @@ def params_from_table(table: TableView | None, reference_margin: float | None = 
     dec = table.data.get("provenance", {}).get("decision")
     if not isinstance(dec, dict):
         return base
-    known = {
-        "theta": "theta",
-        "reference_margin": "reference_margin",
-        "min_trials": "min_trials",
-        "bootstrap_resamples": "resamples",
-        "confidence": "confidence",
-        "seed": "seed",
-        "min_default_shapes": "min_default_shapes",
-    }
+    known = table_mod.DECISION_PARAMS
     kwargs: dict[str, Any] = {known[k]: v for k, v in dec.items() if k in known and v is not None}
     if reference_margin is not None:
         kwargs["reference_margin"] = reference_margin

@@ -37,6 +37,16 @@ SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline
 TABLE_FILENAME: Final = "table.json"
 HEADER_FILENAME: Final = "ggml-dispatch-table.h"
 RATIO_STATISTIC: Final = "median of per-trial anchor_us/us ratios; percentile bootstrap over trials"
+# provenance.decision key -> codegen.decide.Params attribute (report reads a table's parameters back)
+DECISION_PARAMS: Final = {
+    "theta": "theta",
+    "reference_margin": "reference_margin",
+    "min_trials": "min_trials",
+    "bootstrap_resamples": "resamples",
+    "confidence": "confidence",
+    "seed": "seed",
+    "min_default_shapes": "min_default_shapes",
+}
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
 _LAYOUTS: Final = {lay.value: code for lay, code in schema.LAYOUT_CODES.items()}
@@ -259,14 +269,8 @@ def build_table(
         "rows": decisions.n_rows,
         "ok_rows": decisions.n_ok,
         "decision": {
-            "theta": p.theta,
-            "reference_margin": p.reference_margin,
-            "min_trials": p.min_trials,
-            "bootstrap_resamples": p.resamples,
-            "confidence": p.confidence,
-            "seed": p.seed,
+            **{key: getattr(p, attr) for key, attr in DECISION_PARAMS.items()},
             "ratio_statistic": RATIO_STATISTIC,
-            "min_default_shapes": p.min_default_shapes,
         },
         "mixed": None,
     }
