@@ -182,3 +182,19 @@ def test_coverage_and_shard_arguments() -> None:
     for bad in ("4/4", "-1/2", "1", "a/b", "0/0"):
         with pytest.raises(InputError):
             parse_shard(bad)
+
+
+def test_whole_shapes_measures_every_census_m_of_a_picked_shape() -> None:
+    rows = [
+        row(N=14336, M=512, est=900.0),  # the prefill point that carries the estimated time
+        row(N=14336, M=2, est=5.0),  # speculative verify: little estimated time
+        row(N=14336, M=4, est=6.0),
+        row(N=1024, M=512, est=10.0),  # a shape coverage does not pick
+    ]
+    points = select_cases(rows, coverage=0.9)
+    assert {c.M for c in points.cases if c.census} == {512}
+    whole = select_cases(rows, coverage=0.9, whole_shapes=True)
+    assert {c.shape.N for c in whole.cases} == {14336}
+    assert {c.M for c in whole.cases if c.census} == {2, 4, 512}
+    assert {c.M for c in whole.cases} == {1, 2, 4, 8, 256, 512, 1024}  # with grid neighbours
+    assert math.isclose(whole.covered_est_us, 911.0)

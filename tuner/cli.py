@@ -120,6 +120,13 @@ def tune() -> None:
     help="measure the census points that make up this share of the tunable est_us.",
 )
 @click.option(
+    "--whole-shapes/--points",
+    default=False,
+    show_default=True,
+    help="--whole-shapes: coverage picks shapes and every census M of a picked shape is measured "
+    "(small M, e.g. speculative verify, has little estimated time but large per-op gains).",
+)
+@click.option(
     "--routes", default=",".join(ALL_ROUTES), show_default=True, help="candidate routes (stock always runs)."
 )
 @click.option(
@@ -190,6 +197,7 @@ def run_cmd(
     cuda_arch: str,
     harness_bin: Path | None,
     coverage: float,
+    whole_shapes: bool,
     routes: str,
     layouts: str,
     trials: int,
@@ -233,6 +241,7 @@ def run_cmd(
         trials=trials,
         nmse_max=nmse_max,
         layouts=layout_list,
+        whole_shapes=whole_shapes,
         path=census,
     )
     if dry_run:
@@ -268,6 +277,7 @@ def run_cmd(
                 stamp=stamp,
                 journal_path=journal,
                 coverage=coverage,
+                whole_shapes=whole_shapes,
                 routes=route_list,
                 layouts=layout_list,
                 trials=trials,

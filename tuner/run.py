@@ -217,6 +217,7 @@ def run_sweep(
     trials: int,
     nmse_max: float,
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
+    whole_shapes: bool = False,
     shard: tuple[int, int] = (0, 1),
     max_seconds: float | None = None,
     case_timeout: float = 900,
@@ -235,6 +236,7 @@ def run_sweep(
         trials=trials,
         nmse_max=nmse_max,
         layouts=layouts,
+        whole_shapes=whole_shapes,
         path=census_path,
     )
     cases = shard_cases(selection.cases, shard)
@@ -321,6 +323,7 @@ def run_sweep(
     settings = dict(settings or {})
     settings.update(
         coverage=coverage,
+        whole_shapes=whole_shapes,
         shard=f"{shard[0]}/{shard[1]}",
         trials=trials,
         nmse_max=nmse_max,

@@ -14,6 +14,9 @@ Policy (DESIGN.md "Census", "Decision"):
   its neighbours on the declared grid (powers of two, 1 .. 16384): the largest grid value below it
   and the smallest above it. A census M that is itself a grid value still gets both neighbours, so
   every census M sits inside a measured interval.
+* ``whole_shapes``: coverage picks the shapes, and every census M of a picked shape is measured. Small
+  M values (decode, speculative verify) have small roofline estimates, so point coverage alone leaves
+  them unmeasured on all but the largest shapes, and a rule cannot cover them.
 * Cases are ordered by their shape's total ``est_us`` (largest first), then by M, so a sweep cut
   short by ``--max-seconds`` has measured what matters most.
 """
@@ -140,6 +143,7 @@ def select_cases(
     nmse_max: float = DEFAULT_NMSE_MAX,
     grid: Sequence[int] = M_GRID,
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
+    whole_shapes: bool = False,
     path: str | Path = "<census>",
 ) -> Selection:
     """Pick the cases to measure from census rows (dicts with at least NEEDED_COLUMNS)."""
@@ -204,6 +208,12 @@ def select_cases(
             break
         chosen[key][M] = est
         covered += est
+
+    if whole_shapes:
+        for (key, M), est in points.items():
+            if key in chosen and M not in chosen[key]:
+                chosen[key][M] = est
+                covered += est
 
     cases: list[Case] = []
     shape_order = sorted(chosen, key=lambda k: (-sum(chosen[k].values()), k))
