@@ -318,18 +318,20 @@ def test_resume_after_a_killed_run(
         "3",
         "--coverage",
         "1",
-        "--harness-arg=--trial-ms=60",
+        "--harness-arg=--trial-ms=150",  # each case takes long enough that the signal lands mid-sweep
         "--harness-arg=--threads=1",
         harness=harness,
     )
     proc = _start(args)
     _wait_for_cases(journal, 2, proc)
+    assert proc.poll() is None, proc.communicate()[1]
     os.kill(proc.pid, sig)
     _, err = proc.communicate(timeout=60)
     if sig == signal.SIGTERM:
-        assert proc.returncode == 128 + signal.SIGTERM and "re-run the same command to resume" in err
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "re-run the same command to resume" in err
     else:
-        assert proc.returncode == -signal.SIGKILL
+        assert proc.returncode == -signal.SIGKILL, err
     assert not out.exists()
     before = read_journal(journal).cases
     done_before = {c["case"]: c["finished"] for c in before}
