@@ -2,7 +2,7 @@
 
 Reads the probe output, the test-backend-ops logs and traces, the llama-bench route trace and the A/B
 llama-bench results; writes summary.json, summary.md and bench.jsonl under --out. Exit status 0 even
-when a check fails: the summary says which (the lead reads it).
+when a check fails: the summary says which.
 """
 
 from __future__ import annotations

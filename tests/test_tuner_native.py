@@ -590,7 +590,7 @@ def test_agreement_pipeline_on_cpu(harness: Path, test_backend_ops: Path, tmp_pa
 def test_device_script_runs_on_the_cpu_backend(
     tree: Path, harness: Path, test_backend_ops: Path, tmp_path: Path
 ) -> None:
-    """device/tune-agreement.sh as the lead runs it, with DEVICE=CPU: the harness is built in the
+    """device/tune-agreement.sh as it runs on the GPU machine, with DEVICE=CPU: the harness is built in the
     prebuilt-libraries mode (-DGGML_BUILD_DIR) against this module's CPU build, whose bin/ also holds
     test-backend-ops."""
     tsv = tmp_path / "ref.tsv"
