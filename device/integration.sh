@@ -10,7 +10,7 @@
 #   ab     GGML_CUDA_DISPATCH=off on the patched build vs the unpatched build (and the patched build's
 #          default mode), interleaved llama-bench runs, both reported.
 #
-# Run from the repository root on the device machine (first `make device-integration-carry` here
+# Run from the repository root on the device machine (`make device-integration-carry` here
 # first, then run this with carry [".carry"]):
 #   OUT=<dir> [PARTS=probe,tbo,bench,ab] [TBO_MODES="stock force:mmq ..."] [TBO_JOBS=4] \
 #   [WORK=build/integration] device/integration.sh
