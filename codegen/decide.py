@@ -70,64 +70,7 @@ class Params:
     allow_mixed: bool = False
 
 
-@dataclass(frozen=True, order=True)
-class ShapeKey:
-    """``schema.SHAPE_KEY``; N = K = 0 marks a per-type default."""
-
-    op: str
-    layout: str
-    src0_type: str
-    src1_type: str
-    N: int
-    K: int
-    B: int
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> ShapeKey:
-        """The key of a tuning or census row (any mapping with the SHAPE_KEY columns)."""
-        return cls(
-            str(row["op"]),
-            str(row["layout"]),
-            str(row["src0_type"]),
-            str(row["src1_type"]),
-            int(row["N"]),
-            int(row["K"]),
-            int(row["B"]),
-        )
-
-    def group(self) -> ShapeKey:
-        return ShapeKey(self.op, self.layout, self.src0_type, self.src1_type, 0, 0, self.B)
-
-    @property
-    def is_default(self) -> bool:
-        return self.N == 0 and self.K == 0
-
-    def codes(self) -> tuple[int, int, int, int, int, int, int]:
-        """Sort order shared with the C rules array."""
-        return (
-            schema.OP_CODES[schema.Op(self.op)],
-            schema.LAYOUT_CODES[schema.Layout(self.layout)],
-            schema.GGML_TYPES[self.src0_type].id,
-            schema.GGML_TYPES[self.src1_type].id,
-            self.N,
-            self.K,
-            self.B,
-        )
-
-    def label(self) -> str:
-        nk = "N=* K=*" if self.is_default else f"N={self.N} K={self.K}"
-        return f"{self.op} {self.layout} {self.src0_type}x{self.src1_type} {nk} B={self.B}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "layout": self.layout,
-            "src0_type": self.src0_type,
-            "src1_type": self.src1_type,
-            "N": self.N,
-            "K": self.K,
-            "B": self.B,
-        }
+ShapeKey = schema.ShapeKey
 
 
 @dataclass(frozen=True)

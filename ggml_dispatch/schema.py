@@ -19,9 +19,10 @@ at the border and nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 TOOL_NAME: Final = "ggml-dispatch"
 TOOL_VERSION: Final = "0.1.0"
@@ -396,3 +397,61 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
 
 # The key that identifies a tunable shape class (a rule is an M interval per such key).
 SHAPE_KEY: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
+
+
+@dataclass(frozen=True, order=True)
+class ShapeKey:
+    """A SHAPE_KEY value; in a table, N = K = 0 marks a per-type default."""
+
+    op: str
+    layout: str
+    src0_type: str
+    src1_type: str
+    N: int
+    K: int
+    B: int
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> ShapeKey:
+        """The key of a tuning or census row (any mapping with the SHAPE_KEY columns)."""
+        return cls(
+            str(row["op"]),
+            str(row["layout"]),
+            str(row["src0_type"]),
+            str(row["src1_type"]),
+            int(row["N"]),
+            int(row["K"]),
+            int(row["B"]),
+        )
+
+    def group(self) -> ShapeKey:
+        """The per-type default key this shape falls under."""
+        return ShapeKey(self.op, self.layout, self.src0_type, self.src1_type, 0, 0, self.B)
+
+    @property
+    def is_default(self) -> bool:
+        return self.N == 0 and self.K == 0
+
+    def codes(self) -> tuple[int, int, int, int, int, int, int]:
+        """Sort order shared with the C rules array."""
+        return (
+            OP_CODES[Op(self.op)],
+            LAYOUT_CODES[Layout(self.layout)],
+            GGML_TYPES[self.src0_type].id,
+            GGML_TYPES[self.src1_type].id,
+            self.N,
+            self.K,
+            self.B,
+        )
+
+    def label(self) -> str:
+        """For people: ``MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1``."""
+        nk = "N=* K=*" if self.is_default else f"N={self.N} K={self.K}"
+        return f"{self.op} {self.layout} {self.src0_type}x{self.src1_type} {nk} B={self.B}"
+
+    def id(self) -> str:
+        """For case ids and journals: ``MUL_MAT:weight:q4_K:f32:N4096:K4096:B1``."""
+        return f"{self.op}:{self.layout}:{self.src0_type}:{self.src1_type}:N{self.N}:K{self.K}:B{self.B}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in SHAPE_KEY}

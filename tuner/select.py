@@ -44,20 +44,7 @@ DEFAULT_NMSE_MAX: Final = 5e-4  # test-backend-ops' threshold for MUL_MAT
 NEEDED_COLUMNS: Final = ("op", "layout", "fused", "src0_type", "src1_type", "M", "N", "K", "B", "est_us")
 
 
-@dataclass(frozen=True, order=True)
-class ShapeKey:
-    """schema.SHAPE_KEY: a rule is an M interval per such key."""
-
-    op: str
-    layout: str
-    src0_type: str
-    src1_type: str
-    N: int
-    K: int
-    B: int
-
-    def label(self) -> str:
-        return f"{self.op}:{self.layout}:{self.src0_type}:{self.src1_type}:N{self.N}:K{self.K}:B{self.B}"
+ShapeKey = schema.ShapeKey
 
 
 @dataclass(frozen=True)
@@ -72,7 +59,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.shape.label()}:M{self.M}"
+        return f"{self.shape.id()}:M{self.M}"
 
     def spec(self) -> dict[str, Any]:
         """The harness case object (interface 5)."""
