@@ -5,12 +5,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 CARRY ?= .carry
+CUDA_HOME ?= /usr/local/cuda
 REFERENCE_TSV ?= ../shared/reference/h200-mul-mat-routes.tsv
 REFERENCE_MARGIN ?= 0.10
 MEASURED ?= tables/cuda-sm90-nvidia-h200
 COMMITTED_TABLE ?= $(MEASURED)/table.json
 
-.PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean device-carry device-session
+.PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean device-carry device-session device-profile-carry device-gguf-py-carry
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -43,7 +44,8 @@ demo: venv  ## the main job on the embedded default (committed sample trace and 
 	$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table-reference/table.json
 	@echo "== report: $(OUT)/report/REPORT.md"
 	$(BIN)/ggml-dispatch report --tuning $(MEASURED)/tuning.parquet --census $(MEASURED)/census.parquet \
-		--table $(COMMITTED_TABLE) --ab $(MEASURED)/ab.jsonl -o $(OUT)/report >/dev/null
+		--table $(COMMITTED_TABLE) $(foreach f,$(sort $(wildcard $(MEASURED)/ab*.jsonl)),--ab $(f)) \
+		--profile $(MEASURED)/profile.tar.gz -o $(OUT)/report >/dev/null
 
 test: venv lint typecheck pytest  ## tests, ruff and mypy (what CI runs)
 
@@ -83,6 +85,7 @@ report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABL
 		$(if $(wildcard $(TABLE_DIR)/census.parquet),--census $(TABLE_DIR)/census.parquet) \
 		$(if $(wildcard $(TABLE_DIR)/table.json),--table $(TABLE_DIR)/table.json) \
 		$(foreach f,$(sort $(wildcard $(TABLE_DIR)/ab*.jsonl)),--ab $(f)) \
+		$(if $(wildcard $(TABLE_DIR)/profile.tar.gz),--profile $(TABLE_DIR)/profile.tar.gz) \
 		$(if $(wildcard $(TABLE_DIR)/NOTES.md),--notes $(TABLE_DIR)/NOTES.md) \
 		-o $(TABLE_DIR)
 
@@ -121,7 +124,7 @@ tune-agreement-carry: llama-tarball  ## what device/tune-agreement.sh needs in .
 tune-agreement:  ## ON THE GPU MACHINE: harness vs test-backend-ops, cost to a +-1% CI, L2 rotation (OUT=..., BUILD_DIR=...)
 	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) $(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR)) bash device/tune-agreement.sh
 
-device-carry: venv device-integration-carry tune-agreement-carry  ## build ggml-cuda here (cold: ~1 h on 2 cores) and fill .carry/ for device/session.sh
+device-carry: venv device-integration-carry tune-agreement-carry device-profile-carry  ## build ggml-cuda here (cold: ~1 h on 2 cores) and fill .carry/ for device/session.sh
 	device/prebuild.sh patched
 	device/prebuild.sh stock
 	$(BIN)/python device/crude_rule.py -o $(OUT)/crude-rule
@@ -129,6 +132,17 @@ device-carry: venv device-integration-carry tune-agreement-carry  ## build ggml-
 	if [ -f $(COMMITTED_TABLE) ]; then device/prebuild.sh table $(COMMITTED_TABLE); fi
 	if [ -f $(MEASURED)/census.parquet ]; then cp $(MEASURED)/census.parquet $(CARRY)/census.parquet; fi
 	@du -sh $(CARRY)
+
+$(CARRY)/libkernel_timeline.so: device/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
+	mkdir -p $(CARRY)
+	g++ -O2 -shared -fPIC -std=c++17 -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib -L$(CUDA_HOME)/lib64 -lcupti
+	cp -L $$(ls $(CUDA_HOME)/lib/libcupti.so.13 $(CUDA_HOME)/lib64/libcupti.so.13 2>/dev/null | head -1) $(CARRY)/libcupti.so.13
+
+device-profile-carry: $(CARRY)/libkernel_timeline.so
+
+device-gguf-py-carry: llama-src  ## the pinned tree's gguf-py alone (.carry/gguf-py.tar.xz): enough for e2e models/ab/profile
+	mkdir -p $(CARRY)
+	tar -C $$($(BIN)/python -m ggml_dispatch.fetch llama-src) -cJf $(CARRY)/gguf-py.tar.xz gguf-py
 
 device-session:  ## ON THE GPU MACHINE (carry .carry): OUT=... STEPS="models trace-census tune" bash device/session.sh
 	OUT=$(OUT) STEPS="$(STEPS)" bash device/session.sh

@@ -17,6 +17,7 @@ on every verdict:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -36,7 +37,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from codegen import decide
+from codegen import decide, timeline
 from codegen import table as table_mod
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
@@ -277,6 +278,7 @@ class AbRecord:
     arm: str
     pair: int
     tps: float
+    run: str = ""  # which A/B file: runs of different files are never paired
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,7 @@ class Inputs:
     census: list[dict[str, Any]] | None = None
     table: TableView | None = None
     ab: list[AbRecord] | None = None
+    profile: timeline.Profile | None = None
     notes: str | None = None
 
 
@@ -568,17 +571,21 @@ def parse_ab_lines(lines: Iterable[str], path: Path) -> list[tuple[int, AbRecord
 
 
 def load_ab(paths: Sequence[Path]) -> tuple[list[AbRecord], list[InputFile]]:
+    """Each file is one interleaved run: with several files, a record's ``run`` is its file's stem and
+    pairs are formed within a run only."""
     records: list[AbRecord] = []
     files: list[InputFile] = []
-    seen: dict[tuple[str, str, int, str, int], str] = {}
+    seen: dict[tuple[str, str, str, int, str, int], str] = {}
     for path in paths:
         if not path.is_file():
             raise InputError(path, "no such A/B file")
         numbered = parse_ab_lines(path.read_text(encoding="utf-8", errors="replace").splitlines(), path)
         if not numbered:
             raise InputError(path, "no A/B records (empty file)")
-        for lineno, rec in numbered:
-            key = (rec.model, rec.test, rec.ubatch, rec.arm, rec.pair)
+        run = path.stem if len(paths) > 1 else ""
+        for lineno, old in numbered:
+            rec = dataclasses.replace(old, run=run)
+            key = (rec.run, rec.model, rec.test, rec.ubatch, rec.arm, rec.pair)
             if key in seen:
                 raise InputError(
                     path,
@@ -771,11 +778,16 @@ def predicted_speedup(preds: Sequence[Prediction], which: str, M: int | None = N
     )
 
 
+def ab_model_label(r: AbRecord) -> str:
+    """The model as tables show it: with its run (A/B file) when several runs are reported."""
+    return f"{r.model} [{r.run}]" if r.run else r.model
+
+
 def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[AbComparison]:
     """Per (model, test, ubatch): table/stock, crude/stock and table/crude, paired by ``pair``."""
     groups: dict[tuple[str, str, int], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
-        groups[(r.model, r.test, r.ubatch)][r.arm][r.pair] = r.tps
+        groups[(ab_model_label(r), r.test, r.ubatch)][r.arm][r.pair] = r.tps
     out: list[AbComparison] = []
     for (model, test, ubatch), arms in sorted(groups.items()):
         for arm, base in AB_COMPARISONS:
@@ -792,7 +804,7 @@ def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[A
 def ab_arm_spreads(records: Sequence[AbRecord]) -> list[tuple[str, str, int, str, Spread]]:
     acc: dict[tuple[str, str, int, str], list[float]] = defaultdict(list)
     for r in records:
-        acc[(r.model, r.test, r.ubatch, r.arm)].append(r.tps)
+        acc[(ab_model_label(r), r.test, r.ubatch, r.arm)].append(r.tps)
     keys = sorted(acc, key=lambda k: (k[0], k[1], k[2], AB_ARMS.index(k[3])))
     return [(*k, spread(acc[k])) for k in keys]
 
@@ -1079,7 +1091,8 @@ def figure_count(inputs: Inputs) -> int:
     """How many figures :func:`build_report` renders (for a progress bar)."""
     shapes = {ShapeKey.of(r) for r in _records(inputs.tuning[list(schema.SHAPE_KEY)])}
     census = 4 if inputs.census is not None else 0
-    return len(shapes) + len({type_key(s) for s in shapes}) + census
+    profile = 1 if inputs.profile is not None else 0
+    return len(shapes) + len({type_key(s) for s in shapes}) + census + profile
 
 
 def _gpu_label(df: pd.DataFrame) -> str:
@@ -1107,6 +1120,9 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
         md += _section_ab(inputs.ab, comps, preds, ab_predicted)
     if inputs.census is not None:
         md += _section_predictions(preds, comps, ab_predicted, inputs.table, figs)
+    if inputs.profile is not None:
+        md += _section_profile(inputs.profile, figs)
+    if inputs.census is not None:
         md += _section_census(inputs.census, figs)
     md += _section_status(inputs.tuning, points)
     md += _section_shapes(points, inputs.table, params, gpu, figs)
@@ -1137,6 +1153,126 @@ def _section_provenance(inputs: Inputs, gpu: str) -> list[str]:
         + ".",
         "",
     ]
+    return md
+
+
+_PROFILE_COLORS: Final = {
+    **_ROUTE_COLORS,
+    "conversion": "#f0a0c0",
+    "attention": "#17becf",
+    "other": "#bcbd22",
+    "copy": "#8c564b",
+    "idle": "#dddddd",
+}
+
+
+def plot_profile(profile: timeline.Profile) -> bytes:
+    """Stacked bars: GPU ms per run by kernel category, then idle, for each (test, arm)."""
+    rows = sorted(profile.rows, key=lambda b: (timeline.test_order(b.test), AB_ARMS.index(b.arm)))
+    fig = Figure(figsize=(9, 2.0 + 0.32 * len(rows)))
+    ax = fig.add_subplot()
+    ys = list(range(len(rows)))
+    left = [0.0] * len(rows)
+    for cat in (*timeline.CATEGORIES, "idle"):
+        widths = [max(0.0, b.idle_ms) if cat == "idle" else b.ms[cat] for b in rows]
+        if not any(widths):
+            continue
+        ax.barh(ys, widths, left=left, color=_PROFILE_COLORS[cat], label=cat, height=0.7)
+        left = [lo + w for lo, w in zip(left, widths, strict=True)]
+    ax.scatter([b.wall_ms for b in rows], ys, marker="|", s=200, color=_STOCK_COLOR, label="wall", zorder=3)
+    ax.set_yticks(ys, [f"{timeline.test_label(b.test)} {b.arm}" for b in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(
+        "ms per run: kernel time by category, then idle (wall - busy)\n"
+        "a bar passes its wall mark by the kernel time that overlapped other kernels"
+    )
+    ax.set_title("where a run's time goes (CUPTI kernel timelines)", fontsize=9)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _section_profile(profile: timeline.Profile, figs: _Figures) -> list[str]:
+    md = [
+        "## Where a step's time goes (kernel timelines)",
+        "",
+        f"Profile `{md_escape(Path(profile.source).name)}`"
+        + (f" ({md_escape(profile.note)})" if profile.note else "")
+        + ": one llama-bench process per arm and test, every kernel's GPU time from CUPTI "
+        "(`device/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or tg128 (128 tokens). "
+        "`matmul` is the route kernels (mmvq/mmq/mmvf/mmf/cuBLAS, activation quantization included); "
+        "`conversion` is what the cuBLAS route adds around its GEMM (weight dequantization to f16, "
+        "activation and result casts); `idle` is llama-bench's wall time minus the time any kernel or copy "
+        "ran (launch and graph gaps, host work, synchronisation); `overlap` is kernel time that ran "
+        "concurrently with other kernels. The profiler's own cost is in these runs: compare arms with each "
+        "other, not with the A/B.",
+        "",
+    ]
+    rows = sorted(profile.rows, key=lambda b: (timeline.test_order(b.test), AB_ARMS.index(b.arm)))
+    routes = [c for c in timeline.MATMUL_CATEGORIES if c != "conversion"]
+    md += md_table(
+        [
+            "test",
+            "arm",
+            "wall",
+            "matmul",
+            "conversion",
+            "attention",
+            "other",
+            "copy",
+            "idle",
+            "overlap",
+            "matmul+conv share",
+            "routes",
+        ],
+        (
+            [
+                timeline.test_label(b.test),
+                b.arm,
+                f"{b.wall_ms:.2f}",
+                f"{sum(b.ms[c] for c in routes):.2f}",
+                f"{b.ms['conversion']:.2f}",
+                f"{b.ms['attention']:.2f}",
+                f"{b.ms['other']:.2f}",
+                f"{b.ms['copy']:.2f}",
+                f"{b.idle_ms:.2f}",
+                f"{b.overlap_ms:.2f}",
+                fmt_share(b.share(b.matmul_ms)),
+                ", ".join(f"{c} {b.ms[c]:.2f}" for c in routes if b.ms[c] >= 0.005),
+            ]
+            for b in rows
+        ),
+    )
+    md.append("")
+    deltas = timeline.arm_deltas(profile.rows)
+    if deltas:
+        md += [
+            "Against stock in the same profile: matmul time saved (conversions included), what that alone "
+            "predicts for the run (stock wall / (stock wall - saved)), and the ratio these profiled runs "
+            "measured. Where measured < predicted, the rest went into idle gaps or other kernels.",
+            "",
+        ]
+        md += md_table(
+            ["test", "arm", "matmul saved ms", "other kernels Δ ms", "idle Δ ms", "predicted", "measured"],
+            (
+                [
+                    timeline.test_label(d.test),
+                    d.arm,
+                    f"{d.matmul_saved_ms:+.2f}",
+                    f"{d.other_delta_ms:+.2f}",
+                    f"{d.idle_delta_ms:+.2f}",
+                    fmt_ratio(d.predicted),
+                    fmt_ratio(d.measured),
+                ]
+                for d in deltas
+            ),
+        )
+        md.append("")
+    dropped = sum(b.dropped for b in rows)
+    if dropped:
+        md += [f"CUPTI dropped {dropped} records: those runs' kernel times are incomplete.", ""]
+    md += [f"![profile]({figs.add('profile.png', plot_profile(profile))})", ""]
     return md
 
 

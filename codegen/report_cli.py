@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from codegen import report
+from codegen import report, timeline
 from ggml_dispatch import fileio
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
@@ -36,6 +36,13 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
     help="Declared fixed margin for tuning rows with source = reference (one sample, no CI); "
     "a table's own decision parameters are used when --table is given.",
 )
+@click.option(
+    "--profile",
+    "profile_path",
+    type=click.Path(path_type=Path),
+    help="Kernel timelines (a folder or .tar.gz of <arm>.<test>.ktl + llama-bench .jsonl, what "
+    "device/e2e.sh's profile part writes): adds where a step's time goes per arm.",
+)
 @click.option("--notes", "notes_path", type=_FILE, help="Markdown appended verbatim as a Notes section.")
 @click.option(
     "-o",
@@ -51,6 +58,7 @@ def report_cmd(
     table_path: Path | None,
     ab_paths: tuple[Path, ...],
     reference_margin: float | None,
+    profile_path: Path | None,
     notes_path: Path | None,
     out_dir: Path,
 ) -> None:
@@ -64,7 +72,9 @@ def report_cmd(
       - census weights (est_us share by shape key, role and quant type), with --census;
       - predicted speed-up per census point and, with --ab, measured end-to-end ratios with
         95% bootstrap CIs;
-      - losing cases: candidates slower than stock beyond noise, A/B CIs below 1.
+      - losing cases: candidates slower than stock beyond noise, A/B CIs below 1;
+      - with --profile: each arm's GPU time per run by kernel category (matmul routes, cuBLAS
+        conversions, attention, other, idle) and what the matmul savings alone predict.
 
     Verdicts use codegen's decision statistics (the table's own parameters with --table), so the
     report and the table agree. --notes adds hand-written findings (e.g. why an end-to-end gain
@@ -93,6 +103,16 @@ def report_cmd(
     if ab_paths:
         inputs.ab, ab_files = report.load_ab(ab_paths)
         files.extend(ab_files)
+    if profile_path is not None:
+        inputs.profile = timeline.load_profile(profile_path)
+        files.append(
+            report.InputFile(
+                "profile",
+                profile_path.name,
+                fileio.sha256_file(profile_path) if profile_path.is_file() else "-",
+                (("timelines", str(len(inputs.profile.rows))),),
+            )
+        )
     if notes_path is not None:
         try:
             inputs.notes = notes_path.read_text(encoding="utf-8")

@@ -8,11 +8,17 @@
 #   census  ggml-dispatch census ingest (per model and all together);
 #   tune    ggml-dispatch tune run on the census (prebuilt ggml, --max-seconds TUNE_SECONDS);
 #   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
-#           the crude rule (a one-rule table compiled into a second build).
+#           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
+#           llama-bench repetitions each;
+#   profile kernel timelines (CUPTI, device/kernel_timeline.cpp, carried prebuilt as
+#           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
+#           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
+#           read by `ggml-dispatch report timeline` (matmul share, other kernels, idle gaps).
 #
 # Run from the repository root on the device machine:
 #   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] device/e2e.sh
-#   OUT=<dir> PARTS=models,ab [AB_PAIRS=5] device/e2e.sh
+#   OUT=<dir> PARTS=models,ab,profile [AB_PAIRS=5] [AB_REPS=1] [E2E_MODELS="llama8b-L4 llama8b-L16"] device/e2e.sh
+#   (A/B knobs: AB_MODELS, AB_PP=1 with AB_PROMPTS=512,2048 and AB_UBATCH=128,256,512,2048, AB_TG=1 for tg128)
 # Inputs in .carry/ (make device-e2e-carry): llama.cpp.tar.xz (trimmed pinned tree),
 # smollm2.meta.gguf, bin-patched.tar.xz (patched build: no table), and for ab bin-table.tar.xz and
 # bin-crude.tar.xz (the same tree with the measured table / the crude rule compiled in).
@@ -38,7 +44,11 @@ SUMMARY=$OUT/summary.md
 
 SRC=$WORK/llama.cpp
 if [ ! -f "$SRC/ggml/include/ggml.h" ]; then
-    tar -xJf .carry/llama.cpp.tar.xz -C "$WORK"
+    if [ -f .carry/llama.cpp.tar.xz ]; then
+        tar -xJf .carry/llama.cpp.tar.xz -C "$WORK"
+    elif [ -f .carry/gguf-py.tar.xz ]; then  # models, ab and profile need only the tree's gguf-py (make device-gguf-py-carry)
+        mkdir -p "$SRC" && tar -xJf .carry/gguf-py.tar.xz -C "$SRC"
+    fi
 fi
 export PYTHONPATH=$REPO:$SRC/gguf-py
 dispatch() { $PY -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
@@ -71,14 +81,16 @@ if has_part models; then
         rm -f "$M/$name.f16.gguf"
         log "$name: $(du -m "$M/$name.gguf" | cut -f1) MiB"
     }
-    quant llama8b-L4 llama8b 4 Q4_K_M &
-    quant qwen27b-L4 qwen27b 4 Q5_K_M --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 --tensor-type attn_v=q8_0 \
-        --tensor-type attn_output=q8_0 --tensor-type ffn_down=q6_K --output-tensor-type q6_K &
+    wanted() { [[ " ${E2E_MODELS:-${MODELS[*]}} " == *" $1 "* ]]; }
+    wanted llama8b-L4 && quant llama8b-L4 llama8b 4 Q4_K_M &
+    wanted qwen27b-L4 && quant qwen27b-L4 qwen27b 4 Q5_K_M --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 \
+        --tensor-type attn_v=q8_0 --tensor-type attn_output=q8_0 --tensor-type ffn_down=q6_K --output-tensor-type q6_K &
     wait
-    quant llama8b-L16 llama8b 16 Q4_K_M
+    if wanted llama8b-L16; then quant llama8b-L16 llama8b 16 Q4_K_M; fi
 fi
 
-BENCH=(-ngl 99 -fa on -r 1 -b 2048 -o jsonl)
+# TRACE_FA=off: a second census without FlashAttention (attention runs as MUL_MATs there)
+BENCH=(-ngl 99 -fa "${TRACE_FA:-on}" -r 1 -b 2048 -o jsonl)
 if has_part trace; then
     mkdir -p "$WORK/traces"
     for name in "${MODELS[@]}"; do
@@ -146,9 +158,19 @@ EOF
     log "tune done"
 fi
 
-if has_part ab; then
+arm_env() {  # $1 = stock | table | crude -> "dir mode": the build and GGML_CUDA_DISPATCH of that arm
+    case $1 in
+        stock) echo "$TABLE off" ;;
+        table) echo "$TABLE table" ;;
+        crude) echo "$CRUDE table" ;;
+    esac
+}
+if has_part ab || has_part profile; then
     TABLE=$(unpack_bin table)
     CRUDE=$(unpack_bin crude)
+fi
+
+if has_part ab; then
     AB=$OUT/ab.jsonl
     : >"$AB"
     PAIRS=${AB_PAIRS:-5}
@@ -157,15 +179,14 @@ if has_part ab; then
             order="stock table crude"
             case $((pair % 3)) in 1) order="table crude stock" ;; 2) order="crude stock table" ;; esac
             for arm in $order; do
-                case $arm in
-                    stock) dir=$TABLE mode=off ;;
-                    table) dir=$TABLE mode=table ;;
-                    crude) dir=$CRUDE mode=table ;;
-                esac
-                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa on \
-                    -r 1 -b 2048 -o jsonl -p 512,2048 -ub 128,256,512,2048 -n 0 2>>"$LOG" >"$WORK/ab-pp.jsonl"
-                GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa on \
-                    -r 1 -o jsonl -p 0 -n 128 2>>"$LOG" >"$WORK/ab-tg.jsonl"
+                read -r dir mode <<<"$(arm_env "$arm")"
+                : >"$WORK/ab-pp.jsonl"
+                [ "${AB_PP:-1}" = 1 ] && GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" \
+                    -m "$M/$name.gguf" -ngl 99 -fa on -r "${AB_REPS:-1}" -b 2048 -o jsonl -p "${AB_PROMPTS:-512,2048}" \
+                    -ub "${AB_UBATCH:-128,256,512,2048}" -n 0 2>>"$LOG" >"$WORK/ab-pp.jsonl"
+                : >"$WORK/ab-tg.jsonl"
+                [ "${AB_TG:-1}" = 1 ] && GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" \
+                    -m "$M/$name.gguf" -ngl 99 -fa on -r "${AB_REPS:-1}" -o jsonl -p 0 -n 128 2>>"$LOG" >"$WORK/ab-tg.jsonl"
                 cat "$WORK/ab-pp.jsonl" "$WORK/ab-tg.jsonl" | $PY -c '
 import json, sys
 model, arm, pair = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -182,6 +203,29 @@ for line in sys.stdin:
             log "ab $name pair $pair"
         done
     done
+fi
+
+if has_part profile; then
+    P=$WORK/profile
+    mkdir -p "$P"
+    KT=$REPO/.carry/libkernel_timeline.so
+    name=${PROFILE_MODEL:-llama8b-L16}
+    for arm in stock table crude; do
+        read -r dir mode <<<"$(arm_env "$arm")"
+        for test in 128 256 512 2048 tg128; do
+            if [ "$test" = tg128 ]; then args=(-p 0 -n 128); else args=(-p 2048 -n 0 -b 2048 -ub "$test"); fi
+            KERNEL_TIMELINE_OUT=$P/$arm.$test.ktl CUDA_INJECTION64_PATH=$KT GGML_CUDA_DISPATCH=$mode \
+                LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH:$REPO/.carry "$dir/llama-bench" -m "$M/$name.gguf" -ngl 99 -fa on \
+                -r "${PROFILE_REPS:-3}" -o jsonl "${args[@]}" >"$P/$arm.$test.jsonl" 2>>"$LOG"
+        done
+        log "profiled $arm"
+    done
+    echo "model $name reps ${PROFILE_REPS:-3}" >"$P/README"
+    tar -czf "$OUT/profile.tar.gz" -C "$P" .
+    {
+        echo "## profile"
+        for f in "$P"/*.ktl; do echo "$(basename "$f") $(grep -c '^K' "$f") kernels, $(tail -1 "$f")"; done
+    } >>"$SUMMARY"
 fi
 
 log "done"

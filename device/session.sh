@@ -13,6 +13,7 @@
 #   tune            e2e: ggml-dispatch tune run on .carry/census.parquet or the trace-census output (TUNE_SECONDS)
 #   agree1 agree2 l2  tuner proof: harness vs test-backend-ops, cost to +-1% CI, L2 rotation (240, 210, 40)
 #   ab              e2e: stock / table / crude A/B on the 8B-dims models (needs models; 300)
+#   profile         e2e: CUPTI kernel timelines of each arm on the 16-layer model (needs models; 120)
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -29,7 +30,7 @@ expected() {
     case $1 in
         probe-bench-ab) echo 240 ;; tbo) echo 300 ;; models) echo 180 ;; trace-census) echo 120 ;;
         tune) echo 150 ;; agree1) echo 240 ;; agree2) echo 210 ;; l2) echo 40 ;;
-        ab) echo 300 ;; *) echo 60 ;;
+        ab) echo 300 ;; profile) echo 120 ;; *) echo 60 ;;
     esac
 }
 
@@ -46,6 +47,8 @@ run_step() {  # $1 = step; output folder $W/$1
             local census=$W/trace-census/census.parquet
             [ -f "$census" ] || census=$REPO/.carry/census.parquet
             mkdir -p "$W/e2e/tune-in" && cp "$census" "$W/e2e/tune-in/census.parquet"
+            # a journal carried from an earlier call's output resumes that sweep
+            [ -f .carry/tuning.journal.jsonl ] && cp .carry/tuning.journal.jsonl "$o/tuning.journal.jsonl"
             # the sweep gets what is left before the deadline (it resumes from its journal in a later call)
             OUT=$o PARTS=tune WORK=$W/e2e CENSUS=$W/e2e/tune-in/census.parquet \
                 TUNE_SECONDS=${TUNE_SECONDS:-$(( DEADLINE - $(date +%s) - 45 ))} bash device/e2e.sh ;;
@@ -64,6 +67,7 @@ run_step() {  # $1 = step; output folder $W/$1
             OUT=$o BUILD_DIR=$W/prebuilt LLAMA_CPP_DIR=$W/agree-tree/llama.cpp REFERENCE_TSV=.carry/h200-mul-mat-routes.tsv \
                 PARTS=$part WORK=$W/tuner bash device/tune-agreement.sh ;;
         ab) OUT=$o PARTS=ab WORK=$W/e2e bash device/e2e.sh ;;
+        profile) OUT=$o PARTS=profile WORK=$W/e2e bash device/e2e.sh ;;
         *) log "unknown step $s"; return 2 ;;
     esac
     local rc=$?

@@ -220,13 +220,19 @@ def test_bad_ab(tmp_path: Path, out: Path, lines: list[Any], where: str, words: 
     assert not out.exists()
 
 
-def test_duplicate_across_ab_files(tmp_path: Path, out: Path) -> None:
+def test_ab_files_are_separate_runs(tmp_path: Path, out: Path) -> None:
+    """The same (model, test, ubatch, arm, pair) in two files: two runs, reported apart, never paired
+    across files; a repeat inside one file is still refused (above)."""
     t = good_tuning(tmp_path)
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_text(json.dumps(AB_OK) + "\n")
-    b.write_text("\n" + json.dumps(AB_OK) + "\n")
+    a, b = tmp_path / "run1.jsonl", tmp_path / "run2.jsonl"
+    a.write_text(json.dumps(AB_OK) + "\n" + json.dumps({**AB_OK, "arm": "table", "tps": 120.0}) + "\n")
+    b.write_text("\n" + json.dumps({**AB_OK, "tps": 50.0}) + "\n")
     result = report(["--tuning", str(t), "--ab", str(a), "--ab", str(b), "-o", str(out)])
-    assert_input_error(result, f"{b}:2:", "first is at a.jsonl:1")
+    assert result.exit_code == 0, result.output
+    md = (out / "REPORT.md").read_text()
+    model = AB_OK["model"]
+    assert f"A/B {model} [run1] {AB_OK['test']} ubatch {AB_OK['ubatch']}: table/stock 1.200" in md
+    assert f"[run2] {AB_OK['test']} ubatch {AB_OK['ubatch']}: table/stock" not in md
 
 
 def test_good_minimal_input_writes_report(tmp_path: Path, out: Path) -> None:

@@ -361,14 +361,15 @@ def test_max_seconds_stops_and_a_rerun_continues(
         "--coverage",
         "1",
         "--harness-arg=--trial-ms=200",
+        "--harness-arg=--max-replays=1000000",  # tiny CPU graphs must not cap a trial below 200 ms
         "--harness-arg=--threads=1",
         harness=harness,
     )
     p = tune(*args, "--max-seconds", "0.001")
     assert p.returncode == 0 and "stopped by --max-seconds with 8 cases left" in p.stderr
     assert rows_of(out) == []
-    # each case takes >= 3 trials x 200 ms: 8 of them do not fit in 4 s, the first one starts
-    p = tune(*args, "--max-seconds", "4")
+    # each case takes >= 3 trials x 200 ms: 8 of them (>= 4.8 s) do not fit in 2.5 s, the first one starts
+    p = tune(*args, "--max-seconds", "2.5")
     assert p.returncode == 0 and "stopped by --max-seconds with" in p.stderr, p.stderr
     n = len({(r["N"], r["M"]) for r in rows_of(out)})
     assert 1 <= n < 8

@@ -13,13 +13,13 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 1
-#define GGML_DISPATCH_TABLE_RULE_COUNT 14
+#define GGML_DISPATCH_TABLE_RULE_COUNT 20
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
-#define GGML_DISPATCH_TABLE_TUNING_SHA256 "277eb986e27a4a967c894019cc36eff7c124943bbaac8a2b9f2377768bcd3c36"
+#define GGML_DISPATCH_TABLE_TUNING_SHA256 "f3b227d7fff849776f38816e46818e5b1263462ecdce29665142e3fdbd91dada"
 
 #if defined(GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION) && \
     GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION != GGML_DISPATCH_TABLE_LAYOUT_VERSION
@@ -27,7 +27,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "b505db28fec0587cddef3fa181076089768328732c612a59f3a0bcf1c4f8e02d";
+static const char ggml_dispatch_table_hash[] = "eb5369e56b894ec1dc15b719d193faba8fe439a59f00cedcc911a5e606ee6d6b";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #if GGML_DISPATCH_TABLE_RULE_COUNT > 0
@@ -40,19 +40,25 @@ struct ggml_dispatch_table_rule {
 /* Sorted by (op, layout, src0_type, src1_type, N, K, B, M_lo); M ranges of one key never overlap. */
 static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_RULE_COUNT] = {
     /* op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route */
-    { 0, 0, 3, 0, 1536, 576, 1, 64, 4096, 5 },
-    { 0, 0, 8, 0, 1024, 5120, 1, 64, 256, 5 },
+    { 0, 0, 3, 0, 1536, 576, 1, 32, 4096, 5 },
+    { 0, 0, 8, 0, 1024, 5120, 1, 16, 4096, 5 },
     { 0, 0, 8, 0, 5120, 6144, 1, 128, 4096, 5 },
     { 0, 0, 8, 0, 6144, 5120, 1, 128, 4096, 5 },
     { 0, 0, 8, 0, 49152, 576, 1, 2, 2, 4 },
     { 0, 0, 12, 0, 0, 0, 1, 512, 4096, 5 },
     { 0, 0, 12, 0, 1024, 4096, 1, 128, 4096, 5 },
+    { 0, 0, 12, 0, 4096, 4096, 1, 8, 8, 4 },
     { 0, 0, 12, 0, 4096, 4096, 1, 256, 4096, 5 },
+    { 0, 0, 12, 0, 4096, 14336, 1, 8, 8, 4 },
     { 0, 0, 12, 0, 4096, 14336, 1, 256, 4096, 5 },
     { 0, 0, 12, 0, 14336, 4096, 1, 8, 8, 4 },
     { 0, 0, 12, 0, 14336, 4096, 1, 512, 4096, 5 },
+    { 0, 0, 13, 0, 17408, 5120, 1, 8, 8, 4 },
     { 0, 0, 13, 0, 17408, 5120, 1, 512, 4096, 5 },
+    { 0, 0, 14, 0, 1024, 4096, 1, 128, 4096, 5 },
+    { 0, 0, 14, 0, 4096, 14336, 1, 8, 8, 4 },
     { 0, 0, 14, 0, 4096, 14336, 1, 256, 4096, 5 },
+    { 0, 0, 14, 0, 5120, 17408, 1, 8, 8, 4 },
     { 0, 0, 14, 0, 5120, 17408, 1, 256, 4096, 5 },
 };
 

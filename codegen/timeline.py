@@ -1,0 +1,344 @@
+"""Kernel timelines of llama-bench runs -> where a step's time goes, per A/B arm.
+
+A profile is a set of ``<arm>.<test>.ktl`` files (``device/kernel_timeline.cpp``: every kernel, memcpy
+and memset the GPU ran in one llama-bench process, GPU timestamps from CUPTI) each with the llama-bench
+JSON Lines output of that same process beside it (``<arm>.<test>.jsonl``). ``<test>`` is the ubatch of
+a pp run (``512``: pp2048 at ubatch 512) or ``tg128``.
+
+Per run, the kernels' GPU time is split into categories: the matmul routes (mmvq, mmq, mmvf, mmf,
+cuBLAS's own kernels), the conversions the cuBLAS route adds (weight dequantization to f16, the f32->f16
+and f16->f32 casts of activations and results), FlashAttention, other kernels, and copies. What is
+left of llama-bench's wall time is *idle*: the GPU waiting on the host (graph launch, sync, sampling).
+
+A process runs llama-bench's warm-up before its repetitions: a whole prompt for pp (so the timeline
+holds ``reps + 1`` runs), one token for tg (``reps + 1/n_gen``). Per-run times divide by that.
+
+Everything here is pure except :func:`load_profile`, which reads files and turns bad input into one
+:class:`~ggml_dispatch.errors.InputError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ggml_dispatch.errors import InputError
+
+FORMAT: Final = "# kernel-timeline/1"
+MATMUL_CATEGORIES: Final = ("mmvq", "mmq", "mmvf", "mmf", "cublas", "conversion")
+CATEGORIES: Final = (*MATMUL_CATEGORIES, "attention", "other", "copy")
+
+# ggml-cuda's kernels are free functions: the Itanium-mangled name starts _Z<length><name>.
+_MANGLED: Final = re.compile(r"_Z(\d+)")
+_BASE_CATEGORY: Final = {
+    "mul_mat_q": "mmq",
+    "mul_mat_q_stream_k_fixup": "mmq",
+    "quantize_mmq_q8_1": "mmq",
+    "mul_mat_vec_q": "mmvq",
+    "quantize_q8_1": "mmvq",
+    "mul_mat_vec_f": "mmvf",
+    "mul_mat_f": "mmf",
+    "mul_mat_f_ids": "mmf",
+    "convert_unary": "conversion",
+    "convert_unary_cont": "conversion",
+    "convert_unary_cont_vec4": "conversion",
+    "k_compute_batched_ptrs": "conversion",
+}
+_CUBLAS: Final = re.compile(r"gemm|gemv|xmma|nvjet|cutlass|cublas", re.IGNORECASE)
+
+
+def base_name(kernel: str) -> str:
+    """The function name of a mangled free-function kernel (``_Z9mul_mat_qIL...`` -> ``mul_mat_q``)."""
+    m = _MANGLED.match(kernel)
+    if m is None:
+        return kernel
+    start = m.end()
+    return kernel[start : start + int(m.group(1))]
+
+
+def classify(kernel: str) -> str:
+    """The category of a kernel name (one of :data:`CATEGORIES` except ``copy``)."""
+    base = base_name(kernel)
+    if base in _BASE_CATEGORY:
+        return _BASE_CATEGORY[base]
+    if base.startswith("dequantize_block"):
+        return "conversion"
+    if base.startswith("flash_attn"):
+        return "attention"
+    if kernel == base and _CUBLAS.search(kernel):  # cuBLAS kernels are not mangled
+        return "cublas"
+    if kernel.startswith("_ZN") and _CUBLAS.search(kernel):
+        return "cublas"
+    return "other"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    kernels: tuple[tuple[int, int, str], ...]  # (start ns, end ns, category)
+    copies: tuple[tuple[int, int], ...]  # memcpy and memset intervals
+    dropped: int
+
+
+def parse_ktl(lines: Iterable[str], path: Path) -> Timeline:
+    """A ``.ktl`` file -> :class:`Timeline`; incomplete files (no ``D`` line) are refused."""
+    names: dict[int, str] = {}
+    kernels: list[tuple[int, int, str]] = []
+    copies: list[tuple[int, int]] = []
+    dropped: int | None = None
+    lineno = 0
+    for lineno, line in enumerate(lines, start=1):
+        line = line.rstrip("\n")
+        if lineno == 1:
+            if line != FORMAT:
+                raise InputError(path, f"not a kernel timeline (expected {FORMAT!r})", line=1)
+            continue
+        if not line:
+            continue
+        if dropped is not None:
+            raise InputError(path, "records after the closing D line", line=lineno)
+        kind, _, rest = line.partition(" ")
+        try:
+            if kind == "N":
+                ident, _, name = rest.partition(" ")
+                names[int(ident)] = name
+            elif kind == "K":
+                start, end, _stream, _graph, ident = rest.split(" ")
+                kernels.append((int(start), int(end), classify(names[int(ident)])))
+            elif kind in ("C", "S"):
+                start, end = rest.split(" ")[:2]
+                copies.append((int(start), int(end)))
+            elif kind == "D":
+                dropped = int(rest)
+            else:
+                raise InputError(path, f"unknown record kind {kind!r}", line=lineno)
+        except (ValueError, KeyError) as e:
+            raise InputError(path, f"malformed {kind} record ({e})", line=lineno) from None
+    if lineno == 0:
+        raise InputError(path, "empty kernel timeline")
+    if dropped is None:
+        raise InputError(path, "truncated: no closing D line (the process did not exit cleanly)", line=lineno)
+    return Timeline(tuple(kernels), tuple(copies), dropped)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """What llama-bench reported for the profiled process."""
+
+    n_prompt: int
+    n_gen: int
+    n_ubatch: int
+    reps: int
+    avg_ns: float
+
+
+def parse_bench(lines: Iterable[str], path: Path) -> BenchRun:
+    records = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            records.append(
+                (
+                    lineno,
+                    BenchRun(
+                        d["n_prompt"], d["n_gen"], d["n_ubatch"], len(d["samples_ns"]), float(d["avg_ns"])
+                    ),
+                )
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise InputError(path, f"not a llama-bench JSON Lines record ({e})", line=lineno) from None
+    if len(records) != 1:
+        raise InputError(path, f"expected one llama-bench test per profiled process, found {len(records)}")
+    return records[0][1]
+
+
+def runs_in_timeline(bench: BenchRun) -> float:
+    """How many runs' worth of work the timeline holds: the repetitions plus llama-bench's warm-up."""
+    if bench.n_prompt > 0 and bench.n_gen == 0:
+        return bench.reps + 1.0
+    if bench.n_gen > 0 and bench.n_prompt == 0:
+        return bench.reps + 1.0 / bench.n_gen
+    raise ValueError("profiled tests are pp or tg, not both")
+
+
+def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+    total = 0
+    cur_start = cur_end = None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None and cur_start is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None and cur_start is not None:
+        total += cur_end - cur_start
+    return total
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One profiled process: per-run milliseconds by category, wall time and idle."""
+
+    arm: str
+    test: str
+    bench: BenchRun
+    ms: Mapping[str, float]  # category -> GPU ms per run
+    busy_ms: float  # union of all intervals, per run
+    wall_ms: float  # llama-bench's mean time per run
+    dropped: int
+
+    @property
+    def matmul_ms(self) -> float:
+        return sum(self.ms[c] for c in MATMUL_CATEGORIES)
+
+    @property
+    def idle_ms(self) -> float:
+        return self.wall_ms - self.busy_ms
+
+    @property
+    def overlap_ms(self) -> float:
+        """Kernel time that ran concurrently with other kernels (ggml-cuda's parallel streams)."""
+        return sum(self.ms.values()) - self.busy_ms
+
+    def share(self, ms: float) -> float:
+        return ms / self.wall_ms
+
+
+def breakdown(arm: str, test: str, tl: Timeline, bench: BenchRun) -> Breakdown:
+    runs = runs_in_timeline(bench)
+    ns: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
+    for start, end, cat in tl.kernels:
+        ns[cat] += end - start
+    intervals = [(s, e) for s, e, _ in tl.kernels]
+    if intervals:  # copies while kernels run (model upload comes before the first kernel)
+        first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
+        inside = [(s, e) for s, e in tl.copies if s >= first and e <= last]
+        ns["copy"] = sum(e - s for s, e in inside)
+        intervals += inside
+    busy = _union_ns(intervals)
+    return Breakdown(
+        arm,
+        test,
+        bench,
+        {c: v / runs / 1e6 for c, v in ns.items()},
+        busy / runs / 1e6,
+        bench.avg_ns / 1e6,
+        tl.dropped,
+    )
+
+
+@dataclass(frozen=True)
+class ArmDelta:
+    """One arm against stock on one test: what its matmul savings predict, and what llama-bench saw."""
+
+    test: str
+    arm: str
+    matmul_saved_ms: float  # stock matmul ms (incl. conversions) - arm's
+    other_delta_ms: float  # arm's non-matmul kernels + copies - stock's
+    idle_delta_ms: float  # arm's idle - stock's
+    predicted: float  # stock wall / (stock wall - matmul saved): if only the matmuls changed
+    measured: float  # stock wall / arm wall (these profiled processes)
+
+
+def arm_deltas(rows: Sequence[Breakdown]) -> list[ArmDelta]:
+    by = {(b.arm, b.test): b for b in rows}
+    out: list[ArmDelta] = []
+    for (arm, test), b in sorted(by.items(), key=lambda kv: (test_order(kv[0][1]), kv[0][0])):
+        stock = by.get(("stock", test))
+        if arm == "stock" or stock is None:
+            continue
+        saved = stock.matmul_ms - b.matmul_ms
+        other = sum(b.ms[c] - stock.ms[c] for c in CATEGORIES if c not in MATMUL_CATEGORIES)
+        idle = b.idle_ms - stock.idle_ms
+        out.append(
+            ArmDelta(
+                test,
+                arm,
+                saved,
+                other,
+                idle,
+                stock.wall_ms / (stock.wall_ms - saved),
+                stock.wall_ms / b.wall_ms,
+            )
+        )
+    return out
+
+
+def test_order(test: str) -> tuple[int, int]:
+    return (1, 0) if test.startswith("tg") else (0, int(test))
+
+
+def test_label(test: str) -> str:
+    return test if test.startswith("tg") else f"pp2048 ub{test}"
+
+
+@dataclass
+class Profile:
+    rows: list[Breakdown] = field(default_factory=list)
+    note: str = ""  # the profile's README (model, repetitions)
+    source: str = ""
+
+
+_FILE: Final = re.compile(r"^(?:.*/)?(stock|table|crude)\.(\d+|tg\d+)\.(ktl|jsonl)$")
+
+
+def profile_from_files(files: Mapping[str, tuple[Path, str]], source: str) -> Profile:
+    """``name -> (path for messages, text)`` of a profile folder or archive -> :class:`Profile`."""
+    pairs: dict[tuple[str, str], dict[str, tuple[Path, str]]] = {}
+    note = ""
+    for name, (path, text) in files.items():
+        if Path(name).name == "README":
+            note = text.strip()
+            continue
+        m = _FILE.match(name)
+        if m is not None:
+            pairs.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = (path, text)
+    rows: list[Breakdown] = []
+    for (arm, test), got in sorted(pairs.items()):
+        if "ktl" not in got or "jsonl" not in got:
+            missing = "jsonl" if "ktl" in got else "ktl"
+            raise InputError(
+                Path(source),
+                f"{arm}.{test}.{missing} is missing (each timeline needs its llama-bench output)",
+            )
+        kpath, ktext = got["ktl"]
+        bpath, btext = got["jsonl"]
+        rows.append(
+            breakdown(arm, test, parse_ktl(ktext.splitlines(), kpath), parse_bench(btext.splitlines(), bpath))
+        )
+    if not rows:
+        raise InputError(Path(source), "no <arm>.<test>.ktl timelines found")
+    return Profile(rows, note, source)
+
+
+def load_profile(path: Path) -> Profile:
+    """A profile folder or a ``.tar.gz`` of one (what ``device/e2e.sh`` packs)."""
+    files: dict[str, tuple[Path, str]] = {}
+    if path.is_dir():
+        for f in sorted(path.iterdir()):
+            if f.is_file():
+                files[f.name] = (f, f.read_text(encoding="utf-8", errors="replace"))
+    elif path.is_file():
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                for member in tar.getmembers():
+                    if not member.isfile():
+                        continue
+                    fh = tar.extractfile(member)
+                    assert fh is not None
+                    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace").read()
+                    name = member.name.removeprefix("./")
+                    files[name] = (Path(f"{path}:{name}"), text)
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise InputError(path, f"not a profile archive: {e}") from None
+    else:
+        raise InputError(path, "no such profile folder or archive")
+    return profile_from_files(files, str(path))
