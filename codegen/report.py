@@ -1121,7 +1121,7 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     if inputs.census is not None:
         md += _section_predictions(preds, comps, ab_predicted, inputs.table, figs)
     if inputs.profile is not None:
-        md += _section_profile(inputs.profile, figs)
+        md += _section_profile(inputs.profile, figs, preds, comps)
     if inputs.census is not None:
         md += _section_census(inputs.census, figs)
     md += _section_status(inputs.tuning, points)
@@ -1193,7 +1193,52 @@ def plot_profile(profile: timeline.Profile) -> bytes:
     return _png(fig)
 
 
-def _section_profile(profile: timeline.Profile, figs: _Figures) -> list[str]:
+def _profile_prediction_rows(
+    profile: timeline.Profile, preds: Sequence[Prediction], comps: Sequence[AbComparison]
+) -> list[list[str]]:
+    """Per profiled test: the census' predicted matmul speed-up for the table at that M, carried to the
+    whole run through the stock run's measured matmul share, against what was measured."""
+    stock = {b.test: b for b in profile.rows if b.arm == "stock"}
+    model = timeline.profile_model(profile.note)
+    rows: list[list[str]] = []
+    for d in timeline.arm_deltas(profile.rows):
+        if d.arm != "table" or d.test not in stock:
+            continue
+        test, ubatch = timeline.test_case(d.test)
+        pred = predicted_speedup(preds, "table", effective_M(test, ubatch or 1))
+        if pred is None:
+            continue
+        base = stock[d.test]
+        f = base.matmul_ms / base.wall_ms
+        e2e = 1.0 / (1.0 - f + f / pred.speedup)
+        ab = [
+            f"{fmt_ratio(c.ratio.point)} {fmt_ci(c.ratio.lo, c.ratio.hi)}"
+            for c in comps
+            if (c.arm, c.baseline) == ("table", "stock")
+            and c.test == test
+            and (ubatch is None or c.ubatch == ubatch)
+            and model is not None
+            and (c.model == model or c.model.startswith(f"{model} ["))
+        ]
+        rows.append(
+            [
+                timeline.test_label(d.test),
+                fmt_share(f),
+                fmt_ratio(pred.speedup),
+                fmt_ratio(e2e),
+                fmt_ratio(d.measured),
+                "; ".join(ab) or "–",
+            ]
+        )
+    return rows
+
+
+def _section_profile(
+    profile: timeline.Profile,
+    figs: _Figures,
+    preds: Sequence[Prediction] = (),
+    comps: Sequence[AbComparison] = (),
+) -> list[str]:
     md = [
         "## Where a step's time goes (kernel timelines)",
         "",
@@ -1268,6 +1313,20 @@ def _section_profile(profile: timeline.Profile, figs: _Figures) -> list[str]:
                 for d in deltas
             ),
         )
+        md.append("")
+    pred_rows = _profile_prediction_rows(profile, preds, comps) if preds else []
+    if pred_rows:
+        md += [
+            "From per-op numbers to the run: the census' predicted matmul-time speed-up of the table at each "
+            "test's M, carried through the matmul share f that the stock run measured "
+            "(1 / (1 - f + f / s)), against the profiled runs and the A/B runs of the same model.",
+            "",
+        ]
+        md += md_table(
+            ["test", "stock matmul share f", "predicted matmul s", "predicted run", "profiled runs",
+             "A/B table/stock"],
+            pred_rows,
+        )  # fmt: skip
         md.append("")
     dropped = sum(b.dropped for b in rows)
     if dropped:

@@ -272,6 +272,17 @@ def arm_deltas(rows: Sequence[Breakdown]) -> list[ArmDelta]:
     return out
 
 
+def test_case(test: str) -> tuple[str, int | None]:
+    """(llama-bench test, ubatch): ``512`` -> ("pp2048", 512); ``tg128`` -> ("tg128", None)."""
+    return (test, None) if test.startswith("tg") else ("pp2048", int(test))
+
+
+def profile_model(note: str) -> str | None:
+    """The model a profile's README names (``model llama8b-L16 reps 3``)."""
+    m = re.search(r"\bmodel (\S+)", note)
+    return m.group(1) if m else None
+
+
 def test_order(test: str) -> tuple[int, int]:
     return (1, 0) if test.startswith("tg") else (0, int(test))
 

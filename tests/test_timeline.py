@@ -224,3 +224,26 @@ def test_report_refuses_a_bad_profile(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "stock.512.ktl:2" in res.output and "malformed K record" in res.output
     assert not out.exists()
+
+
+def test_report_carries_per_op_predictions_through_the_measured_share(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    args = ["report", "--tuning", str(TABLE_DIR / "tuning.parquet"),
+            "--census", str(TABLE_DIR / "census.parquet"), "--table", str(TABLE_DIR / "table.json"),
+            "--ab", str(TABLE_DIR / "ab-run1.jsonl"), "--profile", str(PROFILE), "-o", str(out)]  # fmt: skip
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    md = (out / "REPORT.md").read_text()
+    block = md.split("From per-op numbers to the run", 1)[1].split("![profile]", 1)[0]
+    rows = {
+        r.split("|")[1].strip(): [c.strip() for c in r.split("|")[2:-1]]
+        for r in block.splitlines()
+        if r.startswith(("| pp", "| tg"))
+    }
+    assert set(rows) == {"pp2048 ub128", "pp2048 ub256", "pp2048 ub512", "pp2048 ub2048", "tg128"}
+    # the A/B column is the one-file run on the profiled model (llama8b-L16), never the 4-layer one
+    share, s, run, _profiled, ab = rows["pp2048 ub512"]
+    f, s_ = float(share.rstrip("%")) / 100, float(s)
+    assert float(run) == pytest.approx(1 / (1 - f + f / s_), abs=2e-3)
+    assert s_ > 1.3 and ab.startswith("1.366 [")
+    assert rows["tg128"][1] == "1.000" and rows["tg128"][2] == "1.000"
