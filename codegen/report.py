@@ -1168,7 +1168,7 @@ _PROFILE_COLORS: Final = {
 
 def plot_profile(profile: timeline.Profile) -> bytes:
     """Stacked bars: GPU ms per run by kernel category, then idle, for each (test, arm)."""
-    rows = sorted(profile.rows, key=lambda b: (timeline.test_order(b.test), AB_ARMS.index(b.arm)))
+    rows = timeline.ordered(profile.rows)
     fig = Figure(figsize=(9, 2.0 + 0.32 * len(rows)))
     ax = fig.add_subplot()
     ys = list(range(len(rows)))
@@ -1194,14 +1194,17 @@ def plot_profile(profile: timeline.Profile) -> bytes:
 
 
 def _profile_prediction_rows(
-    profile: timeline.Profile, preds: Sequence[Prediction], comps: Sequence[AbComparison]
+    profile: timeline.Profile,
+    deltas: Sequence[timeline.ArmDelta],
+    preds: Sequence[Prediction],
+    comps: Sequence[AbComparison],
 ) -> list[list[str]]:
     """Per profiled test: the census' predicted matmul speed-up for the table at that M, carried to the
     whole run through the stock run's measured matmul share, against what was measured."""
     stock = {b.test: b for b in profile.rows if b.arm == "stock"}
     model = timeline.profile_model(profile.note)
     rows: list[list[str]] = []
-    for d in timeline.arm_deltas(profile.rows):
+    for d in deltas:
         if d.arm != "table" or d.test not in stock:
             continue
         test, ubatch = timeline.test_case(d.test)
@@ -1254,7 +1257,7 @@ def _section_profile(
         "other, not with the A/B.",
         "",
     ]
-    rows = sorted(profile.rows, key=lambda b: (timeline.test_order(b.test), AB_ARMS.index(b.arm)))
+    rows = timeline.ordered(profile.rows)
     routes = [c for c in timeline.MATMUL_CATEGORIES if c != "conversion"]
     md += md_table(
         [
@@ -1314,7 +1317,7 @@ def _section_profile(
             ),
         )
         md.append("")
-    pred_rows = _profile_prediction_rows(profile, preds, comps) if preds else []
+    pred_rows = _profile_prediction_rows(profile, deltas, preds, comps) if preds else []
     if pred_rows:
         md += [
             "From per-op numbers to the run: the census' predicted matmul-time speed-up of the table at each "

@@ -31,6 +31,7 @@ from typing import Final
 from ggml_dispatch.errors import InputError
 
 FORMAT: Final = "# kernel-timeline/1"
+ARMS: Final = ("stock", "table", "crude")
 MATMUL_CATEGORIES: Final = ("mmvq", "mmq", "mmvf", "mmf", "cublas", "conversion")
 CATEGORIES: Final = (*MATMUL_CATEGORIES, "attention", "other", "copy")
 
@@ -170,16 +171,13 @@ def runs_in_timeline(bench: BenchRun) -> float:
 
 def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
     total = 0
-    cur_start = cur_end = None
+    covered_to = None  # end of the time already counted
     for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None and cur_start is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None and cur_start is not None:
-        total += cur_end - cur_start
+        if covered_to is not None:
+            start = max(start, covered_to)
+        if end > start:
+            total += end - start
+            covered_to = end
     return total
 
 
@@ -287,6 +285,11 @@ def test_order(test: str) -> tuple[int, int]:
     return (1, 0) if test.startswith("tg") else (0, int(test))
 
 
+def ordered(rows: Iterable[Breakdown]) -> list[Breakdown]:
+    """Tests by ubatch (decode last), arms stock, table, crude within a test."""
+    return sorted(rows, key=lambda b: (test_order(b.test), ARMS.index(b.arm)))
+
+
 def test_label(test: str) -> str:
     return test if test.startswith("tg") else f"pp2048 ub{test}"
 
@@ -298,7 +301,7 @@ class Profile:
     source: str = ""
 
 
-_FILE: Final = re.compile(r"^(?:.*/)?(stock|table|crude)\.(\d+|tg\d+)\.(ktl|jsonl)$")
+_FILE: Final = re.compile(rf"^(?:.*/)?({'|'.join(ARMS)})\.(\d+|tg\d+)\.(ktl|jsonl)$")
 
 
 def profile_from_files(files: Mapping[str, tuple[Path, str]], source: str) -> Profile:
