@@ -13,7 +13,7 @@
 #   profile kernel timelines (CUPTI, device/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
 #           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
-#           read by `ggml-dispatch report timeline` (matmul share, other kernels, idle gaps).
+#           read by `ggml-dispatch report --profile` (matmul share, other kernels, idle gaps).
 #
 # Run from the repository root on the device machine:
 #   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] device/e2e.sh
