@@ -99,7 +99,7 @@ bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (rec
 	$(BIN)/python -m census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
 		$(if $(BENCH_ALSO),--also $(BENCH_ALSO))
 
-# ---- ggml-cuda integration: install into a tree, and the GPU proof (device/integration.sh)
+# ---- ggml-cuda integration: install into a tree, and the GPU proof (lab/integration.sh)
 .PHONY: install-hook cublas-headers device-integration-carry device-integration
 install-hook: venv  ## install the dispatch hook into LLAMA_CPP_DIR (TABLE=table.json optional; UNINSTALL=1 reverts)
 	$(BIN)/ggml-dispatch install --llama-cpp $(LLAMA_CPP_DIR) $(if $(TABLE),--table $(TABLE)) $(if $(UNINSTALL),--uninstall)
@@ -107,33 +107,33 @@ install-hook: venv  ## install the dispatch hook into LLAMA_CPP_DIR (TABLE=table
 cublas-headers: venv  ## cuBLAS headers (PyPI nvidia-cublas) for nvcc -c of ggml-cuda.cu into .cache/cublas/include
 	$(BIN)/python -m ggml_dispatch.fetch cublas-headers
 
-device-integration-carry: llama-tarball smollm2  ## what device/integration.sh needs in .carry/ (pinned tree, SmolLM2 metadata)
-	$(BIN)/python -m ggml_dispatch.models meta .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf -o $(CARRY)/smollm2.meta.gguf
+device-integration-carry: llama-tarball smollm2  ## what lab/integration.sh needs in .carry/ (pinned tree, SmolLM2 metadata)
+	$(BIN)/python -m lab.models meta .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf -o $(CARRY)/smollm2.meta.gguf
 
 device-integration:  ## ON THE GPU MACHINE: probe, test-backend-ops per forced route, traced llama-bench, A/B (OUT=...)
-	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) bash device/integration.sh
+	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) bash lab/integration.sh
 
-# ---- tuner: the harness and the GPU proof (device/tune-agreement.sh) ----
+# ---- tuner: the harness and the GPU proof (lab/tune-agreement.sh) ----
 .PHONY: tuner-harness tune-agreement-carry tune-agreement
 tuner-harness: venv  ## build the tuning harness against the pinned tree's CPU backend (cached in .cache/tuner-harness)
 	$(BIN)/ggml-dispatch tune build --llama-cpp $$($(BIN)/python -m ggml_dispatch.fetch llama-src) --cpu
 
-tune-agreement-carry: llama-tarball  ## what device/tune-agreement.sh needs in .carry/ (pinned tree, reference TSV)
+tune-agreement-carry: llama-tarball  ## what lab/tune-agreement.sh needs in .carry/ (pinned tree, reference TSV)
 	cp ../shared/reference/h200-mul-mat-routes.tsv $(CARRY)/
 
 tune-agreement:  ## ON THE GPU MACHINE: harness vs test-backend-ops, cost to a +-1% CI, L2 rotation (OUT=..., BUILD_DIR=...)
-	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) $(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR)) bash device/tune-agreement.sh
+	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) $(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR)) bash lab/tune-agreement.sh
 
-device-carry: venv device-integration-carry tune-agreement-carry device-profile-carry  ## build ggml-cuda here (cold: ~1 h on 2 cores) and fill .carry/ for device/session.sh
-	device/prebuild.sh patched
-	device/prebuild.sh stock
-	$(BIN)/python device/crude_rule.py -o $(OUT)/crude-rule
-	device/prebuild.sh crude $(OUT)/crude-rule/table.json
-	if [ -f $(COMMITTED_TABLE) ]; then device/prebuild.sh table $(COMMITTED_TABLE); fi
+device-carry: venv device-integration-carry tune-agreement-carry device-profile-carry  ## build ggml-cuda here (cold: ~1 h on 2 cores) and fill .carry/ for lab/session.sh
+	lab/prebuild.sh patched
+	lab/prebuild.sh stock
+	$(BIN)/python lab/crude_rule.py -o $(OUT)/crude-rule
+	lab/prebuild.sh crude $(OUT)/crude-rule/table.json
+	if [ -f $(COMMITTED_TABLE) ]; then lab/prebuild.sh table $(COMMITTED_TABLE); fi
 	if [ -f $(MEASURED)/census.parquet ]; then cp $(MEASURED)/census.parquet $(CARRY)/census.parquet; fi
 	@du -sh $(CARRY)
 
-$(CARRY)/libkernel_timeline.so: device/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
+$(CARRY)/libkernel_timeline.so: lab/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
 	mkdir -p $(CARRY)
 	g++ -O2 -shared -fPIC -std=c++17 -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib -L$(CUDA_HOME)/lib64 -lcupti
 	cp -L $$(ls $(CUDA_HOME)/lib/libcupti.so.13 $(CUDA_HOME)/lib64/libcupti.so.13 2>/dev/null | head -1) $(CARRY)/libcupti.so.13
@@ -144,5 +144,5 @@ device-gguf-py-carry: llama-src  ## the pinned tree's gguf-py alone (.carry/gguf
 	mkdir -p $(CARRY)
 	tar -C $$($(BIN)/python -m ggml_dispatch.fetch llama-src) -cJf $(CARRY)/gguf-py.tar.xz gguf-py
 
-device-session:  ## ON THE GPU MACHINE (carry .carry): OUT=... STEPS="models trace-census tune" bash device/session.sh
-	OUT=$(OUT) STEPS="$(STEPS)" bash device/session.sh
+device-session:  ## ON THE GPU MACHINE (carry .carry): OUT=... STEPS="models trace-census tune" bash lab/session.sh
+	OUT=$(OUT) STEPS="$(STEPS)" bash lab/session.sh

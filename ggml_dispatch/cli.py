@@ -26,9 +26,9 @@ _COMMANDS: Final[dict[str, str]] = {
     "census": "census.cli:census",
     "tune": "tuner.cli:tune",
     "codegen": "codegen.cli:codegen_cmd",
-    "install": "codegen.install_cli:install_cmd",
+    "install": "hook.cli:install_cmd",
     "diff": "codegen.cli:diff_cmd",
-    "report": "codegen.report_cli:report_cmd",
+    "report": "report.cli:report_cmd",
 }
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ggml_dispatch import bindelta
+from lab import bindelta
 
 
 def _blob(rng: random.Random, n: int) -> bytes:

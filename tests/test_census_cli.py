@@ -19,7 +19,7 @@ from ggml_dispatch.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 # A real capture: the patched ggml-cuda's route trace of llama-bench -p 512 -n 128 -r 5 -b 2048 -ub 512
-# -fa off on an NVIDIA H200 (device/integration.sh), SmolLM2-135M Q4_1 rebuilt on the GPU machine from
+# -fa off on an NVIDIA H200 (lab/integration.sh), SmolLM2-135M Q4_1 rebuilt on the GPU machine from
 # the real file's metadata (same tensor names, types and shapes; random weights).
 SAMPLE = REPO / "samples" / "trace-smollm2.jsonl"
 # what that llama-bench run processes, warm-up included: 6 prompt runs of 512 tokens (one ubatch, one

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from codegen import install as inst
-from codegen import patch
 from ggml_dispatch import fetch, schema
 from ggml_dispatch.cli import main
+from hook import install as inst
+from hook import patch
 
 CUDA = Path("ggml/src/ggml-cuda")
 

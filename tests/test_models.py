@@ -7,7 +7,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from ggml_dispatch import models
+from lab import models
 
 
 def _tensors(path: Path) -> list[tuple[str, list[int], str]]:

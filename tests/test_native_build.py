@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from codegen import install as inst
 from ggml_dispatch import fetch
+from hook import install as inst
 
 pytestmark = pytest.mark.slow
 

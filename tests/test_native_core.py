@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from codegen.install import NATIVE_DIR
 from ggml_dispatch import schema
+from hook.install import NATIVE_DIR
 
 DRIVER = Path(__file__).parent / "native" / "core_driver.cpp"
 CXX = shutil.which("g++") or shutil.which("c++")

@@ -1,4 +1,4 @@
-"""device/integration_summary.py: the checks the GPU run is judged by (no GPU: inputs written here).
+"""lab/integration_summary.py: the checks the GPU run is judged by (no GPU: inputs written here).
 
 The llama-bench expectations are derived from llama-bench.cpp of the pinned tree (warm-up included);
 the trace fixture below is shaped like SmolLM2's (30 layers, tied embeddings) with counts a correct
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "device" / "integration_summary.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "lab" / "integration_summary.py"
 
 
 @pytest.fixture(scope="module")

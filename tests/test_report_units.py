@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from test_codegen_support import rule
 
-from codegen import decide, report
+from codegen import decide
 from ggml_dispatch import schema
 from ggml_dispatch.errors import InputError
+from report import report
 
 
 def test_spread_matches_statistics_module() -> None:

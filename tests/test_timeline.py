@@ -1,4 +1,4 @@
-"""Kernel timelines (codegen.timeline) and the report's profile section.
+"""Kernel timelines (report.timeline) and the report's profile section.
 
 The profile is the real one under tables/: CUPTI timelines of llama-bench on the H200 (llama at
 Llama-3-8B dimensions, 16 layers, Q4_K_M), one process per arm (stock, table, crude) and test.
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codegen import timeline
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
+from report import timeline
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"

@@ -591,7 +591,7 @@ def test_agreement_pipeline_on_cpu(harness: Path, test_backend_ops: Path, tmp_pa
 def test_device_script_runs_on_the_cpu_backend(
     tree: Path, harness: Path, test_backend_ops: Path, tmp_path: Path
 ) -> None:
-    """device/tune-agreement.sh as it runs on the GPU machine, with DEVICE=CPU: the harness is built in the
+    """lab/tune-agreement.sh as it runs on the GPU machine, with DEVICE=CPU: the harness is built in the
     prebuilt-libraries mode (-DGGML_BUILD_DIR) against this module's CPU build, whose bin/ also holds
     test-backend-ops."""
     tsv = tmp_path / "ref.tsv"
@@ -611,7 +611,7 @@ def test_device_script_runs_on_the_cpu_backend(
     }
     repo = Path(__file__).resolve().parent.parent
     p = subprocess.run(
-        ["bash", str(repo / "device" / "tune-agreement.sh")],
+        ["bash", str(repo / "lab" / "tune-agreement.sh")],
         capture_output=True,
         text=True,
         env=env,
@@ -635,7 +635,7 @@ def test_device_script_runs_on_the_cpu_backend(
 
 
 def test_sweep_script_runs_on_the_cpu_backend_and_resumes(tree: Path, harness: Path, tmp_path: Path) -> None:
-    """device/tune-sweep.sh with DEVICE=CPU against this module's CPU build: a first call stopped by its
+    """lab/tune-sweep.sh with DEVICE=CPU against this module's CPU build: a first call stopped by its
     budget, a second call that finishes from the journal the first one left (a warm machine)."""
     census = write_census(
         tmp_path / "census.parquet",
@@ -656,7 +656,7 @@ def test_sweep_script_runs_on_the_cpu_backend_and_resumes(tree: Path, harness: P
     }
     out1 = tmp_path / "out1"
     p = subprocess.run(
-        ["bash", str(repo / "device" / "tune-sweep.sh")],
+        ["bash", str(repo / "lab" / "tune-sweep.sh")],
         capture_output=True,
         text=True,
         # a later --max-seconds overrides the script's: stop after a case or two
@@ -674,7 +674,7 @@ def test_sweep_script_runs_on_the_cpu_backend_and_resumes(tree: Path, harness: P
     assert 1 <= first < 5 and "stopped by --max-seconds" in p.stderr
     out2 = tmp_path / "out2"
     p = subprocess.run(
-        ["bash", str(repo / "device" / "tune-sweep.sh")],
+        ["bash", str(repo / "lab" / "tune-sweep.sh")],
         capture_output=True,
         text=True,
         env={**env, "OUT": str(out2)},

@@ -1,4 +1,4 @@
-"""Device experiments that check the harness against test-backend-ops (device/tune-agreement.sh).
+"""Device experiments that check the harness against test-backend-ops (lab/tune-agreement.sh).
 
 Three parts, one device run:
 

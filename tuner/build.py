@@ -32,7 +32,7 @@ HARNESS_SOURCES: Final = (
     "mul_mat.cpp",
     "mul_mat.h",
 )
-NATIVE_HEADER: Final = Path(__file__).resolve().parent.parent / "codegen" / "native" / "ggml-dispatch.h"
+NATIVE_HEADER: Final = Path(__file__).resolve().parent.parent / "hook" / "native" / "ggml-dispatch.h"
 BUILD_STAMP: Final = Path("ggml") / "src" / "ggml-cuda" / "ggml-dispatch-build.h"
 
 _DEFINE = re.compile(r'#define\s+(GGML_DISPATCH_[A-Z_]+)\s+"([^"]*)"')

@@ -1,6 +1,6 @@
 // The route-override API of the patched ggml-cuda (ggml-dispatch's native hook).
 //
-// One definition: when codegen/native/ggml-dispatch.h is on the include path (CMake adds it when the
+// One definition: when hook/native/ggml-dispatch.h is on the include path (CMake adds it when the
 // file exists) it is used; the fallback below is a copy of the same declarations for trees where the
 // header is not installed. Both functions are looked up at run time with
 // ggml_backend_reg_get_proc_address(); on the CPU backend or an unpatched tree the lookups return NULL

@@ -37,10 +37,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from codegen import decide, timeline
+from codegen import decide
 from codegen import table as table_mod
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
+from report import timeline
 
 PLOTS_DIR: Final = "plots"
 REPORT_NAME: Final = "REPORT.md"
@@ -1248,7 +1249,7 @@ def _section_profile(
         f"Profile `{md_escape(Path(profile.source).name)}`"
         + (f" ({md_escape(profile.note)})" if profile.note else "")
         + ": one llama-bench process per arm and test, every kernel's GPU time from CUPTI "
-        "(`device/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or tg128 (128 tokens). "
+        "(`lab/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or tg128 (128 tokens). "
         "`matmul` is the route kernels (mmvq/mmq/mmvf/mmf/cuBLAS, activation quantization included); "
         "`conversion` is what the cuBLAS route adds around its GEMM (weight dequantization to f16, "
         "activation and result casts); `idle` is llama-bench's wall time minus the time any kernel or copy "

@@ -1,4 +1,4 @@
-"""Summary of device/integration.sh (stdlib only: it runs on the GPU machine).
+"""Summary of lab/integration.sh (stdlib only: it runs on the GPU machine).
 
 Reads the probe output, the test-backend-ops logs and traces, the llama-bench route trace and the A/B
 llama-bench results; writes summary.json, summary.md and bench.jsonl under --out. Exit status 0 even

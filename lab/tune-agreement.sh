@@ -8,9 +8,9 @@
 # Run from the repository root on the device machine (carry .carry/ with llama.cpp.tar.xz from
 # `make llama-tarball` and a copy of shared/reference/h200-mul-mat-routes.tsv):
 #   OUT=<dir> [BUILD_DIR=<patched CUDA build: libggml*.so in bin/ or the folder>] [LLAMA_CPP_DIR=<tree>]
-#   [LLAMA_TARBALL=.carry/llama.cpp.tar.xz] [REFERENCE_TSV=...] [PARTS=1,2,3] device/tune-agreement.sh
+#   [LLAMA_TARBALL=.carry/llama.cpp.tar.xz] [REFERENCE_TSV=...] [PARTS=1,2,3] lab/tune-agreement.sh
 #
-# Which ggml is measured: see device/tune-common.sh (BUILD_DIR, else the integration build of a warm
+# Which ggml is measured: see lab/tune-common.sh (BUILD_DIR, else the integration build of a warm
 # machine, else the tarball's tree patched and built here, ~4 min).
 # Expected on an H200 with a prebuilt BUILD_DIR (estimates): build ~1.5 min (harness + test-backend-ops.cpp),
 # part 1 ~4 min (31 cases; test-backend-ops runs >= 1 s per case and config), part 2 ~3.5 min (3 cases,
@@ -43,8 +43,8 @@ done
 [ -f "$TSV" ] || { log "reference TSV not found (set REFERENCE_TSV)"; exit 2; }
 
 NEED_TBO=1
-# shellcheck source=device/tune-common.sh
-source "$REPO/device/tune-common.sh"
+# shellcheck source=lab/tune-common.sh
+source "$REPO/lab/tune-common.sh"
 
 # --- the three parts ---------------------------------------------------------------------------
 PYTHONPATH=$REPO $PY -m tuner.agreement --harness "$HARNESS" --tbo "$TBO" --tsv "$TSV" --out "$OUT" \

@@ -3,7 +3,7 @@
 # step whose expected seconds no longer fit before the deadline, and pack each step's outputs into one
 # file under $OUT (the transfer takes at most 8 files back). Prints every step's summary last.
 #
-#   OUT=<dir> STEPS="tbo+models probe-bench-ab trace-census l2" [DEADLINE_S=560] device/session.sh
+#   OUT=<dir> STEPS="tbo+models probe-bench-ab trace-census l2" [DEADLINE_S=560] lab/session.sh
 #
 # Steps (expected seconds on an H200 with the carried prebuilt builds):
 #   probe-bench-ab  integration: override probe, traced llama-bench on SmolLM2, off-vs-unpatched A/B (240)
@@ -22,7 +22,7 @@ STEPS=${STEPS:?set STEPS}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-560} ))
 W=$REPO/build/session
 mkdir -p "$W" "$OUT"
-source "$REPO/device/cuda-env.sh"
+source "$REPO/lab/cuda-env.sh"
 export PYTHONUNBUFFERED=1
 log() { echo "session [$(date +%T)]: $*" >&2; }
 
@@ -39,8 +39,8 @@ run_step() {  # $1 = step; output folder $W/$1
     mkdir -p "$o"
     local t0=$(date +%s)
     case $s in
-        probe-bench-ab) OUT=$o PARTS=probe,bench,ab WORK=$W/integration bash device/integration.sh ;;
-        tbo) OUT=$o PARTS=tbo TBO_JOBS=${TBO_JOBS:-7} TBO_TIMEOUT=${TBO_TIMEOUT:-220} WORK=$W/integration bash device/integration.sh ;;
+        probe-bench-ab) OUT=$o PARTS=probe,bench,ab WORK=$W/integration bash lab/integration.sh ;;
+        tbo) OUT=$o PARTS=tbo TBO_JOBS=${TBO_JOBS:-7} TBO_TIMEOUT=${TBO_TIMEOUT:-220} WORK=$W/integration bash lab/integration.sh ;;
         models) OUT=$o PARTS=models WORK=$W/e2e bash device/e2e.sh ;;
         trace-census) OUT=$o PARTS=trace,census WORK=$W/e2e bash device/e2e.sh ;;
         tune)
@@ -56,7 +56,7 @@ run_step() {  # $1 = step; output folder $W/$1
             local part=${s#agree}
             [ "$s" = l2 ] && part=3
             mkdir -p "$W/prebuilt/bin"
-            bash device/prebuilt.sh patched "$W/prebuilt/bin"
+            bash lab/prebuilt.sh patched "$W/prebuilt/bin"
             [ -d "$W/agree-tree/llama.cpp" ] || { mkdir -p "$W/agree-tree" && tar -xJf .carry/llama.cpp.tar.xz -C "$W/agree-tree"; }
             PYTHONPATH=$REPO python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
                 install --llama-cpp "$W/agree-tree/llama.cpp" >&2
@@ -65,7 +65,7 @@ run_step() {  # $1 = step; output folder $W/$1
                 mkdir -p "$W/tuner/agreement-work" && cp .carry/harness-agreement.jsonl "$W/tuner/agreement-work/"
             fi
             OUT=$o BUILD_DIR=$W/prebuilt LLAMA_CPP_DIR=$W/agree-tree/llama.cpp REFERENCE_TSV=.carry/h200-mul-mat-routes.tsv \
-                PARTS=$part WORK=$W/tuner bash device/tune-agreement.sh ;;
+                PARTS=$part WORK=$W/tuner bash lab/tune-agreement.sh ;;
         ab) OUT=$o PARTS=ab WORK=$W/e2e bash device/e2e.sh ;;
         profile) OUT=$o PARTS=profile WORK=$W/e2e bash device/e2e.sh ;;
         *) log "unknown step $s"; return 2 ;;

@@ -5,8 +5,8 @@
 # Run from the repository root on the device machine (carry .carry/ with llama.cpp.tar.xz and the
 # census, e.g. `ggml-dispatch census from-gguf model.gguf --m 1,2,3,4,8,512 -o .carry/census.parquet`):
 #   OUT=<dir> CENSUS=.carry/census.parquet [BUILD_DIR=...] [BUDGET_S=560] [COVERAGE=0.95] [TRIALS=7]
-#   [RESUME_JOURNAL=<tuning.journal.jsonl of an earlier call>] [TUNE_ARGS=...] device/tune-sweep.sh
-# The build (device/tune-common.sh) and the sweep share BUDGET_S seconds: the sweep gets what the build
+#   [RESUME_JOURNAL=<tuning.journal.jsonl of an earlier call>] [TUNE_ARGS=...] lab/tune-sweep.sh
+# The build (lab/tune-common.sh) and the sweep share BUDGET_S seconds: the sweep gets what the build
 # left (tune run --max-seconds) and stops between cases; run the same command again to continue.
 # Writes under $OUT: tuning.parquet, tuning.journal.jsonl, run.log; prints the sweep's summary last.
 set -euo pipefail
@@ -30,8 +30,8 @@ T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-560}
 
 NEED_TBO=0
-# shellcheck source=device/tune-common.sh
-source "$REPO/device/tune-common.sh"
+# shellcheck source=lab/tune-common.sh
+source "$REPO/lab/tune-common.sh"
 
 JOURNAL=$WORK/tuning.journal.jsonl
 if [ -n "${RESUME_JOURNAL:-}" ] && [ ! -f "$JOURNAL" ]; then

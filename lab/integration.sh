@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ggml-cuda integration proof on the GPU machine (issue 3):
 #   probe  the harness interface: proc-address functions, counts incl. CUDA-graph replays, override
-#          with graph invalidation, ineligible override -> stock (device/dispatch_probe.cpp);
+#          with graph invalidation, ineligible override -> stock (lab/dispatch_probe.cpp);
 #   tbo    test-backend-ops test -o MUL_MAT with stock and with each GGML_CUDA_DISPATCH=force:<route>,
 #          a route trace each: per route how many cases really ran forced; -o MUL_MAT_ID traced (stock);
 #   bench  llama-bench (pp512 + tg128, warm-up and 5 repetitions) on SmolLM2 with a route trace:
@@ -13,12 +13,12 @@
 # Run from the repository root on the device machine (`make device-integration-carry` here
 # first, then run this with carry [".carry"]):
 #   OUT=<dir> [PARTS=probe,tbo,bench,ab] [TBO_MODES="stock force:mmq ..."] [TBO_JOBS=4] \
-#   [WORK=build/integration] device/integration.sh
+#   [WORK=build/integration] lab/integration.sh
 # Inputs: .carry/llama.cpp.tar.xz (pinned tree, trimmed), .carry/smollm2.meta.gguf (SmolLM2's metadata
 # and tensor list: the 98 MB file cannot travel, the model is rebuilt there with the same names, types
 # and shapes, random weights). The build (patched, then unpatched by reverting the hook and rebuilding
 # ggml-cuda.cu only) is skipped when $WORK already holds both (a warm machine).
-# With .carry/bin-patched.tar.xz and .carry/stock.delta (device/prebuild.sh, made on the development
+# With .carry/bin-patched.tar.xz and .carry/stock.delta (lab/prebuild.sh, made on the development
 # machine) the builds are unpacked instead (PREBUILT=auto|0|1).
 # Writes under $OUT (8 files): summary.md summary.json trace-smollm2.jsonl traces-tbo.tar.gz
 # bench.jsonl probe.json run.log census.txt; prints summary.md last.
@@ -52,7 +52,7 @@ PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from codegen import install 
 install_hook() {  # $1 = install|uninstall
     local flag=""
     [ "$1" = uninstall ] && flag="--uninstall"
-    PYTHONPATH=$REPO $PY -c 'import sys; from codegen.install_cli import install_cmd; install_cmd(sys.argv[1:])' \
+    PYTHONPATH=$REPO $PY -c 'import sys; from hook.cli import install_cmd; install_cmd(sys.argv[1:])' \
         --llama-cpp "$SRC" $flag 2>&1 | tee -a "$LOG" >&2
 }
 
@@ -82,13 +82,13 @@ fi
 if [ -x "$PATCHED/llama-bench" ] && [ -x "$STOCK/llama-bench" ] && [ "$(cat "$PATCHED/PATCH_HASH" 2>/dev/null)" = "$PHASH_WANT" ]; then
     log "build: reusing $PATCHED and $STOCK (patch $PHASH_WANT)"
 elif [ "$PREBUILT" = 1 ]; then
-    # device/prebuild.sh's builds (made on the development machine): patched base + stock delta
-    log "build: the carried prebuilt patched and stock builds (device/prebuilt.sh)"
+    # lab/prebuild.sh's builds (made on the development machine): patched base + stock delta
+    log "build: the carried prebuilt patched and stock builds (lab/prebuilt.sh)"
     # shellcheck disable=SC1091
-    source "$REPO/device/cuda-env.sh"
+    source "$REPO/lab/cuda-env.sh"
     rm -rf "$PATCHED" "$STOCK"
-    bash "$REPO/device/prebuilt.sh" patched "$PATCHED"
-    bash "$REPO/device/prebuilt.sh" stock "$STOCK"
+    bash "$REPO/lab/prebuilt.sh" patched "$PATCHED"
+    bash "$REPO/lab/prebuilt.sh" stock "$STOCK"
     ph=$(sed -n 's/^#define GGML_DISPATCH_PATCH_HASH "\(.*\)"/\1/p' "$PATCHED/ggml-dispatch-build.h" 2>/dev/null || true)
     log "prebuilt patched: patch hash ${ph:-unknown} (these sources: $PHASH_WANT)"
     [ "$ph" = "$PHASH_WANT" ] && echo "$ph" >"$PATCHED/PATCH_HASH"
@@ -115,7 +115,7 @@ fi
 
 # --- probe: the harness interface ----------------------------------------------------------------
 probe_build() {  # $1 = lib dir
-    g++ -std=c++17 -O2 -I"$SRC/ggml/include" -I"$REPO/codegen/native" "$REPO/device/dispatch_probe.cpp" \
+    g++ -std=c++17 -O2 -I"$SRC/ggml/include" -I"$REPO/hook/native" "$REPO/lab/dispatch_probe.cpp" \
         -o "$1/dispatch_probe" -L"$1" -lggml -lggml-base -lggml-cuda -Wl,-rpath,"$1" -Wl,--allow-shlib-undefined
 }
 if has_part probe; then
@@ -173,7 +173,7 @@ if has_part bench || has_part ab; then
     if [ ! -f "$MODEL" ]; then
         [ -f "$META" ] || { log "no SmolLM2 metadata at $META (make device-integration-carry)"; exit 2; }
         log "rebuild SmolLM2 from its metadata ($(elapsed))"
-        PYTHONPATH=$REPO:$SRC/gguf-py $PY -m ggml_dispatch.models clone "$META" -o "$MODEL.tmp" >>"$LOG" 2>&1
+        PYTHONPATH=$REPO:$SRC/gguf-py $PY -m lab.models clone "$META" -o "$MODEL.tmp" >>"$LOG" 2>&1
         mv "$MODEL.tmp" "$MODEL"
     fi
 fi
@@ -215,7 +215,7 @@ for line in sys.stdin:
     done
 fi
 
-$PY "$REPO/device/integration_summary.py" --out "$OUT" --work "$WORK" --parts "$PARTS" \
+$PY "$REPO/lab/integration_summary.py" --out "$OUT" --work "$WORK" --parts "$PARTS" \
     --n-prompt 512 --n-gen 128 --reps 5 --n-batch 2048 --n-ubatch 512 >>"$LOG" 2>&1 || log "summary: see run.log"
 log "done ($(elapsed))"
 cat "$OUT/summary.md"

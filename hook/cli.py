@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from codegen import install as inst
+from hook import install as inst
 
 
 class _Refused(click.ClickException):

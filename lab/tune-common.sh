@@ -2,7 +2,7 @@
 # and the harness (+ test-backend-ops) built against it. Expects REPO, WORK, LOG, PY, DEVICE, JOBS, T0
 # and log(); sets TREE, BUILD_DIR (if prebuilt), HARNESS, TBO.
 #
-# Which ggml is measured: BUILD_DIR if given; else device/integration.sh's patched build if this warm
+# Which ggml is measured: BUILD_DIR if given; else lab/integration.sh's patched build if this warm
 # machine has it (build/integration/patched, same patch hash); else the tarball's tree
 # (LLAMA_TARBALL, default .carry/llama.cpp.tar.xz), patched here with `ggml-dispatch install`, its
 # ggml-cuda built by the harness' CMake (sm_90, FlashAttention off, ~4 min on 16 cores; kept in
@@ -10,12 +10,12 @@
 # else tests/test-backend-ops.cpp built against the same ggml (NEED_TBO=1 only).
 
 # --- the llama.cpp tree (patched) and the ggml build to measure -----------------------------------
-PY_INSTALL='import sys; from codegen.install_cli import install_cmd; install_cmd(sys.argv[1:])'
+PY_INSTALL='import sys; from hook.cli import install_cmd; install_cmd(sys.argv[1:])'
 PHASH_WANT=$(PYTHONPATH=$REPO $PY -c 'from codegen import install as i; print(i.patch_hash(i.native_sources(), i.load_hunks()))' 2>/dev/null || echo "")
 INTEGRATION=$REPO/build/integration/patched
 if [ -z "${BUILD_DIR:-}" ] && ls "$INTEGRATION"/libggml-cuda.so* >/dev/null 2>&1 \
     && [ -n "$PHASH_WANT" ] && [ "$(cat "$INTEGRATION/PATCH_HASH" 2>/dev/null)" = "$PHASH_WANT" ]; then
-    BUILD_DIR=$INTEGRATION  # device/integration.sh's patched build on this (warm) machine
+    BUILD_DIR=$INTEGRATION  # lab/integration.sh's patched build on this (warm) machine
     log "reusing the patched build in $BUILD_DIR"
 fi
 TREE=${LLAMA_CPP_DIR:-}

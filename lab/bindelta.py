@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args[3]).write_bytes(apply(Path(args[1]).read_bytes(), Path(args[2]).read_bytes()))
     else:
         print(
-            "usage: python -m ggml_dispatch.bindelta make BASE TARGET DELTA | apply BASE DELTA OUT",
+            "usage: python -m lab.bindelta make BASE TARGET DELTA | apply BASE DELTA OUT",
             file=sys.stderr,
         )
         return 2

@@ -1,6 +1,6 @@
 """Install the dispatch hook, trace writer and table into a llama.cpp tree, or take them out again.
 
-``install`` copies the native sources of ``codegen/native/`` into ``ggml/src/ggml-cuda/`` (whose
+``install`` copies the native sources of ``hook/native/`` into ``ggml/src/ggml-cuda/`` (whose
 CMakeLists globs ``*.cu``), renders the table header (the "no table" header by default), stamps the
 upstream commit and the patch hash into ``ggml-dispatch-build.h``, applies the anchored edits of
 ``ggml-cuda.hook`` to ``ggml-cuda.cu`` and records all of it in ``ggml-dispatch.install.json``.
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from codegen import patch
 from ggml_dispatch import schema
+from hook import patch
 
 NATIVE_DIR: Final = Path(__file__).resolve().parent / "native"
 HOOK_SPEC: Final = "ggml-cuda.hook"

@@ -1,6 +1,6 @@
 """Anchored edits of a source file: parse a hook spec, apply it, revert it. Pure (text in, text out).
 
-A hook spec (``codegen/native/ggml-cuda.hook``) is a list of hunks. Each hunk names the function it
+A hook spec (``hook/native/ggml-cuda.hook``) is a list of hunks. Each hunk names the function it
 touches and has an ``anchor`` (exact text that must occur exactly once in the original file) and, except
 for ``require`` hunks, a ``text`` to insert before/after the anchor or to replace it with. A file that
 does not match is refused with an error naming the hunk and the function, so a fork with the same

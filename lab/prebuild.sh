@@ -2,12 +2,12 @@
 # Build ggml-cuda (sm_90, FlashAttention on, what users run) HERE, on a machine without a GPU, and pack
 # the builds for the GPU machine, which starts bare on every call and would spend ~4 of its minutes
 # rebuilding. One base build travels whole (.carry/bin-patched.tar.xz, ~42 MB); every other variant
-# travels as a binary delta of libggml-cuda.so against it (ggml_dispatch.bindelta, 1-3 MB each).
+# travels as a binary delta of libggml-cuda.so against it (lab.bindelta, 1-3 MB each).
 #
-#   device/prebuild.sh stock               unpatched tree (the A/B's "unpatched" arm)
-#   device/prebuild.sh patched             hook, no table (the base)
-#   device/prebuild.sh table  TABLE.json   hook + a table compiled in
-#   device/prebuild.sh crude  TABLE.json   hook + the crude one-rule table (a second build of the same tree)
+#   lab/prebuild.sh stock               unpatched tree (the A/B's "unpatched" arm)
+#   lab/prebuild.sh patched             hook, no table (the base)
+#   lab/prebuild.sh table  TABLE.json   hook + a table compiled in
+#   lab/prebuild.sh crude  TABLE.json   hook + the crude one-rule table (a second build of the same tree)
 #
 # The tree is .cache/llama.cpp-gpu (a copy of the pinned tree), the build .cache/build-gpu; a cold build
 # takes about an hour on 2 cores, a variant about a minute. Linking needs cuBLAS (PyPI nvidia-cublas,
@@ -16,7 +16,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-NAME=${1:?usage: device/prebuild.sh stock|patched|table|crude [TABLE.json]}
+NAME=${1:?usage: lab/prebuild.sh stock|patched|table|crude [TABLE.json]}
 TABLE=${2:-}
 PY=${PYTHON:-.venv/bin/python}
 CACHE=$REPO/.cache
@@ -85,7 +85,7 @@ if [ "$NAME" = patched ]; then
     mv "$CARRY/bin-patched.tar.xz.tmp" "$CARRY/bin-patched.tar.xz"
     echo "packed $CARRY/bin-patched.tar.xz ($(du -m "$CARRY/bin-patched.tar.xz" | cut -f1) MB)" >&2
 else
-    [ -f "$CACHE/bin-patched/$LIB" ] || { echo "build the base first: device/prebuild.sh patched" >&2; exit 2; }
-    $PY -m ggml_dispatch.bindelta make "$CACHE/bin-patched/$LIB" "$CACHE/bin-$NAME/$LIB" "$CARRY/$NAME.delta"
+    [ -f "$CACHE/bin-patched/$LIB" ] || { echo "build the base first: lab/prebuild.sh patched" >&2; exit 2; }
+    $PY -m lab.bindelta make "$CACHE/bin-patched/$LIB" "$CACHE/bin-$NAME/$LIB" "$CARRY/$NAME.delta"
     echo "packed $CARRY/$NAME.delta ($(du -k "$CARRY/$NAME.delta" | cut -f1) kB)" >&2
 fi

@@ -4,7 +4,7 @@
 //
 // Loaded by the CUDA driver as an injection library, so the program needs no change:
 //   KERNEL_TIMELINE_OUT=run.ktl CUDA_INJECTION64_PATH=$PWD/libkernel_timeline.so llama-bench ...
-// Output (text, one record per line; device/kernel_timeline.py reads it):
+// Output (text, one record per line; lab/kernel_timeline.py reads it):
 //   # kernel-timeline/1
 //   N <id> <kernel name>                                 (first use of a name)
 //   K <start_ns> <end_ns> <stream> <graph_id> <name id>  (kernel)

@@ -10,7 +10,7 @@
 #   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
 #           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
 #           llama-bench repetitions each;
-#   profile kernel timelines (CUPTI, device/kernel_timeline.cpp, carried prebuilt as
+#   profile kernel timelines (CUPTI, lab/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
 #           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
 #           read by `ggml-dispatch report --profile` (matmul share, other kernels, idle gaps).
@@ -53,9 +53,9 @@ fi
 export PYTHONPATH=$REPO:$SRC/gguf-py
 dispatch() { $PY -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
 
-source "$REPO/device/cuda-env.sh"
-unpack_bin() {  # $1 = patched | table | crude -> $WORK/bin-$1 (device/prebuild.sh's builds)
-    bash "$REPO/device/prebuilt.sh" "$1" "$WORK/bin-$1" >&2
+source "$REPO/lab/cuda-env.sh"
+unpack_bin() {  # $1 = patched | table | crude -> $WORK/bin-$1 (lab/prebuild.sh's builds)
+    bash "$REPO/lab/prebuilt.sh" "$1" "$WORK/bin-$1" >&2
     echo "$WORK/bin-$1"
 }
 PATCHED=$(unpack_bin patched)
@@ -67,14 +67,14 @@ mkdir -p "$M"
 MODELS=(smollm2 llama8b-L4 llama8b-L16 qwen27b-L4)
 if has_part models; then
     if [ ! -f "$M/smollm2.gguf" ]; then
-        $PY -m ggml_dispatch.models clone .carry/smollm2.meta.gguf -o "$M/smollm2.gguf" >>"$LOG" 2>&1
+        $PY -m lab.models clone .carry/smollm2.meta.gguf -o "$M/smollm2.gguf" >>"$LOG" 2>&1
         log "smollm2 rebuilt"
     fi
     quant() {  # $1 = name, $2 = preset, $3 = layers, $4 = llama-quantize type, rest = llama-quantize options
         local name=$1 preset=$2 layers=$3 qtype=$4
         shift 4
         [ -f "$M/$name.gguf" ] && return 0
-        $PY -m ggml_dispatch.models dense --preset "$preset" --layers "$layers" \
+        $PY -m lab.models dense --preset "$preset" --layers "$layers" \
             --tokenizer-from .carry/smollm2.meta.gguf -o "$M/$name.f16.gguf" >>"$LOG" 2>&1
         LD_LIBRARY_PATH=$PATCHED:$LD_LIBRARY_PATH "$PATCHED/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" \
             "$qtype" "$(nproc)" >>"$LOG" 2>&1

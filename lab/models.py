@@ -189,7 +189,7 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ggml_dispatch.models", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m lab.models", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("meta", help="metadata + tensor list of a GGUF, without the tensor data")
     m.add_argument("src", type=Path)

@@ -5,7 +5,7 @@ mmq; everything else stock." Expressed as per-type default rules (N = K = 0) for
 type, weight layout only, so it is compiled into a second build of the same tree exactly as a measured
 table is. Its provenance says it is declared, not measured; it never goes under tables/.
 
-    python device/crude_rule.py -o DIR     -> DIR/table.json and DIR/ggml-dispatch-table.h
+    python lab/crude_rule.py -o DIR     -> DIR/table.json and DIR/ggml-dispatch-table.h
 """
 
 from __future__ import annotations

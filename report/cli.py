@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from codegen import report, timeline
 from ggml_dispatch import fileio
+from report import report, timeline
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 

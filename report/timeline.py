@@ -1,6 +1,6 @@
 """Kernel timelines of llama-bench runs -> where a step's time goes, per A/B arm.
 
-A profile is a set of ``<arm>.<test>.ktl`` files (``device/kernel_timeline.cpp``: every kernel, memcpy
+A profile is a set of ``<arm>.<test>.ktl`` files (``lab/kernel_timeline.cpp``: every kernel, memcpy
 and memset the GPU ran in one llama-bench process, GPU timestamps from CUPTI) each with the llama-bench
 JSON Lines output of that same process beside it (``<arm>.<test>.jsonl``). ``<test>`` is the ubatch of
 a pp run (``512``: pp2048 at ubatch 512) or ``tg128``.
