@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,6 +95,22 @@ def _quant(rows: Sequence[Mapping[str, Any]], total_est: float) -> list[dict[str
         h["weight_share"] = h["weight_bytes"] / wtotal if wtotal else 0.0
         h["est_share"] = h["est_us"] / total_est if total_est else 0.0
     return out
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def to_json(rep: Mapping[str, Any]) -> str:
+    """The report as strict JSON: a value that is not a finite number is written as null, never as
+    Infinity or NaN (which no JSON parser has to accept)."""
+    return json.dumps(_json_safe(dict(rep)), indent=2, sort_keys=True, allow_nan=False)
 
 
 def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -> dict[str, Any]:
