@@ -202,6 +202,8 @@ def _fmt_table(header: Sequence[str], body: Sequence[Sequence[str]], right: set[
 
 
 def _us(v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"  # a sum past the float range
     if v >= 100:
         return f"{v:,.0f}"
     if v >= 1:
@@ -214,7 +216,7 @@ def _mib(b: int) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
+    return f"{100 * x:.1f}" if math.isfinite(x) else "n/a"
 
 
 def render_text(rep: Mapping[str, Any], top: int = 20) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
 from tuner import reference
 
@@ -42,7 +43,7 @@ def import_reference_cmd(
     M <= 8, mmq above), written into anchor_us. Reference rows carry no confidence interval:
     `ggml-dispatch codegen` accepts them only with --reference-margin and never under tables/.
     """
-    text = tsv.read_text(encoding="utf-8")
+    text = validators.read_text(tsv, "a reference TSV (test-backend-ops perf timings)")
     samples = reference.parse_samples(text, tsv)
     identity = reference.parse_identity(text.splitlines())
     if identity is None:

@@ -26,7 +26,7 @@ def _fail(table: pa.Table, path: str | Path, i: int, col: str, message: str) -> 
 
 def not_null(table: pa.Table, cols: Iterable[str], path: str | Path) -> None:
     for col in cols:
-        i = _first(pc.is_null(table.column(col), nan_is_null=True))
+        i = _first(pc.is_null(table.column(col)))
         if i is not None:
             _fail(table, path, i, col, "null in a required column (got {value!r})")
 

@@ -23,27 +23,8 @@ ANY_WHAT: Final = "a table.json or a ggml-dispatch-table.h header"
 HEADER_MARK: Final = "GGML_DISPATCH_TABLE_"
 
 
-def decode_text(data: bytes, origin: str | Path, what: str) -> str:
-    """Bytes that must be UTF-8 text: a NUL byte or invalid UTF-8 says the file is binary."""
-    if not data.strip():
-        raise InputError(origin, f"empty file (expected {what})")
-    nul = data.find(b"\0")
-    if nul >= 0:
-        raise InputError(origin, f"a binary file (NUL byte at offset {nul}), expected {what}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(origin, f"not UTF-8 text (byte {e.start}), expected {what}") from None
-
-
-def read_text(path: str | Path, what: str) -> str:
-    p = Path(path)
-    v.check_regular_file(p, what)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(p, f"cannot read: {e.strerror or e}") from None
-    return decode_text(data, p, what)
+decode_text = v.decode_text
+read_text = v.read_text
 
 
 @dataclass(frozen=True)

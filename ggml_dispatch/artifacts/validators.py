@@ -52,6 +52,34 @@ def check_regular_file(path: Path, what: str) -> None:
         raise InputError(path, f"empty file (expected {what})")
 
 
+def decode_text(data: bytes, origin: str | Path, what: str) -> str:
+    """Bytes that must be UTF-8 text: Parquet or gzip magic, a NUL byte or invalid UTF-8 says the file
+    is not text."""
+    if not data.strip():
+        raise InputError(origin, f"empty file (expected {what})")
+    if data.startswith(b"PAR1"):
+        raise InputError(origin, f"a Parquet file, expected {what}")
+    if data.startswith(b"\x1f\x8b"):
+        raise InputError(origin, f"a gzip file, expected {what}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise InputError(origin, f"a binary file (NUL byte at offset {nul}), expected {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(origin, f"not UTF-8 text (byte {e.start}), expected {what}") from None
+
+
+def read_text(path: str | Path, what: str) -> str:
+    p = Path(path)
+    check_regular_file(p, what)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    return decode_text(data, p, what)
+
+
 def _type_ok(kind: str, t: pa.DataType) -> bool:
     if pa.types.is_null(t):
         return True  # a column of nulls only; the row checks decide whether nulls are allowed there
