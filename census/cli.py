@@ -281,7 +281,7 @@ def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.G
 
 
 @census.command("show")
-@click.argument("census_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("census_file", type=click.Path(path_type=Path))
 @click.option(
     "--top", default=20, show_default=True, type=click.IntRange(min=1), help="Shapes to list per GPU."
 )

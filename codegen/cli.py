@@ -22,11 +22,11 @@ def _under_tables(path: Path) -> bool:
 
 
 @click.command("codegen")
-@click.argument("tuning", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("tuning", type=click.Path(path_type=Path))
 @click.option(
     "--census",
     "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="census Parquet: report the predicted change in estimated matmul time for its shapes",
 )
 @click.option(
@@ -205,12 +205,12 @@ def _load_arg(arg: str) -> table_artifact.LoadedTable:
 @click.option(
     "--census",
     "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="census Parquet: list affected shapes and predict the change in estimated matmul time",
 )
 @click.option(
     "--tuning",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="tuning Parquet whose stock/route ratios time the routes (needed with --census)",
 )
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")

@@ -143,4 +143,5 @@ def test_show_refuses_a_census_with_a_non_finite_estimate(make_trace: TraceBuild
     for args in (("census", "show", path), ("census", "show", path, "--json")):
         res = cli(*args)
         assert res.exit_code == 2 and "Traceback" not in res.output
-        assert res.stderr.startswith(f"ggml-dispatch: error: {path}: row 0: est_us: est_us must be a time >= 0")
+        expect = f"ggml-dispatch: error: {path}: row 0: est_us: est_us must be a time >= 0"
+        assert res.stderr.startswith(expect)

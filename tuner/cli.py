@@ -96,7 +96,7 @@ def tune() -> None:
 
 
 @tune.command("run")
-@click.argument("census", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("census", type=click.Path(path_type=Path))
 @_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
 @click.option(
     "-o",
@@ -323,9 +323,7 @@ def build_cmd(
 
 
 @tune.command("merge")
-@click.argument(
-    "inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",

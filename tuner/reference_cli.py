@@ -13,7 +13,7 @@ from tuner import reference
 
 
 @click.command("import-reference")
-@click.argument("tsv", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("tsv", type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",
