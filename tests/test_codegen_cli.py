@@ -113,7 +113,7 @@ def test_bad_tuning_input(what: str, tmp_path: Path) -> None:
         expect = "not a readable Parquet file"
     elif what == "census":
         write_census([census_row(M=1)], p)
-        expect = f"expected {schema.TUNING_SCHEMA}"
+        expect = f"expected {schema.TUNING_SCHEMA!r}"
     else:
         write_tuning([], p)
         expect = "no rows: an empty tuning file"

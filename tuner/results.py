@@ -84,18 +84,24 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     for line in rec.get("trials", []):
         if line.get("route") not in TABLE_ROUTES:
             continue  # stock's own rows: carried as anchor_us
+        us = _num(line.get("us"))
+        anchor = _num(line.get("anchor_us"))
+        status = str(line["status"])
+        if status == schema.TrialStatus.OK.value and (us is None or us <= 0):
+            # an ok row needs a time (the tuning reader refuses one without): record what came instead
+            status = f"{schema.FAILED_PREFIX}ok trial without a positive finite time (us = {line.get('us')})"
         out.append(
             {
                 **base,
                 "route": str(line["route"]),
                 "trial": int(line["trial"]),
-                "us": _num(line.get("us")),
+                "us": us,
                 "replays": int(line.get("replays") or 0),
                 "weight_copies": int(line.get("weight_copies") or 0),
-                "anchor_us": _num(line.get("anchor_us")),
+                "anchor_us": anchor if anchor is None or anchor > 0 else None,
                 "nmse": _num(line.get("nmse")),
                 "route_ran": str(line.get("route_ran") or ""),
-                "status": str(line["status"]),
+                "status": status,
             }
         )
     return out
