@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 
 import click
 
-from ggml_dispatch.errors import InputError
 from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
 from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
@@ -29,10 +28,9 @@ def _routes(text: str) -> tuple[str, ...]:
     routes = tuple(r.strip() for r in text.split(",") if r.strip())
     bad = [r for r in routes if r not in ALL_ROUTES]
     if bad or not routes:
-        raise InputError(
-            None,
+        raise click.BadParameter(
             f"unknown route(s) {', '.join(bad) or '(none)'}; choose from {', '.join(ALL_ROUTES)}",
-            field="routes",
+            param_hint="--routes",
         )
     return routes
 
