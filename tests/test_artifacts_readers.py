@@ -90,6 +90,15 @@ def _without_column(tmp: Path, kind: str, column: str) -> Path:
     return p
 
 
+def _without_tool_version(tmp: Path, kind: str) -> Path:
+    src = good_tuning(tmp / "t.parquet") if kind == "tuning" else good_census(tmp / "c.parquet")
+    t = pq.read_table(src)
+    meta = {k: v for k, v in (t.schema.metadata or {}).items() if k != schema.META_TOOL_VERSION.encode()}
+    p = tmp / "no-version.parquet"
+    pq.write_table(t.replace_schema_metadata(meta), p)
+    return p
+
+
 BAD_TUNING: dict[str, tuple[Callable[[Path], Path], str]] = {
     "unknown status": (lambda t: _tuning_with(t, status="great"), "row 1: status: unknown status 'great'"),
     "null status": (lambda t: _tuning_with(t, status=None), "row 1: status: unknown status None"),
@@ -101,6 +110,17 @@ BAD_TUNING: dict[str, tuple[Callable[[Path], Path], str]] = {
         "row 1: anchor_us: ok trial with stock anchor nan",
     ),
     "unknown route": (lambda t: _tuning_with(t, route="magic"), "row 1: route: unknown route 'magic'"),
+    "no GPU name": (lambda t: _tuning_with(t, gpu_name=None), "row 1: gpu_name: empty GPU name"),
+    "no commit": (lambda t: _tuning_with(t, upstream_commit=""), "row 1: upstream_commit: empty upstream"),
+    "no harness version": (
+        lambda t: _tuning_with(t, harness_version=None),
+        "row 1: harness_version: empty harness version",
+    ),
+    "zero SM count": (lambda t: _tuning_with(t, gpu_sm_count=0), "row 1: gpu_sm_count: must be a positive"),
+    "no tool version": (
+        lambda t: _without_tool_version(t, "tuning"),
+        f"{schema.META_TOOL_VERSION}: no tool version: not a tuning file written by ggml-dispatch",
+    ),
     "no schema key": (
         lambda t: _no_schema_key(t, schema.TUNING_COLUMNS, tuning_row(route="mmq", M=1, us=1, anchor_us=1)),
         f"{schema.META_SCHEMA}: no '{schema.META_SCHEMA}' key-value metadata: not a tuning file",
@@ -131,6 +151,10 @@ BAD_CENSUS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "missing column": (lambda t: _without_column(t, "census", "stock_route"), "stock_route: missing column"),
     "random bytes": (lambda t: _raw(t, b"\x00\xff" * 300), "not a readable Parquet file"),
     "folder": (_folder, "is a folder (expected a census Parquet file)"),
+    "no tool version": (
+        lambda t: _without_tool_version(t, "census"),
+        f"{schema.META_TOOL_VERSION}: no tool version: not a census file written by ggml-dispatch",
+    ),
 }
 
 

@@ -81,8 +81,8 @@ def _check_text(table: pa.Table, name: str, path: str | Path, message: str) -> N
 
 def validate_table(table: pa.Table, path: str | Path) -> None:
     """Row checks, each naming the first bad row: known op / layout / ggml types / table route /
-    source / status, positive dimensions and GPU cc and SM count, a GPU name and an upstream commit,
-    and a finite positive time (and stock anchor, where there is one) in every ok row."""
+    source / status, positive dimensions and GPU cc and SM count, a GPU name, an upstream commit and
+    a harness version, and a finite positive time (and stock anchor, where there is one) in every ok row."""
     col.not_null(table, _REQUIRED, path)
     col.one_of(table, "op", _OPS, path, "op")
     col.one_of(table, "layout", _LAYOUTS, path, "layout")
@@ -97,6 +97,7 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
     if i is not None and i >= 0:
         raise InputError(path, "GPU name contains a NUL byte", field=f"row {i}: gpu_name")
     _check_text(table, "upstream_commit", path, "empty upstream commit")
+    _check_text(table, "harness_version", path, "empty harness version (what measured the row?)")
     src = table.column("source")
     bad_src = pc.fill_null(pc.invert(pc.is_in(src, value_set=pa.array(sorted(SOURCES), pa.string()))), True)
     i = pc.index(bad_src, True).as_py()

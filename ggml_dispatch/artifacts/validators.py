@@ -123,6 +123,10 @@ def read_parquet(
         raise InputError(
             p, f"not a {what} file: its schema is {got!r}, expected {schema_name!r}", field=schema.META_SCHEMA
         )
+    if not meta.get(schema.META_TOOL_VERSION):
+        raise InputError(
+            p, f"no tool version: not a {what} file written by ggml-dispatch", field=schema.META_TOOL_VERSION
+        )
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise InputError(p, f"missing column(s) {', '.join(missing)}", field=missing[0])
