@@ -297,3 +297,23 @@ def test_an_ok_row_without_a_stock_anchor_is_accepted(tmp_path: Path) -> None:
     rows[1]["anchor_us"] = None
     t = tuning_artifact.read(write_tuning(rows, tmp_path / "t.parquet"))
     assert t.table.column("anchor_us").null_count == 1
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expect"),
+    [
+        ("--shard", "3/2", "Invalid value for --shard: --shard 3/2: need 0 <= i < n"),
+        ("--layouts", "bogus", "Invalid value for --layouts: layouts must be among"),
+        ("--routes", "mmq,bogus", "Invalid value for --routes: unknown route(s) bogus"),
+    ],
+)
+def test_an_error_about_an_option_names_the_option_not_a_file(
+    option: str, value: str, expect: str, tmp_path: Path
+) -> None:
+    """No message reads ``<input>: ...``: what is not about a file is a usage error naming the option."""
+    census = good_census(tmp_path / "census.parquet")
+    out = tmp_path / "t.parquet"
+    res = cli("tune", "run", census, "--llama-cpp", tmp_path, "-o", out, option, value, "--dry-run")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert expect in res.stderr and "<input>" not in res.output
+    assert not out.exists()
