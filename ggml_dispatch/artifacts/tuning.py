@@ -276,9 +276,9 @@ def from_frame(df: pd.DataFrame, path: str | Path) -> pa.Table:
         raise InputError(path, f"no rows: an empty {WHAT} file")
     try:
         table = pa.Table.from_pandas(df[list(schema.TUNING_COLUMNS)], preserve_index=False)
-        table = table.cast(TUNING_ARROW_SCHEMA)
     except (pa.ArrowException, ValueError, TypeError) as e:
-        raise InputError(path, f"a column does not convert to its type: {e}") from None
+        raise InputError(path, f"a column does not convert to Arrow: {e}") from None
+    table = v.cast_columns(table, schema.TUNING_COLUMNS, path)
     validate_table(table, path)
     return table
 

@@ -136,12 +136,19 @@ def read_parquet(
             raise InputError(p, f"column has type {t}, expected {kind}", field=col)
     if table.num_rows == 0:
         raise InputError(p, f"no rows: an empty {what} file")
-    table = table.select(list(columns))
-    try:
-        table = table.cast(arrow_schema(columns))
-    except (pa.ArrowException, ValueError) as e:
-        raise InputError(p, f"a column does not convert to its type: {e}") from None
-    return table, meta
+    return cast_columns(table, columns, p), meta
+
+
+def cast_columns(table: pa.Table, columns: Mapping[str, str], path: str | Path) -> pa.Table:
+    """Exactly ``columns``, in order, each cast to its canonical type (an int64 column may be stored
+    as int32, a float64 one as integers)."""
+    arrays = []
+    for name, kind in columns.items():
+        try:
+            arrays.append(table.column(name).cast(ARROW_TYPES[kind]))
+        except (pa.ArrowException, ValueError) as e:
+            raise InputError(path, f"values do not convert to {kind}: {e}", field=name) from None
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(columns))
 
 
 def decode_meta(raw: Mapping[str, str]) -> dict[str, Any]:
