@@ -182,7 +182,7 @@ def codegen_cmd(
     for f in table["refused"]:
         echo(f"  {f['route']} at {tbl.rule_label({**f, 'M_lo': f['M'], 'M_hi': f['M']})}: {f['reason']}")
     if census_df is not None:
-        p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals)
+        p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals, decisions.stock_us)
         echo("predicted change vs stock:")
         for line in dif.format_prediction(p):
             echo(f"  {line}")
@@ -256,8 +256,8 @@ def diff_cmd(
         missing = [c for c in schema.TUNING_COLUMNS if c not in tdf.columns]
         if missing:
             raise InputError(tuning, f"not a tuning file: missing columns {', '.join(missing)}")
-        evals, _ = decide.evaluate(tdf, decide.Params(resamples=0))
-        pred = dif.predict(census_df, ta.table, tb.table, evals)
+        evals, stock_us = decide.evaluate(tdf, decide.Params(resamples=0))
+        pred = dif.predict(census_df, ta.table, tb.table, evals, stock_us)
     if as_json:
         click.echo(dif.to_json(d, pred), nl=False)
     else:
