@@ -61,6 +61,7 @@ class AffectedRow:
     delta_us: float | None
     basis: str  # where the route ratio comes from
     baseline: str = BASELINE_ESTIMATE  # where the row's stock time comes from
+    baseline_us: float = 0.0  # the row's stock time
     fused: bool = False
 
     @property
@@ -164,7 +165,7 @@ def _row(
     us_a: float | None,
     us_b: float | None,
     basis: str,
-    baseline: str,
+    baseline: tuple[float, str],
     fused: bool,
 ) -> AffectedRow:
     tensor, role = rec.get("tensor"), rec.get("role")
@@ -186,7 +187,8 @@ def _row(
         us_b=us_b,
         delta_us=None if us_a is None or us_b is None else us_b - us_a,
         basis=basis,
-        baseline=baseline,
+        baseline=baseline[1],
+        baseline_us=baseline[0],
         fused=fused,
     )
 
@@ -219,6 +221,7 @@ def predict_rows(
         key = ShapeKey(*q, N, K, B)
         # the tuning's stock times are of the GPU the tables apply to, not of a row's other GPU
         base, kind = baseline_us(key, M, calls, est, fused, stock_us if applies else None)
+        baseline = (base, kind)
         if kind == BASELINE_MEASURED:
             measured += base
         else:
@@ -231,7 +234,7 @@ def predict_rows(
         if ra == rb:
             total_a += base
             total_b += base
-            every.append(_row(*common, base, base, "fused" if fused else "same route", kind, fused))
+            every.append(_row(*common, base, base, "fused" if fused else "same route", baseline, fused))
             continue
         fa = route_factor(ra, key, M, evals)
         fb = route_factor(rb, key, M, evals)
@@ -239,12 +242,12 @@ def predict_rows(
             unpredicted += 1
             total_a += base
             total_b += base
-            every.append(_row(*common, None, None, "no timing for this point", kind, fused))
+            every.append(_row(*common, None, None, "no timing for this point", baseline, fused))
             continue
         ua, ub = base * fa[0], base * fb[0]
         total_a += ua
         total_b += ub
-        every.append(_row(*common, ua, ub, fb[1] if rb is not None else fa[1], kind, fused))
+        every.append(_row(*common, ua, ub, fb[1] if rb is not None else fa[1], baseline, fused))
     notes = []
     n_measured = sum(r.baseline == BASELINE_MEASURED for r in every)
     kinds = Counter(str(r["est_kind"]) for r in census if _present(r.get("est_kind")))
