@@ -418,7 +418,7 @@ def _section_summary(
         if rule_losses:
             md.append(
                 f"- Per op: the table's route is slower than stock beyond noise at {len(rule_losses)} "
-                "measured points: "
+                f"measured point{'s' if len(rule_losses) != 1 else ''}: "
                 + "; ".join(f"{md_escape(shape_label(p.shape))} M={p.M} {rp.route} {fmt_ratio(rp.ev.ratio)}"
                             for p, rp in rule_losses)
                 + "."
