@@ -351,6 +351,15 @@ def _rows_speedup(rows: Sequence[predict_mod.AffectedRow]) -> float | None:
     return a / b if b > 0 else 1.0
 
 
+def _by_point(
+    rows: Sequence[predict_mod.AffectedRow],
+) -> dict[tuple[ShapeKey, int, bool], list[predict_mod.AffectedRow]]:
+    out: dict[tuple[ShapeKey, int, bool], list[predict_mod.AffectedRow]] = defaultdict(list)
+    for r in rows:
+        out[(r.key, r.M, r.fused)].append(r)
+    return out
+
+
 class GainModel:
     """Predicted gains over the census, per M or overall, both for the table and for the decision rule;
     each M's prediction is made once."""
@@ -396,30 +405,23 @@ class GainModel:
         if gains is None:
             return []
         by_key = {(p.shape, p.M): p for p in self._tuning.points}
-        grouped: dict[tuple[ShapeKey, int, bool], list[tuple[predict_mod.AffectedRow, ...]]] = defaultdict(
-            list
-        )
-        n = len(gains.chosen.every_row)
-        table_rows = gains.table.every_row if gains.table is not None else [None] * n
-        for c, tr in zip(gains.chosen.every_row, table_rows, strict=True):
-            grouped[(c.key, c.M, c.fused)].append((c,) if tr is None else (c, tr))
+        chosen_at = _by_point(gains.chosen.every_row)
+        table_at = _by_point(gains.table.every_row) if gains.table is not None else {}
         out = []
         for cp in census_points(self._census):
-            rows = grouped[(cp.shape, cp.M, cp.fused)]
-            chosen_rows = [r[0] for r in rows]
-            table_rows_at = [r[1] for r in rows if len(r) > 1]
+            at = (cp.shape, cp.M, cp.fused)
+            chosen_rows, table_rows = chosen_at[at], table_at.get(at, [])
             kinds = {r.baseline for r in chosen_rows}
-            route = next((r.route_b for r in table_rows_at if r.route_b is not None), None)
-            bases = sorted({r.basis for r in table_rows_at if r.route_b is not None})
+            changed = [r for r in table_rows if r.route_b is not None]
             out.append(
                 PointGain(
                     point=cp,
                     measured=by_key.get((cp.shape, cp.M)),
-                    table_route=route,
+                    table_route=changed[0].route_b if changed else None,
                     baseline_us=sum(r.baseline_us for r in chosen_rows),
                     baseline=kinds.pop() if len(kinds) == 1 else "mixed",
-                    table=_rows_speedup(table_rows_at) if table_rows_at else None,
-                    table_basis=", ".join(bases) if bases else "stock",
+                    table=_rows_speedup(table_rows) if table_rows else None,
+                    table_basis=", ".join(sorted({r.basis for r in changed})) or "stock",
                     chosen=_rows_speedup(chosen_rows) or 1.0,
                 )
             )

@@ -66,12 +66,15 @@ def report_cmd(
 
     \b
     Writes OUT/REPORT.md and OUT/plots/*.png:
+      - first, a one-screen summary: the end-to-end gain per workload (with --ab), where the
+        table ties the crude rule, every loss beyond noise, the predicted matmul-time gain;
       - time vs M per route for each shape key (median, IQR bars, min-max band, stock anchor,
         table rule ranges), and the fastest route's speed-up per type;
       - trial counts by status (ok, ineligible, wrong, drifted, failed) - nothing hidden;
       - census weights (est_us share by shape key, role and quant type), with --census;
-      - predicted speed-up per census point and, with --ab, measured end-to-end ratios with
-        95% bootstrap CIs;
+      - predicted speed-up per census point (the model `diff` uses: measured stock time where
+        tuned, census est_us elsewhere) and, with --ab, measured end-to-end ratios with 95%
+        bootstrap CIs;
       - losing cases: candidates slower than stock beyond noise, A/B CIs below 1;
       - with --profile: each arm's GPU time per run by kernel category (matmul routes, cuBLAS
         conversions, attention, other, idle) and what the matmul savings alone predict.

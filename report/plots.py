@@ -256,7 +256,7 @@ def plot_gain(gains: Sequence[PointGain], with_table: bool) -> bytes:
         )
     ax.axvline(1.0, color=STOCK_COLOR, lw=1, ls="--")
     ax.set_yticks(ys, [_short_label(g.point.shape, g.point.M, g.point.fused) for g in shown], fontsize=8)
-    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_ylim(max(len(shown), 1) - 0.5, -0.5)
     hi = max([v for v in values if v is not None] + [1.0])
     ax.set_xlim(min([v for v in values if v is not None] + [1.0]) - 0.05, hi + 0.35 * (hi - 1.0) + 0.3)
     ax.set_xlabel("predicted per-op speed-up (stock time / route time)")
@@ -299,7 +299,7 @@ def plot_ab(comps: Sequence[AbComparison], predicted: Mapping[int, float]) -> by
                    edgecolors="#d62728", s=30, label="table predicted, matmul time only")  # fmt: skip
     ax.axvline(1.0, color=STOCK_COLOR, lw=1, ls="--")
     ax.set_yticks(range(len(order)), [f"{m} {t} ub{u}" for m, t, u in order], fontsize=8)
-    ax.set_ylim(len(order) - 0.5, -0.5)
+    ax.set_ylim(max(len(order), 1) - 0.5, -0.5)
     ax.set_xlabel("end-to-end t/s ratio (median of paired runs)")
     ax.set_title("measured A/B per workload", fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
