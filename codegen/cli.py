@@ -168,7 +168,7 @@ def codegen_cmd(
     for f in table["refused"]:
         echo(f"  {f['route']} at {tbl.rule_label({**f, 'M_lo': f['M'], 'M_hi': f['M']})}: {f['reason']}")
     if census_df is not None:
-        p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals)
+        p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals, decisions.stock_us)
         echo("predicted change vs stock:")
         for line in dif.format_prediction(p):
             echo(f"  {line}")
@@ -234,8 +234,8 @@ def diff_cmd(
     if census_path is not None and tuning is not None:
         census_df = census_artifact.read(census_path).frame()
         tdf = tuning_artifact.read(tuning).frame()
-        evals, _ = decide.evaluate(tdf, decide.Params(resamples=0))
-        pred = dif.predict(census_df, ta.table, tb.table, evals)
+        evals, stock_us = decide.evaluate(tdf, decide.Params(resamples=0))
+        pred = dif.predict(census_df, ta.table, tb.table, evals, stock_us)
     if as_json:
         click.echo(dif.to_json(d, pred), nl=False)
     else:

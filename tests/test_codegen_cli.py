@@ -54,9 +54,9 @@ def test_codegen_writes_table_and_header_deterministically(tmp_path: Path) -> No
 def test_codegen_predicts_the_gain_for_a_census(tmp_path: Path) -> None:
     census = write_census(
         [
-            census_row(M=512, calls=10, est_us=1000.0),  # measured: cublas is 2x -> 500 us
-            census_row(M=300, calls=5, est_us=400.0),  # between measured 256 and 512 -> 200 us
-            census_row(M=8, calls=100, est_us=50.0),  # no rule: unchanged
+            census_row(M=512, calls=10, est_us=900.0),  # measured stock 10 x 100 us; cublas 2x -> 500 us
+            census_row(M=300, calls=5, est_us=400.0),  # not tuned: est_us; between 256 and 512 -> 200 us
+            census_row(M=64, calls=100, est_us=50.0),  # no rule: unchanged
             census_row(M=512, calls=10, est_us=1000.0, fused="glu"),  # fused: never overridden
         ],
         tmp_path / "census.parquet",
@@ -65,8 +65,10 @@ def test_codegen_predicts_the_gain_for_a_census(tmp_path: Path) -> None:
     assert code == 0, out
     assert "census: 4 rows, 2 affected, 0 without timing" in out
     assert "2,450.0 us -> 1,750.0 us (-700.0 us, -28.57%)" in out
-    assert "M=512 x10: stock -> cublas: 1,000.0 -> 500.0 us (-500.0; measured)" in out
-    assert "M=300 x5: stock -> cublas: 400.0 -> 200.0 us (-200.0; interpolated)" in out
+    assert "M=512 x10: stock -> cublas: 1,000.0 -> 500.0 us (-500.0; measured; baseline measured stock)" in (
+        out
+    )
+    assert "M=300 x5: stock -> cublas: 400.0 -> 200.0 us (-200.0; interpolated; baseline est_us)" in out
     assert json.loads((tmp_path / "o" / "table.json").read_text())["provenance"]["census_sha256"] == (
         fileio.sha256_file(census)
     )

@@ -148,8 +148,8 @@ def test_predicted_change_over_a_census(tmp_path: Path) -> None:
     b = _table(rule(4096, 4096, 256, 1024, "cublas"), rule(0, 0, 256, 1024, "cublas"))
     census = write_census(
         [
-            census_row(M=512, est_us=1000.0),  # cublas in both: unaffected
-            census_row(M=1024, est_us=800.0),  # stock -> cublas, measured 4x: 800 -> 200
+            census_row(M=512, est_us=700.0),  # cublas in both: unaffected, measured stock 10 x 100 us
+            census_row(M=1024, est_us=800.0),  # stock -> cublas, measured 4x: 10 x 100 us -> 250
             census_row(M=768, est_us=300.0),  # stock -> cublas, between 512 (2x) and 1024 (4x): min 2x
             census_row(M=600, N=5120, K=5120, est_us=600.0),  # unseen shape -> type default, worst shape 1.5x
             census_row(M=1024, est_us=800.0, fused="glu"),  # fused: unaffected
@@ -167,13 +167,16 @@ def test_predicted_change_over_a_census(tmp_path: Path) -> None:
         for r in p["rows"]
     }
     assert got == {
-        (1024, 4096): (None, "cublas", 800.0, 200.0, "measured"),
+        (1024, 4096): (None, "cublas", 1000.0, 250.0, "measured"),
         (768, 4096): (None, "cublas", 300.0, 150.0, "interpolated"),
         (600, 5120): (None, "cublas", 600.0, 400.0, "type default, worst measured shape"),
     }
-    assert p["total_a_us"] == pytest.approx(1000 + 800 + 300 + 600 + 800 + 800)
-    assert p["delta_us"] == pytest.approx(-600 - 150 - 200)
+    baselines = {(r["M"], r["N"]): r["baseline"] for r in p["rows"]}
+    assert baselines == {(1024, 4096): "measured stock", (768, 4096): "est_us", (600, 5120): "est_us"}
+    # measured stock where the point was tuned (M 512, 1024); est_us unmeasured, fused, other GPU
+    assert p["total_a_us"] == pytest.approx(1000 + 1000 + 300 + 600 + 800 + 800)
+    assert p["delta_us"] == pytest.approx(-750 - 150 - 200)
     code, out = _run("diff", str(pa), str(pb), "--census", str(census), "--tuning", str(tuning))
-    assert "3 affected" in out and "(-950.0 us," in out
+    assert "3 affected" in out and "(-1,100.0 us," in out
     code, out = _run("diff", str(pa), str(pb), "--census", str(census))
     assert code == 2 and "--census and --tuning go together" in out
