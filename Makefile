@@ -133,7 +133,7 @@ device-carry: venv device-integration-carry tune-agreement-carry device-profile-
 	if [ -f $(MEASURED)/census.parquet ]; then cp $(MEASURED)/census.parquet $(CARRY)/census.parquet; fi
 	@du -sh $(CARRY)
 
-$(CARRY)/libkernel_timeline.so: lab/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
+$(CARRY)/libkernel_timeline.so: report/native/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
 	mkdir -p $(CARRY)
 	g++ -O2 -shared -fPIC -std=c++17 -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib -L$(CUDA_HOME)/lib64 -lcupti
 	cp -L $$(ls $(CUDA_HOME)/lib/libcupti.so.13 $(CUDA_HOME)/lib64/libcupti.so.13 2>/dev/null | head -1) $(CARRY)/libcupti.so.13
