@@ -9,7 +9,7 @@
 #   census  ggml-dispatch census ingest (per model and all together);
 #   tune    ggml-dispatch tune run on the census (prebuilt ggml, --max-seconds TUNE_SECONDS);
 #   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
-#           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
+#           the crude rule (a one-threshold table compiled into a second build); AB_PAIRS pairs of AB_REPS
 #           llama-bench repetitions each;
 #   profile kernel timelines (CUPTI, report/native/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
