@@ -26,6 +26,7 @@ _COMMANDS: Final[dict[str, str]] = {
     "census": "census.cli:census",
     "tune": "tuner.cli:tune",
     "codegen": "codegen.cli:codegen_cmd",
+    "codegen-crude": "codegen.crude:crude_cmd",
     "install": "hook.cli:install_cmd",
     "diff": "codegen.cli:diff_cmd",
     "report": "report.cli:report_cmd",
@@ -66,6 +67,7 @@ def main() -> None:
       census   trace / GGUF  -> census.parquet (which shapes run, how often)
       tune     census        -> tuning.parquet (every trial of every eligible route, on the GPU)
       codegen  tuning        -> table.json + ggml-dispatch-table.h (no-harm decisions)
+      codegen-crude          -> the one-threshold crude rule as a table (the A/B baseline)
       install  table         -> patched llama.cpp tree (hook, trace, lookup)
       diff     two tables    -> what changed and what it should do to time
       report   Parquet files -> Markdown + PNG plots

@@ -112,7 +112,7 @@ class Source(StrEnum):
     TRACE = "trace"  # census rows from a route trace
     DECLARED = "declared"  # census rows from a GGUF plus declared M values
     MEASURED = "measured"  # tuning rows from the harness
-    REFERENCE = "reference"  # tuning rows converted from shared/reference (one sample, no CI)
+    REFERENCE = "reference"  # tuning rows converted from samples/reference (one sample, no CI)
 
 
 class TrialStatus(StrEnum):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end on the GPU machine (issue 6), with the project's own commands only:
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
+# End-to-end on the GPU machine, with the project's own commands only:
 #   models  real-dimension models: SmolLM2 rebuilt from its metadata; llama at Llama-3-8B dimensions,
 #           4 and 16 layers, Q4_K_M; qwen3 at the seed workload's dense shapes (hidden 5120, FFN 17408,
 #           head dim 256, 24/4 heads), 4 layers, a Q5_K/Q6_K/Q8_0 mix (random weights, llama-quantize);
@@ -8,20 +9,21 @@
 #   census  ggml-dispatch census ingest (per model and all together);
 #   tune    ggml-dispatch tune run on the census (prebuilt ggml, --max-seconds TUNE_SECONDS);
 #   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
-#           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
+#           the crude rule (a one-threshold table compiled into a second build); AB_PAIRS pairs of AB_REPS
 #           llama-bench repetitions each;
-#   profile kernel timelines (CUPTI, lab/kernel_timeline.cpp, carried prebuilt as
+#   profile kernel timelines (CUPTI, report/native/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
 #           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
 #           read by `ggml-dispatch report --profile` (matmul share, other kernels, idle gaps).
 #
 # Run from the repository root on the device machine:
-#   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] device/e2e.sh
-#   OUT=<dir> PARTS=models,ab,profile [AB_PAIRS=5] [AB_REPS=1] [E2E_MODELS="llama8b-L4 llama8b-L16"] device/e2e.sh
+#   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] lab/e2e.sh
+#   OUT=<dir> PARTS=models,ab,profile [AB_PAIRS=5] [AB_REPS=1] [E2E_MODELS="llama8b-L4 llama8b-L16"] lab/e2e.sh
 #   (A/B knobs: AB_MODELS, AB_PP=1 with AB_PROMPTS=512,2048 and AB_UBATCH=128,256,512,2048, AB_TG=1 for tg128)
-# Inputs in .carry/ (make device-e2e-carry): llama.cpp.tar.xz (trimmed pinned tree),
-# smollm2.meta.gguf, bin-patched.tar.xz (patched build: no table), and for ab bin-table.tar.xz and
-# bin-crude.tar.xz (the same tree with the measured table / the crude rule compiled in).
+# Inputs in .carry/ (make device-carry): llama.cpp.tar.xz (trimmed pinned tree) or gguf-py.tar.xz,
+# smollm2.meta.gguf, bin-patched.tar.xz (patched build: no table), and for ab/profile table.delta and
+# crude.delta (the same tree with the measured table / `ggml-dispatch codegen-crude`'s table compiled
+# in, as binary deltas: lab/prebuild.sh, lab/prebuilt.sh).
 # Writes under $OUT (<= 8 files) and prints summary.md last.
 set -euo pipefail
 

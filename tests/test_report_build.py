@@ -479,9 +479,7 @@ def test_notes_and_reference_rows(inputs: dict[str, Path], tmp_path: Path) -> No
     assert "| 1 | mmq | 1 | 1 |" in md and "| 0.500 | n/a | slower |" in md
 
 
-REFERENCE_TSV = (
-    Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "h200-mul-mat-routes.tsv"
-)
+REFERENCE_TSV = Path(__file__).resolve().parent.parent / "samples" / "reference" / "h200-mul-mat-routes.tsv"
 SAMPLE_TRACE = Path(__file__).resolve().parent.parent / "samples" / "trace-reference-shapes.jsonl"
 
 
@@ -489,8 +487,6 @@ def test_reference_pipeline(tmp_path: Path) -> None:
     """The real reference timings through import-reference, codegen and the report, with the census of
     the committed sample trace: rules are drawn where the table covers them, no table rule loses, and a
     reference sample shows up verbatim."""
-    if not REFERENCE_TSV.is_file():
-        pytest.skip(f"{REFERENCE_TSV} is not here (CI checks it out beside the repository)")
     runner = CliRunner()
     tuning, census, table_dir, out = (
         tmp_path / "ref.parquet",

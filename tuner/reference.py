@@ -1,4 +1,4 @@
-"""Convert ``shared/reference/h200-mul-mat-routes.tsv`` into tuning rows (``source = reference``).
+"""Convert ``samples/reference/h200-mul-mat-routes.tsv`` into tuning rows (``source = reference``).
 
 The reference file holds one sample per (shape, route) from test-backend-ops ``perf`` with the route
 forced at the top of ``ggml_cuda_mul_mat``. It has no trials, no stock anchor and no numerical check, so

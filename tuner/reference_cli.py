@@ -34,7 +34,7 @@ from tuner import reference
 def import_reference_cmd(
     tsv: Path, output: Path, sm_count: int | None, gpu_name: str | None, cc: int | None
 ) -> None:
-    """Convert reference per-route timings (e.g. shared/reference/h200-mul-mat-routes.tsv) into
+    """Convert reference per-route timings (e.g. samples/reference/h200-mul-mat-routes.tsv) into
     tuning rows with `source = reference`.
 
     \b

@@ -4,13 +4,21 @@
 //
 // Loaded by the CUDA driver as an injection library, so the program needs no change:
 //   KERNEL_TIMELINE_OUT=run.ktl CUDA_INJECTION64_PATH=$PWD/libkernel_timeline.so llama-bench ...
-// Output (text, one record per line; lab/kernel_timeline.py reads it):
-//   # kernel-timeline/1
-//   N <id> <kernel name>                                 (first use of a name)
-//   K <start_ns> <end_ns> <stream> <graph_id> <name id>  (kernel)
-//   C <start_ns> <end_ns> <stream> <bytes> <copy kind>   (memcpy)
-//   S <start_ns> <end_ns> <stream> <bytes>               (memset)
-//   D <records CUPTI dropped>                            (last line; the file is complete only with it)
+// Built by `make .carry/libkernel_timeline.so` (CUDA headers and libcupti; `make device-profile-carry`).
+//
+// The kernel-timeline format, version 1 (this comment is its specification; report/timeline.py's
+// parse_ktl reads it, tests/test_report_kernel_timeline.py holds the two together). Text, one record
+// per line, fields separated by one space, integers in decimal, times in ns of CUPTI's GPU clock:
+//   # kernel-timeline/1                                  first line, exactly
+//   N <id> <kernel name>                                 a kernel name, before its first K record; ids
+//                                                        count from 0; the name (as CUPTI gives it,
+//                                                        usually mangled) runs to the end of the line
+//   K <start_ns> <end_ns> <stream> <graph_id> <name id>  a kernel (graph_id 0: launched outside a graph)
+//   C <start_ns> <end_ns> <stream> <bytes> <copy kind>   a memcpy (copy kind: CUpti_ActivityMemcpyKind)
+//   S <start_ns> <end_ns> <stream> <bytes>               a memset
+//   D <records CUPTI dropped>                            last line, written at exit: a file without it
+//                                                        is incomplete (the process did not exit cleanly)
+// Records come in CUPTI's buffer order, not sorted by time; a reader sorts if it needs to.
 #include <cupti.h>
 
 #include <cinttypes>
