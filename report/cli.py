@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ggml_dispatch import fileio
-from report import report, timeline
+from report import ab, report, timeline
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
@@ -102,7 +102,7 @@ def report_cmd(
         files.insert(1, census_file)
     if ab_paths:
         inputs.ab, ab_files = report.load_ab(ab_paths)
-        files.extend(ab_files)
+        files.extend(ab.provenance_details(ab_paths, ab_files, table_path))
     if profile_path is not None:
         inputs.profile = timeline.load_profile(profile_path)
         files.append(
