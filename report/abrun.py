@@ -212,6 +212,10 @@ class Runner:
 
     def run(self, arm: Arm, model_name: str, model: Path, bench_args: str, pair: int) -> list[ab.Record]:
         env = {**os.environ, **self.extra_env, **dict(arm.env), "GGML_CUDA_DISPATCH": arm.dispatch}
+        # the build's own libraries first (a carried build has no RUNPATH; a normal one loads these anyway)
+        env["LD_LIBRARY_PATH"] = ":".join(
+            p for p in (str(arm.bench.parent), env.get("LD_LIBRARY_PATH", "")) if p
+        )
         env.pop("GGML_CUDA_ROUTE_TRACE", None)  # an A/B never traces
         cmd = self.command(arm, model, bench_args)
         started = self.clock()
