@@ -189,6 +189,13 @@ def autotune_cmd(
     build = build_dir if build_dir is not None else tree / "build-dispatch"
     if out is None:
         out = Path("tables") / (env_mod.table_folder_name(gpus[0]) if gpus else "<gpu>")
+    if out.is_dir() and any(out.iterdir()) and not (out / plan_mod.STATE_FILE).is_file():
+        raise _Refusal(
+            f"{out}: exists and was not written by autotune (no {plan_mod.STATE_FILE}); "
+            "autotune never overwrites a table folder: choose another -o"
+        )
+    if out.exists() and not out.is_dir():
+        raise _Refusal(f"{out}: not a folder")
     for m in models:
         if m.resolve().parent == out.resolve():
             raise _Refusal(f"{m}: a model inside the output folder {out}; choose another -o")

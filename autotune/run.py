@@ -22,6 +22,7 @@ from ggml_dispatch import fileio
 
 STATE_SCHEMA: Final = "ggml-dispatch-autotune/1"
 AB_DEPENDENT: Final = ("install-table", "rebuild", "ab")
+TUNE_STOPPED_EARLY: Final = "stopped by --max-seconds"  # what `tune run` prints when its budget ends
 
 
 class StageFailed(RuntimeError):
@@ -150,9 +151,11 @@ def execute(
         echo(f"{head}: {stage.what} (~{stage.minutes:.1f} min)")
         log_path = work / "logs" / f"{stage.name}.log"
         started = time.monotonic()
+        seen: list[str] = []
+        show = _watcher(seen, live)
         with log_path.open("a", encoding="utf-8") as log:
             for step in steps:
-                rc = _run_step(step, base_env, log, live or (lambda _s: None))
+                rc = _run_step(step, base_env, log, show)
                 if rc != 0:
                     state["stages"][stage.name] = {"status": "failed", "key": stage_key(stage), "rc": rc}
                     save_state(state_path, state)
@@ -168,15 +171,34 @@ def execute(
             "key": stage_key(stage),
             "seconds": round(time.monotonic() - started, 1),
             "finished": fileio.now_iso(),
+            "partial": bool(seen),
         }
         save_state(state_path, state)
         ran.append(stage.name)
         echo(f"{head}: done in {time.monotonic() - started:.0f} s (total {time.monotonic() - t0:.0f} s)")
+        if seen:
+            echo(f"  {seen[-1]}")
+            echo(
+                "  the table covers the cases measured so far; "
+                "a larger --tune-seconds continues from the journal"
+            )
         if stage.name == "codegen" and table_rule_count(out / "table.json") == 0:
             echo("codegen: no rule passed the decision rule: stock is already the fastest measured route;")
             echo("  the table is stock, so install-table, rebuild and ab are skipped")
             skip.update(AB_DEPENDENT)
     return ran
+
+
+def _watcher(seen: list[str], live: Callable[[str], None] | None) -> Callable[[str], None]:
+    """A step's output lines: to the terminal's live line, and `tune run`'s stopped-early note kept."""
+
+    def show(line: str) -> None:
+        if line.startswith(TUNE_STOPPED_EARLY):
+            seen.append(line)
+        if live is not None:
+            live(line)
+
+    return show
 
 
 def _without_ab(step: plan_mod.Step) -> plan_mod.Step:

@@ -272,3 +272,23 @@ def test_status_says_where_the_table_applies() -> None:
     v100 = env_mod.GpuInfo("Tesla V100-SXM2-32GB", "GPU-2", "550", 700)
     lines = status_mod.applies_lines(header, [h200, v100])
     assert "the table applies" in lines[0] and "does not apply here" in lines[1]
+
+
+def test_never_writes_into_a_table_folder_it_did_not_make(tree: Path, smollm2: Path) -> None:
+    committed = REPO / "tables" / "cuda-sm90-nvidia-h200"
+    before = sorted(p.name for p in committed.iterdir())
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "-o", str(committed), "--dry-run"]
+    res = CliRunner().invoke(main, args, env=NO_GPU)
+    assert res.exit_code == 2
+    assert "exists and was not written by autotune" in res.output and "Traceback" not in res.output
+    assert sorted(p.name for p in committed.iterdir()) == before
+
+
+def test_a_tune_stopped_by_its_budget_is_reported(tmp_path: Path) -> None:
+    opts = plan_mod.Options(llama_cpp=tmp_path, models=(), out=tmp_path / "o", build_dir=tmp_path / "b")
+    say = "print('stopped by --max-seconds with 12 cases left; re-run the same command to continue')"
+    lines: list[str] = []
+    assert run_mod.execute([_stage("tune", say)], opts, echo=lines.append) == ["tune"]
+    assert any("12 cases left" in ln for ln in lines) and any("--tune-seconds" in ln for ln in lines)
+    state = json.loads((tmp_path / "o" / plan_mod.STATE_FILE).read_text())
+    assert state["stages"]["tune"]["partial"] is True
