@@ -292,3 +292,36 @@ def test_a_tune_stopped_by_its_budget_is_reported(tmp_path: Path) -> None:
     assert any("12 cases left" in ln for ln in lines) and any("--tune-seconds" in ln for ln in lines)
     state = json.loads((tmp_path / "o" / plan_mod.STATE_FILE).read_text())
     assert state["stages"]["tune"]["partial"] is True
+
+
+def test_every_planned_command_parses_with_its_stage_cli(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+    """Each ggml-dispatch step of the plan is a valid invocation of that stage's CLI (options and
+    arguments parse; the files earlier stages write are laid down empty first)."""
+    import click
+
+    out = tmp_path / "o"
+    opts = plan_mod.Options(
+        llama_cpp=tree, models=(smollm2, smollm2), out=out, build_dir=tmp_path / "b", tune_seconds=60.0
+    )
+    stages = plan_mod.plan(opts)
+    for s in stages:
+        for p in s.outputs:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.touch()
+    checked = 0
+    for s in stages:
+        for step in s.steps:
+            if step.argv[0] != "ggml-dispatch":
+                assert step.argv[0] in ("cmake", str(tmp_path / "b" / "bin" / "llama-bench")), step.argv
+                continue
+            args = list(step.argv[1:])
+            cmd: click.Command = main
+            ctx = None
+            while isinstance(cmd, click.Group):
+                name, sub, args = cmd.resolve_command(click.Context(cmd), args)
+                assert sub is not None, step.argv
+                cmd = sub
+            ctx = cmd.make_context(str(name), args)
+            assert ctx.params, step.argv
+            checked += 1
+    assert checked >= 9  # install x2, census x3, tune, codegen, ab, report
