@@ -162,7 +162,10 @@ class Gpu:
 
 
 def query_gpu(nvidia_smi: str | None = None) -> Gpu | None:
-    """The first visible GPU (nvidia-smi); None when there is none or no nvidia-smi."""
+    """The first visible GPU (nvidia-smi); None when there is none, no nvidia-smi, or CUDA_VISIBLE_DEVICES
+    hides every device."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return None
     exe = nvidia_smi or shutil.which("nvidia-smi")
     if exe is None:
         return None

@@ -221,3 +221,23 @@ def test_runner_records_each_runs_provenance(tmp_path: Path) -> None:
         assert r.provenance.lib_path.endswith(abrun.LIB_NAME)
     check = ab.check_records(ab.read_file(out), out, TABLE_HASH)
     assert check.checked == len(recs) and check.legacy == 0
+
+
+def test_ab_command_refusals(tmp_path: Path) -> None:
+    bench = tmp_path / "llama-bench"
+    bench.write_text("#!/bin/sh\nexit 1\n")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    args = ["ab", "--arm", f"stock={bench}", "--arm", f"table={bench}", "--model", str(model)]
+    # no GPU visible (CUDA_VISIBLE_DEVICES="" hides every device, as on a machine without one)
+    res = CliRunner().invoke(
+        main, [*args, "-o", str(tmp_path / "ab.jsonl")], env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert res.exit_code == 2 and "no GPU visible" in res.output
+    assert not (tmp_path / "ab.jsonl").exists()
+    existing = tmp_path / "old.jsonl"
+    existing.write_text("keep\n")
+    res = CliRunner().invoke(main, [*args, "-o", str(existing)], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert res.exit_code == 2 and "old.jsonl: exists" in res.output and existing.read_text() == "keep\n"
+    res = CliRunner().invoke(main, ["ab", "--arm", "fast=x", "--model", str(model), "-o", "o.jsonl"])
+    assert res.exit_code == 2 and "NAME one of stock, table, crude" in res.output
