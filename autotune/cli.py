@@ -187,6 +187,15 @@ def autotune_cmd(
         if problem:
             raise _Refusal(problem)
     build = build_dir if build_dir is not None else tree / "build-dispatch"
+    prebuilt_only = (
+        not (build / "CMakeCache.txt").is_file() and (plan_mod.bin_dir(build) / "llama-bench").is_file()
+    )
+    if prebuilt_only and needs_build:
+        raise _Refusal(
+            f"{build}: prebuilt binaries without a CMake build (no CMakeCache.txt) cannot be rebuilt; "
+            "pass --skip build --skip rebuild (and --skip install-table unless the build has the new table), "
+            "or give a CMake build folder"
+        )
     if out is None:
         out = Path("tables") / (env_mod.table_folder_name(gpus[0]) if gpus else "<gpu>")
     if out.is_dir() and any(out.iterdir()) and not (out / plan_mod.STATE_FILE).is_file():

@@ -325,3 +325,17 @@ def test_every_planned_command_parses_with_its_stage_cli(tree: Path, smollm2: Pa
             assert ctx.params, step.argv
             checked += 1
     assert checked >= 9  # install x2, census x3, tune, codegen, ab, report
+
+
+def test_prebuilt_binaries_need_the_build_stages_skipped(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+    bins = tmp_path / "prebuilt" / "bin"
+    bins.mkdir(parents=True)
+    (bins / "llama-bench").write_text("")  # a bin folder as lab/prebuilt.sh unpacks it (no CMake build)
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "-o", str(tmp_path / "o")]
+    args += ["--build-dir", str(tmp_path / "prebuilt"), "--dry-run"]
+    res = CliRunner().invoke(main, args, env=NO_GPU)
+    assert res.exit_code == 2 and "cannot be rebuilt; pass --skip build --skip rebuild" in res.output
+    res = CliRunner().invoke(main, [*args, "--skip", "build", "--skip", "rebuild"], env=NO_GPU)
+    assert res.exit_code == 0, res.output
+    assert f"--build-dir {tmp_path / 'prebuilt'} -o" in res.output  # tune links the prebuilt libraries
+    assert f"LD_LIBRARY_PATH={bins}" in res.output
