@@ -9,7 +9,8 @@
 #   tune    ggml-dispatch tune run on the census (prebuilt ggml, --max-seconds TUNE_SECONDS);
 #   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
 #           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
-#           llama-bench repetitions each;
+#           llama-bench repetitions each, run by `ggml-dispatch ab` (ggml-dispatch-ab/1 records with
+#           each run's command, start-up line, library sha256, GPU and time);
 #   profile kernel timelines (CUPTI, lab/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
 #           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
