@@ -339,3 +339,49 @@ def test_prebuilt_binaries_need_the_build_stages_skipped(tree: Path, smollm2: Pa
     assert res.exit_code == 0, res.output
     assert f"--build-dir {tmp_path / 'prebuilt'} -o" in res.output  # tune links the prebuilt libraries
     assert f"LD_LIBRARY_PATH={bins}" in res.output
+
+
+def test_hook_trace_census_stages_compose(tree_copy: Path, smollm2: Path, tmp_path: Path) -> None:
+    """The real plan's first stages run with the real stage CLIs: the hook goes into a copy of the pinned
+    tree and the census is ingested from the traces against the real SmolLM2 GGUF. llama-bench needs a GPU:
+    a stand-in writes the real H200 route trace of SmolLM2 (samples/) where GGML_CUDA_ROUTE_TRACE says
+    and prints a real llama-bench JSON line."""
+    build = tmp_path / "build"
+    (build / "bin").mkdir(parents=True)
+    (build / "CMakeCache.txt").write_text("# a configured build\n")
+    bench_line = (
+        (REPO / "evidence/results/h200-2026-11-30/integration/bench.jsonl").read_text().splitlines()[0]
+    )
+    (tmp_path / "bench.jsonl").write_text(bench_line + "\n")
+    fake = build / "bin" / "llama-bench"
+    fake.write_text(
+        f'#!/bin/sh\ncp "{REPO / "samples/trace-smollm2.jsonl"}" "$GGML_CUDA_ROUTE_TRACE"\n'
+        f'cat "{tmp_path / "bench.jsonl"}"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    out = tmp_path / "out"
+    later = frozenset(plan_mod.STAGES) - {"hook", "trace", "census"}
+    tool = (sys.executable, "-c", "import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])")
+    opts = plan_mod.Options(
+        llama_cpp=tree_copy,
+        models=(smollm2,),
+        out=out,
+        build_dir=build,
+        workloads=("decode", "prefill"),
+        skip=frozenset({"build"} | later),
+        tool=tool,
+        built=True,
+    )
+    lines: list[str] = []
+    ran = run_mod.execute(plan_mod.plan(opts), opts, echo=lines.append)
+    assert ran == ["hook", "trace", "census"], lines
+    assert inst.read_manifest(tree_copy) is not None
+    import pyarrow.parquet as pq
+
+    census = pq.read_table(out / "census.parquet")
+    assert census.num_rows > 0
+    traces = sorted(p.name for p in (out / plan_mod.WORK_DIR / "traces").iterdir())
+    assert "SmolLM2-135M-Instruct.Q4_1.decode.jsonl" in traces
+    assert "SmolLM2-135M-Instruct.Q4_1.prefill.bench.jsonl" in traces
+    # a re-run resumes past all three
+    assert run_mod.execute(plan_mod.plan(opts), opts, echo=lines.append) == []
