@@ -328,6 +328,8 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
         str(opts.reps),
         "--log",
         str(work / "ab-runs.log"),
+        "--expect-table",
+        str(table),
         "-o",
         str(work / "ab.partial.jsonl"),
     ]

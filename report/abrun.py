@@ -278,12 +278,22 @@ def run_ab(
     pairs: int,
     out: Path,
     progress: Callable[[str], None] | None = None,
+    expect_table: str | None = None,
 ) -> int:
-    """Run every pair and append its records to ``out`` as it goes; returns the number of records."""
+    """Run every pair and append its records to ``out`` as it goes; returns the number of records. With
+    ``expect_table`` (a table hash), a run whose start-up line shows another table than the arm should
+    have (report's check) stops the A/B at once, before its records are written."""
     n = 0
     planned = list(plan_runs(arms, models, bench, pairs))
     for i, (name, model, pair, arm, args) in enumerate(planned, start=1):
         records = runner.run(arm, name, model, args, pair)
+        if expect_table is not None:
+            try:
+                ab.check_records(
+                    list(enumerate(records, start=1)), Path(f"{arm.bench} ({arm.name} arm)"), expect_table
+                )
+            except InputError as e:
+                raise RunError(f"{e.render()}: stopped before measuring further") from None
         ab.write_records(out, records, append=n > 0)
         n += len(records)
         if progress is not None:
@@ -323,6 +333,12 @@ def _model(spec: str) -> tuple[str, Path]:
     type=click.Path(path_type=Path, dir_okay=False),
     help="append every run's stderr here.",
 )
+@click.option(
+    "--expect-table",
+    "expect_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="table.json the table arm must run: stop at the first run that applied another (or none).",
+)
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), required=True)
 def ab_cmd(
     arm_specs: tuple[str, ...],
@@ -331,6 +347,7 @@ def ab_cmd(
     pairs: int,
     reps: int,
     log_path: Path | None,
+    expect_path: Path | None,
     out_path: Path,
 ) -> None:
     """Stock-vs-table A/B with llama-bench as interleaved pairs; writes ggml-dispatch-ab/1 records
@@ -353,6 +370,11 @@ def ab_cmd(
             raise InputError(m, "no such model file")
     if out_path.exists():
         raise InputError(out_path, "exists: an A/B run writes a new file (remove it or choose another -o)")
+    expect = None
+    if expect_path is not None:
+        from codegen import table as table_mod
+
+        expect = table_mod.table_hash(table_mod.load(expect_path))
     gpu = query_gpu()
     if gpu is None:
         click.echo("ggml-dispatch: error: no GPU visible (nvidia-smi found none): an A/B needs one", err=True)
@@ -367,6 +389,7 @@ def ab_cmd(
             pairs,
             out_path,
             progress=lambda s: click.echo(s, err=True),
+            expect_table=expect,
         )
     except RunError as e:
         click.echo(f"ggml-dispatch: error: {e}", err=True)

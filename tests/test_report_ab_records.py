@@ -185,7 +185,7 @@ def test_gpu_query_parsing() -> None:
     assert abrun.parse_gpu_query("No devices were found\n") is None
 
 
-def test_runner_records_each_runs_provenance(tmp_path: Path) -> None:
+def fake_llama_bench(tmp_path: Path) -> Path:
     """A stand-in for llama-bench (no GPU here): prints a real run's JSONL and the hook's start-up line
     for the GGML_CUDA_DISPATCH it is given, with a libggml-cuda beside it."""
     bin_dir = tmp_path / "bin"
@@ -201,6 +201,11 @@ def test_runner_records_each_runs_provenance(tmp_path: Path) -> None:
         f'cat "{bin_dir / "out.jsonl"}"\n'
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+def test_runner_records_each_runs_provenance(tmp_path: Path) -> None:
+    fake = fake_llama_bench(tmp_path)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     runner = abrun.Runner(
@@ -241,3 +246,22 @@ def test_ab_command_refusals(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "old.jsonl: exists" in res.output and existing.read_text() == "keep\n"
     res = CliRunner().invoke(main, ["ab", "--arm", "fast=x", "--model", str(model), "-o", "o.jsonl"])
     assert res.exit_code == 2 and "NAME one of stock, table, crude" in res.output
+
+
+def test_runner_stops_at_a_run_of_another_table(tmp_path: Path) -> None:
+    fake = fake_llama_bench(tmp_path)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    runner = abrun.Runner(
+        abrun.Gpu("NVIDIA H200", "GPU-1", "580"), reps=1, clock=lambda: "2026-12-01T09:00:00Z"
+    )
+    arms = [abrun.Arm("stock", fake, "off"), abrun.Arm("table", fake, "table")]
+    out = tmp_path / "ab.jsonl"
+    with pytest.raises(
+        abrun.RunError, match=r"table arm applied table .*, the report's table is 0123456789ab"
+    ):
+        abrun.run_ab(
+            runner, arms, [("m", model)], ["-p 512 -n 0"], 2, out, expect_table="0123456789ab" + "0" * 52
+        )
+    assert not out.exists()  # pair 1 runs the table arm first: nothing measured was kept
+    assert abrun.run_ab(runner, arms, [("m", model)], ["-p 512 -n 0"], 1, out, expect_table=TABLE_HASH) == 4
