@@ -174,7 +174,7 @@ def autotune_cmd(
         raise click.BadParameter(str(e), param_hint="--cuda-arch") from None
     del archs
     gpus = env_mod.visible_gpus()
-    if not gpus and not dry_run:
+    if not gpus and not dry_run and not set(plan_mod.GPU_STAGES) <= set(skips):
         raise _Refusal(
             "no GPU visible (nvidia-smi lists none): autotune traces and times on the GPU; "
             "--dry-run prints the plan without one"

@@ -27,6 +27,7 @@ STAGES: Final = (
     "ab",
     "report",
 )
+GPU_STAGES: Final = ("trace", "tune", "ab")  # the stages that run on the GPU
 WORKLOADS: Final = ("decode", "verify", "prefill")
 DEFAULT_UBATCH: Final = (128, 256, 512, 1024, 2048)
 WORK_DIR: Final = ".autotune"  # traces, logs and the partial A/B inside the output folder

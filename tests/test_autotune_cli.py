@@ -385,3 +385,16 @@ def test_hook_trace_census_stages_compose(tree_copy: Path, smollm2: Path, tmp_pa
     assert "SmolLM2-135M-Instruct.Q4_1.prefill.bench.jsonl" in traces
     # a re-run resumes past all three
     assert run_mod.execute(plan_mod.plan(opts), opts, echo=lines.append) == []
+
+
+def test_stages_without_the_gpu_run_without_one(tree_copy: Path, smollm2: Path, tmp_path: Path) -> None:
+    """With trace, tune and ab skipped (e.g. the report of a table folder made on a GPU machine), no GPU
+    is needed: here only the hook stage runs, into a copy of the pinned tree."""
+    out = tmp_path / "o"
+    skips = [f"--skip={s}" for s in plan_mod.STAGES if s != "hook"]
+    args = ["autotune", "--llama-cpp", str(tree_copy), "--model", str(smollm2), "-o", str(out), *skips]
+    res = CliRunner().invoke(main, args, env=NO_GPU)
+    assert res.exit_code == 0, res.output
+    assert inst.read_manifest(tree_copy) is not None
+    state = json.loads((out / plan_mod.STATE_FILE).read_text())
+    assert list(state["stages"]) == ["hook"] and state["stages"]["hook"]["status"] == "done"
