@@ -46,12 +46,14 @@ CMAKE_OPTIONS: Final = (
 # Rough minutes for the dry-run's estimate, from this project's H200 runs (evidence/results/): a cold
 # ggml-cuda build for one arch takes about 120 core-minutes (~1 hour on 2 cores), an incremental one
 # after a header change about 4 core-minutes; one traced llama-bench workload well under a minute;
-# a tuning case about 1.5 s per trial.
+# a tuning case about 1.5 s per trial; an A/B run loads the model (~10 s) and repeats its tests.
 COLD_BUILD_CORE_MIN: Final = 120.0
 INCREMENTAL_BUILD_CORE_MIN: Final = 4.0
 TRACE_MIN_PER_RUN: Final = 0.5
 TUNE_CASES_GUESS_PER_MODEL: Final = 40
 TUNE_SECONDS_PER_TRIAL: Final = 1.5
+AB_MIN_PER_RUN: Final = 0.15
+AB_MIN_PER_REP: Final = 0.05
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
             "ab",
             f"stock vs table: {opts.pairs} interleaved pairs of -r {opts.reps} per workload and model",
             (Step(tuple(ab_argv), loader),),
-            ab_runs * TRACE_MIN_PER_RUN * max(1, opts.reps) / 2,
+            ab_runs * (AB_MIN_PER_RUN + AB_MIN_PER_REP * opts.reps),
             (out / "ab.jsonl",),
         )
     )
