@@ -111,6 +111,12 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     help="stop starting tuning cases after this many seconds (re-run to continue).",
 )
 @click.option(
+    "--case-timeout",
+    type=click.FloatRange(1, 1e6),
+    default=None,
+    help="seconds before a tuning case is killed and recorded as failed [default: tune run's].",
+)
+@click.option(
     "--coverage",
     type=click.FloatRange(0, 1, min_open=True),
     default=0.95,
@@ -145,6 +151,7 @@ def autotune_cmd(
     jobs: int | None,
     trials: int,
     tune_seconds: float | None,
+    case_timeout: float | None,
     coverage: float,
     pairs: int,
     reps: int,
@@ -221,6 +228,7 @@ def autotune_cmd(
         jobs=jobs or os.cpu_count() or 2,
         trials=trials,
         tune_seconds=tune_seconds,
+        case_timeout=case_timeout,
         coverage=coverage,
         pairs=pairs,
         reps=reps,

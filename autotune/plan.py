@@ -69,6 +69,7 @@ class Options:
     jobs: int = 2
     trials: int = 7
     tune_seconds: float | None = None
+    case_timeout: float | None = None
     coverage: float = 0.95
     pairs: int = 5
     reps: int = 3
@@ -272,6 +273,8 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
         "--coverage",
         str(opts.coverage),
     ]
+    if opts.case_timeout is not None:
+        tune_argv += ["--case-timeout", str(opts.case_timeout)]
     if opts.tune_seconds is not None:
         tune_argv += ["--max-seconds", str(opts.tune_seconds)]
         tune_min = opts.tune_seconds / 60

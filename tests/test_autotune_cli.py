@@ -77,12 +77,27 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tree: Path, smollm2: Path, 
 def test_dry_run_options_shape_the_plan(tree: Path, smollm2: Path, tmp_path: Path) -> None:
     args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "-o", str(tmp_path / "o")]
     extra = ["--workload", "decode,prefill", "--ubatch", "512", "--pairs", "2", "--reps", "1"]
-    skips = ["--skip", "hook", "--skip", "build", "--tune-seconds", "120", "--trials", "3"]
+    skips = [
+        "--skip",
+        "hook",
+        "--skip",
+        "build",
+        "--tune-seconds",
+        "120",
+        "--trials",
+        "3",
+        "--case-timeout",
+        "90",
+    ]
     res = CliRunner().invoke(main, [*args, *extra, *skips, "--dry-run"], env=NO_GPU)
     assert res.exit_code == 0, res.output
     assert "hook: install" in res.output and "(skipped)" in res.output
     assert "verify" not in res.output.split("[3/10]")[1].split("[4/10]")[0]
-    assert "-ub 512 -r 1" in res.output and "--max-seconds 120.0" in res.output and "--trials 3" in res.output
+    assert (
+        "-ub 512 -r 1" in res.output
+        and "--case-timeout 90.0 --max-seconds 120.0" in res.output
+        and "--trials 3" in res.output
+    )
     assert "--pairs 2 --reps 1" in res.output
 
 
