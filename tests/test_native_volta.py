@@ -9,6 +9,8 @@ probes the tree's ggml_cuda_should_use_mmq / _mmf (verbatim) and the check on cc
   with it at every M; the check allows MMQ at every M either way (the batch limit is a preference);
 * a V100 on a build without sm_70 code: no route at all; an sm_90 GPU on a V100-only build runs the
   sm_70 code paths (no Turing MMA, Volta MMA for F16 mmf, no F32/BF16 mmf).
+* tests/native/eligibility_grid.cu (containment, hard limits, no device code, stock's own route) on
+  the compiled-arch list of a V100-only build.
 
 No Volta device code is compiled here: no nvcc on PyPI can (see the README's V100 section).
 """
@@ -74,7 +76,9 @@ def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     base = sorted(build.rglob("libggml-base.so"))[0]
     inc = tree_should_use_source(tree / CUDA)
 
-    def compile_run(name: str, arch_list: str, defines: list[str]) -> dict[str, Any]:
+    def compile_run(
+        name: str, arch_list: str, defines: list[str], source: str = "volta_rules.cu"
+    ) -> dict[str, Any]:
         d = work / name
         d.mkdir()
         (d / "grid_config.h").write_text(f"#define GGML_DISPATCH_TEST_ARCH_LIST {arch_list}\n")
@@ -83,22 +87,22 @@ def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         assert NVCC is not None
         args = [NVCC, "-std=c++17", "-x", "cu", "-arch=sm_90", "-O1", *defines, f"-I{d}", f"-I{tree / CUDA}"]
         args += [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{cublas}"]
-        args += [str(NATIVE_TESTS / "volta_rules.cu"), "-o", str(exe), f"-L{base.parent}", "-lggml-base"]
+        args += [str(NATIVE_TESTS / source), "-o", str(exe), f"-L{base.parent}", "-lggml-base"]
         args += [f"-Xlinker=-rpath={base.parent}"]
         built = subprocess.run(args, capture_output=True, text=True)
         assert built.returncode == 0, f"{name}: {built.stderr[-4000:]}"
-        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0, run.stderr[-2000:]
-        out: dict[str, Any] = json.loads(run.stdout)
+        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+        out: dict[str, Any] = {"rc": run.returncode, **json.loads(run.stdout)}
         return out
 
     variants = {
-        "v100": ("700", []),
-        "v100_force_mmq": ("700", ["-DGGML_CUDA_FORCE_MMQ"]),
-        "sm90": ("900", []),
+        "v100": ("700", [], "volta_rules.cu"),
+        "v100_force_mmq": ("700", ["-DGGML_CUDA_FORCE_MMQ"], "volta_rules.cu"),
+        "sm90": ("900", [], "volta_rules.cu"),
+        "v100_grid": ("700", [], "eligibility_grid.cu"),  # C1..C5 of the grid for a V100-only build
     }
     with ThreadPoolExecutor(2) as ex:
-        futures = {k: ex.submit(compile_run, k, a, dfs) for k, (a, dfs) in variants.items()}
+        futures = {k: ex.submit(compile_run, k, *v) for k, v in variants.items()}
         return {k: f.result() for k, f in futures.items()}
 
 
@@ -163,3 +167,10 @@ def test_v100_on_a_build_without_sm70_code_gets_no_route(volta: dict[str, dict[s
     # the same build on its own GPU: Turing+ MMA, MMQ at every M (no dp4a batch limit)
     for p in probes(s, 900, "q4_0").values():
         assert p["tree_mmq"] is True and p["check_mmq"] == "ok", p
+
+
+def test_eligibility_grid_holds_for_a_v100_only_build(volta: dict[str, dict[str, Any]]) -> None:
+    g = volta["v100_grid"]
+    assert g["arch_list"] == "700"
+    assert g["rc"] == 0 and g["violations"] == 0, g["messages"]
+    assert g["why"]["vendor"] > 0 and g["eligible"]["mmq"] > 0 and g["eligible"]["mmf"] > 0
