@@ -30,6 +30,9 @@ _COMMANDS: Final[dict[str, str]] = {
     "install": "hook.cli:install_cmd",
     "diff": "codegen.cli:diff_cmd",
     "report": "report.cli:report_cmd",
+    "ab": "report.abrun:ab_cmd",
+    "autotune": "autotune.cli:autotune_cmd",
+    "status": "autotune.cli:status_cmd",
 }
 
 
@@ -71,4 +74,7 @@ def main() -> None:
       install  table         -> patched llama.cpp tree (hook, trace, lookup)
       diff     two tables    -> what changed and what it should do to time
       report   Parquet files -> Markdown + PNG plots
+      ab       two builds    -> stock-vs-table A/B records with provenance (on the GPU)
+      autotune GPU + model   -> every stage above in order, resumable (on the GPU)
+      status   a tree        -> hooked? which table is compiled in, does it apply here
     """

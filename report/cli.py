@@ -105,7 +105,7 @@ def report_cmd(
         files.insert(1, census_file)
     if ab_paths:
         inputs.ab, ab_files = ab.load_ab(ab_paths)
-        files.extend(ab_files)
+        files.extend(ab.provenance_details(ab_paths, ab_files, table_path))
     if profile_path is not None:
         inputs.profile = timeline.load_profile(profile_path)
         files.append(inputs_mod.profile_file(profile_path, inputs.profile))

@@ -238,7 +238,8 @@ def _section_profile(
         f"Profile `{md_escape(Path(profile.source).name)}`"
         + (f" ({md_escape(profile.note)})" if profile.note else "")
         + ": one llama-bench process per arm and test, every kernel's GPU time from CUPTI "
-        "(`report/native/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or tg128 (128 tokens). "
+        "(`report/native/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or tg128 "
+        "(128 tokens). "
         "`matmul` is the route kernels (mmvq/mmq/mmvf/mmf/cuBLAS, activation quantization included); "
         "`conversion` is what the cuBLAS route adds around its GEMM (weight dequantization to f16, "
         "activation and result casts); `idle` is llama-bench's wall time minus the time any kernel or copy "
