@@ -9,7 +9,7 @@ from typing import Any
 from census import estimate, roles
 from census.gguf_meta import GgufModel, GgufTensor
 from census.trace import RouteKey, Tally
-from ggml_dispatch import schema
+from ggml_dispatch import options, schema
 from ggml_dispatch.errors import InputError
 
 Row = dict[str, Any]
@@ -159,7 +159,8 @@ def _merge(rows: dict[tuple[Any, ...], Row], row: Row) -> None:
 
 
 def parse_m_list(text: str) -> list[int]:
-    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive); ValueError otherwise."""
+    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive, at most ``MAX_TOKENS``); ValueError
+    otherwise."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -171,6 +172,8 @@ def parse_m_list(text: str) -> list[int]:
             raise ValueError(f"{part!r} is not an integer") from None
         if v <= 0:
             raise ValueError(f"{v} is not a positive token count")
+        if v > options.MAX_TOKENS:
+            raise ValueError(f"{v} tokens per pass is more than {options.MAX_TOKENS} (a 32-bit n_ubatch)")
         out.add(v)
     if not out:
         raise ValueError("no M values given")

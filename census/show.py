@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from ggml_dispatch import schema
+from ggml_dispatch.text import printable
 
 COVERAGE_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 SHAPE_COLUMNS = (
@@ -161,12 +162,7 @@ def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -
 
 def safe(s: object, width: int = 0) -> str:
     """A string from a trace or GGUF file, fit for a terminal: control characters escaped, long cut."""
-    text = "".join(
-        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}") for c in str(s)
-    )
-    if width and len(text) > width:
-        text = text[: width - 3] + "..."
-    return text
+    return printable(s, width)
 
 
 def _fmt_table(header: Sequence[str], body: Sequence[Sequence[str]], right: set[int]) -> list[str]:
