@@ -54,7 +54,21 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
             raise InputError(target, f"is also an input ({given}): an output never replaces an input")
     if target.is_dir():
         raise InputError(target, "is a folder, expected a file to write")
-    base = _nearest_existing(target.parent)
+    if os.path.lexists(target) and not target.is_file():
+        raise InputError(target, "exists and is not a regular file")
+    _check_folder(target.parent, target)
+
+
+def check_output_folder(path: str | Path) -> None:
+    """Refuse an output folder that is a file, or that cannot be created or written (see :func:`check_output`)."""
+    folder = Path(path)
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise InputError(folder, "is not a folder")
+    _check_folder(folder, folder)
+
+
+def _check_folder(folder: Path, target: Path) -> None:
+    base = _nearest_existing(folder)
     if not base.is_dir():
         raise InputError(target, f"cannot create the folder: {base} is not a folder")
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ggml_dispatch import fileio
+from ggml_dispatch.options import FiniteFloat
 from report import report, timeline
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
@@ -32,7 +33,7 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
 )
 @click.option(
     "--reference-margin",
-    type=float,
+    type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
     help="Declared fixed margin for tuning rows with source = reference (one sample, no CI); "
     "a table's own decision parameters are used when --table is given.",
 )
@@ -88,6 +89,14 @@ def report_cmd(
       ggml-dispatch report --tuning tuning.parquet --census census.parquet \\
           --table table.json --ab ab.jsonl -o tables/cuda-sm90-nvidia-h200
     """
+    given = [
+        p
+        for p in (tuning_path, census_path, table_path, profile_path, notes_path, *ab_paths)
+        if p is not None
+    ]
+    plots = out_dir / report.PLOTS_DIR
+    fileio.check_output(out_dir / report.REPORT_NAME, given)
+    fileio.check_output_folder(plots)
     table = None
     files = []
     if table_path is not None:
@@ -126,17 +135,17 @@ def report_cmd(
 
         result = report.build_report(inputs, progress=tick)
 
-    plots = out_dir / report.PLOTS_DIR
-    plots.mkdir(parents=True, exist_ok=True)
-    for name, png in sorted(result.figures.items()):
-        with fileio.atomic_path(plots / name) as tmp:
-            tmp.write_bytes(png)
-            tmp.chmod(0o644)
+    # REPORT.md and every plot are one output: all of them are written, or none
+    md_path = out_dir / report.REPORT_NAME
+    pngs = {plots / name: png for name, png in sorted(result.figures.items())}
+    with fileio.output_set([*pngs, md_path], given) as outputs:
+        for target, png in pngs.items():
+            outputs.path(target).write_bytes(png)
+            outputs.path(target).chmod(0o644)
+        outputs.path(md_path).write_text(result.markdown, encoding="utf-8")
+        outputs.path(md_path).chmod(0o644)
     for stale in sorted(plots.glob("*.png")):
         if stale.name not in result.figures:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
-    with fileio.atomic_path(out_dir / report.REPORT_NAME) as tmp:
-        tmp.write_text(result.markdown, encoding="utf-8")
-        tmp.chmod(0o644)
     click.echo(out_dir / report.REPORT_NAME)
