@@ -1,74 +1,26 @@
 """Every writing command refuses a bad output before any work: exit 2, one message naming the path, no
-traceback, nothing written and nothing overwritten. Outputs never replace inputs, numbers are finite
-and in range, and a multi-file output (codegen, report) is written whole or not at all."""
+traceback, nothing written and nothing overwritten. Outputs never replace inputs, and a multi-file
+output (codegen, report) is written whole or not at all."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_support import make_inputs, refused, run, snapshot
 from conftest import MakeGguf
-from test_codegen_support import trials, write_tuning
 
 from ggml_dispatch import fileio
-from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
-
-REPO = Path(__file__).resolve().parents[1]
-TRACE = REPO / "samples" / "trace-reference-shapes.jsonl"
-
-
-def run(*args: str | Path) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file and folder under ``root`` with its content hash (folders: 'dir')."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        out[str(p.relative_to(root))] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
-def refused(res: Result, *needles: str, code: int = 2) -> str:
-    assert res.exit_code == code, res.output
-    assert isinstance(res.exception, SystemExit), res.exception
-    assert "Traceback" not in res.output
-    # one error line, the last (a progress label may come before it)
-    lines = res.stderr.strip().splitlines()
-    assert [ln for ln in lines if "error" in ln] == lines[-1:], res.stderr
-    for n in needles:
-        assert n in lines[-1], lines[-1]
-    return lines[-1]
 
 
 @pytest.fixture
 def inputs(tmp_path: Path, make_gguf: MakeGguf) -> dict[str, Path]:
-    """One real input file per kind a writing command reads, in ``tmp_path/in``."""
-    d = tmp_path / "in"
-    d.mkdir()
-    trace = d / "t.jsonl"
-    shutil.copy(TRACE, trace)
-    gguf = make_gguf("in/m.gguf", [("blk.0.attn_q.weight", "q8_0", [64, 64])])
-    tuning = write_tuning(
-        [r for M in (256, 512) for r in trials(speed={"mmq": 1.0, "cublas": 2.0}, M=M, noise=0.0)],
-        d / "tuning.parquet",
-    )
-    census = d / "census.parquet"
-    res = run("census", "ingest", trace, "-o", census)
-    assert res.exit_code == 0, res.output
-    tsv = d / "ref.tsv"
-    tsv.write_text(
-        "# NVIDIA H200 (cc 9.0, driver 580.159.04, CUDA 13.0), llama.cpp "
-        "0c1e57098bba4c4f8f4d9b9e0ee5bd2f1e2a0e11\n"
-        "type\tm\tn\tk\troute\truns\tus\nq4_K\t1024\t256\t4096\tmmq\t1\t1.0\n"
-    )
-    return {"trace": trace, "gguf": gguf, "tuning": tuning, "census": census, "tsv": tsv}
+    (tmp_path / "in").mkdir()
+    return make_inputs(tmp_path / "in", make_gguf("in/m.gguf", [("blk.0.attn_q.weight", "q8_0", [64, 64])]))
 
 
 # Every command that writes a file output, as argv with OUT where the output goes.
