@@ -12,8 +12,8 @@ import click
 
 from census import aggregate, build, estimate, gguf_meta, show, trace
 from ggml_dispatch import fileio, schema
-from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int
 
 
 @click.group()
@@ -279,9 +279,7 @@ def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.G
 
 @census.command("show")
 @click.argument("census_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--top", default=20, show_default=True, type=Int(1), help="Shapes to list per GPU."
-)
+@click.option("--top", default=20, show_default=True, type=Int(1), help="Shapes to list per GPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 def show_cmd(census_file: Path, top: int, as_json: bool) -> None:
     """Top shapes by estimated time, quant histogram and coverage of a census file."""

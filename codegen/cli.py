@@ -197,12 +197,14 @@ def codegen_cmd(
     if verbose:
         echo(f"refused candidates ({len(refused)}):")
         for f in refused:
-            echo(f"  {f['route']} at {tbl.rule_label({**f, 'M_lo': f['M'], 'M_hi': f['M']})}: {f['reason']}")
+            where = tbl.rule_label({**f, "M_lo": f["M"], "M_hi": f["M"]})
+            echo(printable(f"  {f['route']} at {where}: {f['reason']}"))
     else:
         kinds = Counter(refusal_kind(f["reason"]) for f in refused)
-        echo(f"refused candidates: {len(refused)}" + (" by reason (--verbose lists each):" if refused else ""))
+        by = " by reason (--verbose lists each):" if refused else ""
+        echo(f"refused candidates: {len(refused)}{by}")
         for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])):
-            echo(f"  {n:>6}  {kind}")
+            echo(f"  {n:>6}  {printable(kind)}")
     if census_df is not None:
         p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals)
         echo("predicted change vs stock:")

@@ -60,7 +60,8 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
 
 
 def check_output_folder(path: str | Path) -> None:
-    """Refuse an output folder that is a file, or that cannot be created or written (see :func:`check_output`)."""
+    """Refuse an output folder that is a file, or that cannot be created or written (as
+    :func:`check_output` does for a file)."""
     folder = Path(path)
     if os.path.lexists(folder) and not folder.is_dir():
         raise InputError(folder, "is not a folder")

@@ -21,7 +21,7 @@ INT32_MAX: Final = (1 << 31) - 1
 MAX_TOKENS: Final = INT32_MAX
 
 
-class FiniteFloat(click.ParamType):
+class FiniteFloat(click.types.FloatParamType):
     """A float that is finite and within [min, max] (an end is excluded with ``min_open``/``max_open``)."""
 
     name = "float"

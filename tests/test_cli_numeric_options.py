@@ -27,7 +27,7 @@ def _argv(cmd: str, i: dict[str, Path], out: Path) -> list[str | Path]:
         "show": ["census", "show", i["census"]],
         "tune run": ["tune", "run", i["census"], "--llama-cpp", i["trace"].parent, "-o", out / "t.parquet"],
         "tune build": ["tune", "build", "--llama-cpp", i["trace"].parent],
-        "import-reference": ["tune", "import-reference", i["tsv"], "--sm-count", "132", "-o", out / "r.parquet"],
+        "import-reference": ["tune", "import-reference", i["tsv"], "--sm-count", "132", "-o", out / "r.pq"],
         "codegen": ["codegen", i["tuning"], "-o", out / "table"],
         "report": ["report", "--tuning", i["tuning"], "-o", out / "report"],
     }[cmd]

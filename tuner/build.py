@@ -146,7 +146,8 @@ def _run(cmd: Sequence[str], log: Path) -> None:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
-        raise BuildError(f"{log}: {cmd[0]} failed (exit {proc.returncode}); the log ends:\n" + "\n".join(tail))
+        ends = "\n".join(tail)
+        raise BuildError(f"{log}: {cmd[0]} failed (exit {proc.returncode}); the log ends:\n{ends}")
 
 
 def build_harness(
