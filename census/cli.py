@@ -98,7 +98,8 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
         for p in traces:
             reports.append(trace.read_trace(p, agg.sink))
     models = [gguf_meta.read_gguf(g) for g in ggufs]
-    rows, join = aggregate.trace_rows(agg.tallies, models)
+    rows, join = aggregate.trace_rows(agg.tallies, models, consume=True)
+    del agg
     if not rows:
         raise InputError(traces[0], "no route records in the input: nothing to census")
 
@@ -135,6 +136,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
         unseen=join.unseen,
     )
     table = build.write(rows, output, meta)
+    del rows  # the table has them: the summary reads the table
 
     for r in reports:
         _info(

@@ -44,7 +44,7 @@ _JSON_NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?
 Dims = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteKey:
     """Every field of a route record except ``count`` and ``t_us``; the device resolved to its GPU."""
 
