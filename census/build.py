@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from census.aggregate import Row
@@ -40,14 +41,34 @@ def _sort_key(r: Row) -> tuple[Any, ...]:
     )
 
 
+# _sort_key's order, for Arrow; the columns that sort a null as ""
+_OR_EMPTY: Final = ("route", "fused", "reason")
+_SORT_KEYS: Final = [
+    ("gpu_name", "ascending"),
+    ("gpu_cc", "ascending"),
+    ("gpu_sm_count", "ascending"),
+    ("est_us", "descending"),
+    *((c, "ascending") for c in ("op", "layout", "src0_type", "M", "N", "K", "B", "tensor", *_OR_EMPTY)),
+]
+
+
 def to_table(rows: Sequence[Row]) -> pa.Table:
     """Deterministic order: by GPU, then estimated time (largest first), then the key."""
     for r in rows:
         if r["calls"] > _INT64_MAX:
             raise InputError(None, f"tensor {r['tensor']!r}: {r['calls']} calls do not fit in int64")
-    ordered = sorted(rows, key=_sort_key)
-    cols = {c: [r[c] for r in ordered] for c in schema.CENSUS_COLUMNS}
-    return pa.Table.from_pydict(cols, schema=CENSUS_ARROW_SCHEMA)
+
+    # sorted by Arrow and built one column at a time: no per-row sort key, and no column of Python
+    # values or unsorted copy longer than it takes to convert it (a census can have millions of rows)
+    def column(c: str) -> pa.Array:
+        return pa.array([r[c] for r in rows], type=CENSUS_ARROW_SCHEMA.field(c).type)
+
+    keys = pa.table({c: pc.fill_null(column(c), "") if c in _OR_EMPTY else column(c) for c, _ in _SORT_KEYS})
+    order = pc.sort_indices(keys, sort_keys=_SORT_KEYS)
+    del keys
+    return pa.Table.from_arrays(
+        [column(c).take(order) for c in CENSUS_ARROW_SCHEMA.names], schema=CENSUS_ARROW_SCHEMA
+    )
 
 
 def metadata(
