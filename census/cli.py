@@ -72,14 +72,17 @@ def _summary(table: Any, meta: dict[str, str], out: Path) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="census.parquet to write.",
 )
-def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) -> None:
+@click.option(
+    "--allow-mixed", is_flag=True, help="accept traces of several upstream commits (stamped as a list)."
+)
+def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
     """Aggregate route traces into a census.
 
     TRACE is a ggml-route-trace/1 file written by a patched ggml-cuda (GGML_CUDA_ROUTE_TRACE=path),
     plain or .gz, or an ordinary llama.cpp log whose trace lines start with "ggml-route-trace: ".
     Identical keys add up across lines and files; different GPUs stay apart. A torn last line or a
     missing footer (a killed run) is read with a warning; any other bad line stops with its file:line
-    and leaves no output behind.
+    and leaves no output behind. Traces of different upstream commits are refused unless --allow-mixed.
     """
     fileio.check_output(output, [*traces, *ggufs])
     agg = aggregate.Aggregator()
@@ -94,9 +97,12 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
         with click.progressbar(length=total, label="reading traces", file=sys.stderr) as bar:
             for p in traces:
                 reports.append(trace.read_trace(p, agg.sink, bar.update))
+                trace.check_counts(agg.tallies, p)
     else:
         for p in traces:
             reports.append(trace.read_trace(p, agg.sink))
+            trace.check_counts(agg.tallies, p)
+    trace.check_commits(reports, allow_mixed=allow_mixed)
     models = [gguf_meta.read_gguf(g) for g in ggufs]
     rows, join = aggregate.trace_rows(agg.tallies, models, consume=True)
     del agg
@@ -135,7 +141,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
         warnings=warnings,
         unseen=join.unseen,
     )
-    table = build.write(rows, output, meta)
+    table = build.write(rows, output, meta, source=traces[-1])
     del rows  # the table has them: the summary reads the table
 
     for r in reports:
@@ -253,7 +259,7 @@ def from_gguf_cmd(
         gpu_specs=[spec.as_dict()],
         declared=declared,
     )
-    table = build.write(rows, output, meta)
+    table = build.write(rows, output, meta, source=model)
     hist = aggregate.weight_type_histogram([m])
     _info(
         f"{show.safe(str(model))}: {m.architecture or 'unknown architecture'}, "
@@ -280,7 +286,7 @@ def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.G
 
 
 @census.command("show")
-@click.argument("census_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("census_file", type=click.Path(path_type=Path))
 @click.option("--top", default=20, show_default=True, type=Int(1), help="Shapes to list per GPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 def show_cmd(census_file: Path, top: int, as_json: bool) -> None:
@@ -288,7 +294,7 @@ def show_cmd(census_file: Path, top: int, as_json: bool) -> None:
     table, meta = build.read(census_file)
     rep = show.report(table, meta, str(census_file), top=top)
     if as_json:
-        click.echo(json.dumps(rep, indent=2, sort_keys=True))
+        click.echo(show.to_json(rep))
     else:
         click.echo(show.render_text(rep, top=top), nl=False)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -117,6 +119,22 @@ def _gpu_rows(table: pa.Table, gkey: tuple[Any, ...]) -> Callable[[], Iterator[d
     return lambda: _rows(sub)
 
 
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def to_json(rep: Mapping[str, Any]) -> str:
+    """The report as strict JSON: a value that is not a finite number is written as null, never as
+    Infinity or NaN (which no JSON parser has to accept)."""
+    return json.dumps(_json_safe(dict(rep)), indent=2, sort_keys=True, allow_nan=False)
+
+
 def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -> dict[str, Any]:
     """Everything ``census show`` prints, as plain data (the JSON output)."""
     gkeys: list[tuple[Any, ...]] = []
@@ -209,6 +227,8 @@ def _fmt_table(header: Sequence[str], body: Sequence[Sequence[str]], right: set[
 
 
 def _us(v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"  # a sum past the float range
     if v >= 100:
         return f"{v:,.0f}"
     if v >= 1:
@@ -221,7 +241,7 @@ def _mib(b: int) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
+    return f"{100 * x:.1f}" if math.isfinite(x) else "n/a"
 
 
 def render_text(rep: Mapping[str, Any], top: int = 20) -> str:

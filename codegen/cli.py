@@ -9,31 +9,17 @@ from pathlib import Path
 from typing import Final
 
 import click
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from codegen import decide, render
 from codegen import diff as dif
 from codegen import table as tbl
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import census as census_artifact
+from ggml_dispatch.artifacts import table as table_artifact
+from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
 from ggml_dispatch.text import printable
-
-
-def _read_parquet(path: Path, want_schema: str) -> pd.DataFrame:
-    try:
-        pf = pq.read_table(path)
-    except (OSError, pa.ArrowException) as e:
-        raise InputError(path, f"cannot read as Parquet: {e}") from None
-    meta = {k.decode(): v.decode() for k, v in (pf.schema.metadata or {}).items()}
-    found = meta.get(schema.META_SCHEMA)
-    if found != want_schema:
-        raise InputError(path, f"schema is {found!r}, expected {want_schema}", field=schema.META_SCHEMA)
-    df: pd.DataFrame = pf.to_pandas()
-    return df
-
 
 # bootstrap memory is resamples x trials x 8 bytes
 MAX_RESAMPLES: Final = 1_000_000
@@ -44,11 +30,11 @@ def _under_tables(path: Path) -> bool:
 
 
 @click.command("codegen")
-@click.argument("tuning", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("tuning", type=click.Path(path_type=Path))
 @click.option(
     "--census",
     "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="census Parquet: report the predicted change in estimated matmul time for its shapes",
 )
 @click.option(
@@ -138,11 +124,10 @@ def codegen_cmd(
         min_default_shapes=min_default_shapes,
         allow_mixed=allow_mixed,
     )
-    df = _read_parquet(tuning, schema.TUNING_SCHEMA)
+    df = tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame()
     census_df = None
     if census_path is not None:
-        census_df = _read_parquet(census_path, schema.CENSUS_SCHEMA)
-        dif.check_census(census_df, str(census_path))
+        census_df = census_artifact.read(census_path).frame()
     decisions = decide.decide(df, params, tuning)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
     if reference and _under_tables(out_dir):
@@ -252,15 +237,11 @@ def refusal_kind(reason: str) -> str:
     return prefix + reason
 
 
-def _load_arg(arg: str) -> dif.LoadedTable:
+def _load_arg(arg: str) -> table_artifact.LoadedTable:
     """A table.json, a rendered header, REV:path (git show), or the word ``empty``."""
     p = Path(arg)
-    if p.is_file():
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(arg, f"cannot read: {e}") from None
-        return dif.load_text(text, arg)
+    if p.exists():
+        return dif.load_file(p)
     if arg == "empty":
         return dif.empty()
     if ":" in arg:
@@ -271,7 +252,7 @@ def _load_arg(arg: str) -> dif.LoadedTable:
             raise InputError(arg, f"cannot run git: {e}") from None
         if res.returncode != 0:
             raise InputError(arg, f"git show failed: {res.stderr.decode(errors='replace').strip()}")
-        return dif.load_text(res.stdout.decode("utf-8", errors="strict"), arg)
+        return dif.load_text(table_artifact.decode_text(res.stdout, arg, table_artifact.ANY_WHAT), arg)
     raise InputError(arg, "no such file (and not REV:path or 'empty')")
 
 
@@ -281,12 +262,12 @@ def _load_arg(arg: str) -> dif.LoadedTable:
 @click.option(
     "--census",
     "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="census Parquet: list affected shapes and predict the change in estimated matmul time",
 )
 @click.option(
     "--tuning",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="tuning Parquet whose stock/route ratios time the routes (needed with --census)",
 )
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -308,12 +289,8 @@ def diff_cmd(
     d = dif.diff_tables(ta, tb)
     pred = None
     if census_path is not None and tuning is not None:
-        census_df = _read_parquet(census_path, schema.CENSUS_SCHEMA)
-        dif.check_census(census_df, str(census_path))
-        tdf = _read_parquet(tuning, schema.TUNING_SCHEMA)
-        missing = [c for c in schema.TUNING_COLUMNS if c not in tdf.columns]
-        if missing:
-            raise InputError(tuning, f"not a tuning file: missing columns {', '.join(missing)}")
+        census_df = census_artifact.read(census_path).frame()
+        tdf = tuning_artifact.read(tuning).frame()
         evals, _ = decide.evaluate(tdf, decide.Params(resamples=0))
         pred = dif.predict(census_df, ta.table, tb.table, evals)
     if as_json:

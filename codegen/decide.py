@@ -33,17 +33,17 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pandas as pd
 
 from ggml_dispatch import schema
+from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.errors import InputError
 
 DEFAULT_THETA: Final = 0.03
@@ -158,58 +158,13 @@ class Decisions:
 # Input checks
 
 
-def _text(v: Any) -> str | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return str(v)
-
-
-def _distinct(values: Iterable[str | None]) -> list[str]:
-    return sorted({v for v in values if v})
-
-
 def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
-    """Validate tuning rows; return the table's identity. Raises InputError naming the row."""
-    missing = [c for c in schema.TUNING_COLUMNS if c not in df.columns]
-    if missing:
-        raise InputError(path, f"not a tuning file: missing columns {', '.join(missing)}")
-    if df.empty:
-        raise InputError(path, "no tuning rows")
-    records: list[dict[str, Any]] = [{str(k): v for k, v in rec.items()} for rec in df.to_dict("records")]
-    for i, r in enumerate(records):
-        where = f"row {i}"
-        if r["op"] not in _OPS:
-            raise InputError(path, f"unknown op {r['op']!r}", field=f"{where}: op")
-        if r["layout"] not in _LAYOUTS:
-            raise InputError(path, f"unknown layout {r['layout']!r}", field=f"{where}: layout")
-        for col in ("src0_type", "src1_type"):
-            if r[col] not in schema.GGML_TYPES:
-                raise InputError(path, f"unknown ggml type {r[col]!r}", field=f"{where}: {col}")
-        if r["route"] not in _ROUTE_ORDER:
-            raise InputError(path, f"unknown route {r['route']!r}", field=f"{where}: route")
-        for col in ("M", "N", "K", "B", "gpu_cc", "gpu_sm_count"):
-            v = r[col]
-            if v is None or (isinstance(v, float) and math.isnan(v)) or int(v) < 1:
-                raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {col}")
-        if not _text(r["gpu_name"]):
-            raise InputError(path, "empty GPU name", field=f"{where}: gpu_name")
-        if "\0" in str(r["gpu_name"]):
-            raise InputError(path, "GPU name contains a NUL byte", field=f"{where}: gpu_name")
-        if not _text(r["upstream_commit"]):
-            raise InputError(path, "empty upstream commit", field=f"{where}: upstream_commit")
-        if r["source"] not in (schema.Source.MEASURED.value, schema.Source.REFERENCE.value):
-            raise InputError(
-                path, f"source must be measured or reference, got {r['source']!r}", field=f"{where}: source"
-            )
-        if r["status"] == schema.TrialStatus.OK.value:
-            us = r["us"]
-            if us is None or not math.isfinite(float(us)) or float(us) <= 0:
-                raise InputError(path, f"ok trial with time {us!r}", field=f"{where}: us")
-            a = r["anchor_us"]
-            if a is not None and not math.isnan(float(a)) and (not math.isfinite(float(a)) or float(a) <= 0):
-                raise InputError(path, f"ok trial with stock anchor {a!r}", field=f"{where}: anchor_us")
-
-    sources = set(df["source"])
+    """Validate tuning rows with the tuning file's own checks (:mod:`ggml_dispatch.artifacts.tuning`),
+    then the evidence rules of a decision; return the table's identity. Raises InputError naming the
+    row."""
+    table = tuning_artifact.from_frame(df, path)
+    prov = tuning_artifact.provenance(table, path, allow_mixed=params.allow_mixed)
+    sources = set(prov.sources)
     if schema.Source.REFERENCE.value in sources:
         if len(sources) > 1:
             raise InputError(
@@ -224,40 +179,18 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
                 "with --reference-margin X, a declared fixed margin",
                 field="source",
             )
-    gpus = Counter(
-        schema.GpuId(str(n), int(c), int(s))
-        for n, c, s in zip(df["gpu_name"], df["gpu_cc"], df["gpu_sm_count"], strict=True)
-    )
-    commits = Counter(str(c) for c in df["upstream_commit"])
-    if len(gpus) > 1 and not params.allow_mixed:
-        listed = "; ".join(f"{g.name} cc {g.cc} {g.sm_count} SMs ({n} rows)" for g, n in sorted(gpus.items()))
-        raise InputError(
-            path,
-            f"rows come from {len(gpus)} GPUs ({listed}); a table belongs to one GPU "
-            "(name, cc and SM count): split the file, or pass --allow-mixed",
-            field="gpu_name",
-        )
-    if len(commits) > 1 and not params.allow_mixed:
-        listed = "; ".join(f"{c} ({n} rows)" for c, n in sorted(commits.items()))
-        raise InputError(
-            path,
-            f"rows come from {len(commits)} upstream commits ({listed}); pass --allow-mixed to combine them",
-            field="upstream_commit",
-        )
     # With --allow-mixed the table is stamped with the GPU and commit that contributed most rows.
-    gpu = sorted(gpus.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-    commit = sorted(commits.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     return Identity(
-        gpu=gpu,
-        upstream_commit=commit,
-        source=next(iter(sources)),
-        gpus=sorted(gpus.items()),
-        upstream_commits=sorted(commits.items()),
-        patch_hashes=_distinct(_text(v) for v in df["patch_hash"]),
-        harness_versions=_distinct(_text(v) for v in df["harness_version"]),
-        drivers=_distinct(_text(v) for v in df["driver"]),
-        cuda_versions=_distinct(_text(v) for v in df["cuda_version"]),
-        cublas_versions=_distinct(_text(v) for v in df["cublas_version"]),
+        gpu=prov.gpu,
+        upstream_commit=prov.upstream_commit,
+        source=next(iter(sorted(sources))),
+        gpus=list(prov.gpus),
+        upstream_commits=list(prov.upstream_commits),
+        patch_hashes=list(prov.patch_hashes),
+        harness_versions=list(prov.harness_versions),
+        drivers=list(prov.drivers),
+        cuda_versions=list(prov.cuda_versions),
+        cublas_versions=list(prov.cublas_versions),
     )
 
 

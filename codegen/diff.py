@@ -26,34 +26,29 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from codegen import render
 from codegen import table as tbl
 from codegen.decide import RouteEval, ShapeKey
 from ggml_dispatch import schema
+from ggml_dispatch.artifacts import table as table_artifact
+from ggml_dispatch.artifacts.table import LoadedTable
 from ggml_dispatch.errors import InputError
 
 Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
 
 
-@dataclass
-class LoadedTable:
-    table: dict[str, Any]
-    hash: str  # sha256 of the canonical table.json (embedded in a header)
-    origin: str
-    kind: str  # "json", "header" or "empty"
-
-
 def load_text(text: str, origin: str) -> LoadedTable:
     """table.json text or a rendered header -> LoadedTable (content decides which)."""
-    if text.lstrip().startswith("{"):
-        t = tbl.loads(text, origin)
-        return LoadedTable(t, tbl.table_hash(t), origin, "json")
-    t, h = render.parse_header(text, origin)
-    return LoadedTable(t, h, origin, "header")
+    return table_artifact.loads_any(text, origin)
+
+
+def load_file(path: Path) -> LoadedTable:
+    """A table.json or header file, through the one table reader."""
+    return table_artifact.load_any(path)
 
 
 def empty() -> LoadedTable:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ggml_dispatch import schema
+from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.errors import InputError
 
 RULE_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B", "M_lo", "M_hi", "route")
@@ -235,11 +236,8 @@ def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"cannot read: {e}") from None
-    return loads(text, path)
+    """A table.json file: the file checks are the one table reader's (ggml_dispatch.artifacts.table)."""
+    return loads(table_artifact.read_text(path, table_artifact.TABLE_WHAT), path)
 
 
 # --------------------------------------------------------------------------------------------

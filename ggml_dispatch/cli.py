@@ -49,6 +49,9 @@ class _Root(click.Group):
         try:
             return super().invoke(ctx)
         except InputError as e:
+            if e.path is None:  # about an option's value, not a file: a usage error naming the option
+                hint = e.field if e.field is None or e.field.startswith("-") else f"--{e.field}"
+                raise click.BadParameter(e.message, param_hint=hint) from None
             raise _InputFailure(e.render()) from None
 
 

@@ -120,10 +120,12 @@ class TrialStatus(StrEnum):
     INELIGIBLE = "ineligible"
     WRONG = "wrong"
     DRIFTED = "drifted"
+    PRUNED = "pruned"  # a racing tuner stopped timing the route; decisions skip it like drifted
     # failures are written as "failed:<msg>"
 
 
 FAILED_PREFIX: Final = "failed:"
+TRIAL_STATUSES: Final = frozenset(s.value for s in TrialStatus)
 
 
 # --------------------------------------------------------------------------------------------

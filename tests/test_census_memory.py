@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import TraceBuilder
 
-from census import aggregate, bench_ingest, build, trace
+from census import aggregate, bench_ingest, trace
 from ggml_dispatch import schema
+from ggml_dispatch.artifacts import census as census_artifact
 
 
 def _tallies(agg: aggregate.Aggregator) -> list[tuple[str, int, int, float]]:
@@ -100,9 +101,9 @@ def _random_rows(n: int, seed: int) -> list[aggregate.Row]:
 
 def test_the_table_is_in_the_order_of_the_row_sort_key_with_ties_kept_in_input_order() -> None:
     rows = _random_rows(3000, seed=5)
-    want = [r["_i"] for r in sorted(rows, key=build._sort_key)]
+    want = [r["_i"] for r in sorted(rows, key=census_artifact._sort_key)]
     # the input order decides among rows that tie on the sort key: stock_route, src0_nb_aligned, ...
-    table = build.to_table(rows)
+    table = census_artifact.to_table(rows, "rows.jsonl")
     got = table.column("calls").to_pylist()
     assert got == [rows[i]["calls"] for i in want]
     aligned = table.column("src0_nb_aligned").to_pylist()

@@ -116,13 +116,13 @@ def test_bad_tuning_input(what: str, tmp_path: Path) -> None:
     p = tmp_path / "t.parquet"
     if what == "garbage":
         p.write_text("not parquet")
-        expect = "cannot read as Parquet"
+        expect = "not a readable Parquet file"
     elif what == "census":
         write_census([census_row(M=1)], p)
-        expect = f"expected {schema.TUNING_SCHEMA}"
+        expect = f"expected {schema.TUNING_SCHEMA!r}"
     else:
         write_tuning([], p)
-        expect = "no tuning rows"
+        expect = "no rows: an empty tuning file"
     code, out = _run("codegen", str(p), "-o", str(tmp_path / "o"))
     assert code == 2 and out.startswith(f"ggml-dispatch: error: {p}") and expect in out
     assert not (tmp_path / "o").exists()

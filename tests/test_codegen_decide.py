@@ -243,5 +243,5 @@ def test_bad_rows_are_named(field: str, value: object, message: str) -> None:
 
 def test_missing_columns() -> None:
     df = frame(trials(speed={"mmq": 1.0}, M=1)).drop(columns=["anchor_us"])
-    with pytest.raises(InputError, match="missing columns anchor_us"):
+    with pytest.raises(InputError, match="anchor_us: missing column"):
         decide.decide(df, P)

@@ -483,7 +483,7 @@ def test_bad_input_is_one_clear_error(tree: Path, harness: Path, small_census: P
     out = tmp_path / "o.parquet"
     p = tune(*run_args(notcensus, tree, out, harness=harness))
     assert p.returncode == 2 and p.stderr.startswith(
-        f"ggml-dispatch: error: {notcensus}: schema: not a census"
+        f"ggml-dispatch: error: {notcensus}: {schema.META_SCHEMA}: not a census"
     )
     garbage = tmp_path / "g.parquet"
     garbage.write_text("nope")

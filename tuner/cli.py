@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 import click
 
 from ggml_dispatch import fileio
-from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
 from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
@@ -38,10 +37,9 @@ def _routes(text: str) -> tuple[str, ...]:
     routes = tuple(r.strip() for r in text.split(",") if r.strip())
     bad = [r for r in routes if r not in ALL_ROUTES]
     if bad or not routes:
-        raise InputError(
-            None,
+        raise click.BadParameter(
             f"unknown route(s) {', '.join(bad) or '(none)'}; choose from {', '.join(ALL_ROUTES)}",
-            field="routes",
+            param_hint="--routes",
         )
     return routes
 
@@ -105,7 +103,7 @@ def tune() -> None:
 
 
 @tune.command("run")
-@click.argument("census", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("census", type=click.Path(path_type=Path))
 @_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
 @click.option(
     "-o",
@@ -336,9 +334,7 @@ def build_cmd(
 
 
 @tune.command("merge")
-@click.argument(
-    "inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",

@@ -7,13 +7,14 @@ from pathlib import Path
 import click
 
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, Int
 from tuner import reference
 
 
 @click.command("import-reference")
-@click.argument("tsv", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("tsv", type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",
@@ -44,7 +45,7 @@ def import_reference_cmd(
     `ggml-dispatch codegen` accepts them only with --reference-margin and never under tables/.
     """
     fileio.check_output(output, [tsv])
-    text = tsv.read_text(encoding="utf-8")
+    text = validators.read_text(tsv, "a reference TSV (test-backend-ops perf timings)")
     samples = reference.parse_samples(text, tsv)
     identity = reference.parse_identity(text.splitlines())
     if identity is None:
