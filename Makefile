@@ -93,11 +93,12 @@ report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABL
 BENCH_RECORDS ?= 5000000
 BENCH_KEYS ?= 5000
 BENCH_ALSO ?= 1000000
+BENCH_MEMORY_KEYS ?= 1000000
 
 .PHONY: bench-ingest
-bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...)
+bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...), and RSS per distinct key
 	$(BIN)/python -m census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
-		$(if $(BENCH_ALSO),--also $(BENCH_ALSO))
+		$(if $(BENCH_ALSO),--also $(BENCH_ALSO)) $(if $(BENCH_MEMORY_KEYS),--memory-keys $(BENCH_MEMORY_KEYS))
 
 # ---- ggml-cuda integration: install into a tree, and the GPU proof (lab/integration.sh)
 .PHONY: install-hook cublas-headers device-integration-carry device-integration

@@ -13,6 +13,7 @@ import click
 from census import aggregate, build, estimate, gguf_meta, show, trace
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int
 
 
 @click.group()
@@ -83,6 +84,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
     missing footer (a killed run) is read with a warning; any other bad line stops with its file:line
     and leaves no output behind. Traces of different upstream commits are refused unless --allow-mixed.
     """
+    fileio.check_output(output, [*traces, *ggufs])
     agg = aggregate.Aggregator()
     reports: list[trace.FileReport] = []
     total = 0
@@ -102,7 +104,8 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
             trace.check_counts(agg.tallies, p)
     trace.check_commits(reports, allow_mixed=allow_mixed)
     models = [gguf_meta.read_gguf(g) for g in ggufs]
-    rows, join = aggregate.trace_rows(agg.tallies, models)
+    rows, join = aggregate.trace_rows(agg.tallies, models, consume=True)
+    del agg
     if not rows:
         raise InputError(traces[0], "no route records in the input: nothing to census")
 
@@ -139,6 +142,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
         unseen=join.unseen,
     )
     table = build.write(rows, output, meta, source=traces[-1])
+    del rows  # the table has them: the summary reads the table
 
     for r in reports:
         _info(
@@ -173,7 +177,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
     "--output-rows",
     default=1,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_TOKENS),
     help="Rows the LM head computes per pass (logits requested); it runs at this M only, not at every M.",
 )
 @click.option(
@@ -184,13 +188,13 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
 )
 @click.option(
     "--n-kv",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_TOKENS),
     help="Also list attention KQ/KQV matmuls (FlashAttention off) over this many cached tokens; "
     "without it only weight matmuls are declared.",
 )
 @click.option(
     "--n-ctx",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_TOKENS),
     help="KV-cache size in cells for --n-kv (its strides); default: the larger of n_kv and 4096.",
 )
 @click.option(
@@ -202,11 +206,11 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
 )
 @click.option(
     "--cc",
-    type=click.IntRange(min=1),
+    type=Int(1, INT32_MAX),
     help="Compute capability as ggml encodes it (900) for a GPU "
     "not in the list; with --sm-count it gives a rough fallback estimate.",
 )
-@click.option("--sm-count", type=click.IntRange(min=1), help="SM count for a GPU not in the list.")
+@click.option("--sm-count", type=Int(1, INT32_MAX), help="SM count for a GPU not in the list.")
 @click.option(
     "-o",
     "--output",
@@ -232,6 +236,7 @@ def from_gguf_cmd(
     at M = --output-rows; with --n-kv, the attention KQ/KQV of every layer too. Routes are left
     empty: nothing ran.
     """
+    fileio.check_output(output, [model])
     try:
         ms = aggregate.parse_m_list(m_values)
     except ValueError as e:
@@ -282,9 +287,7 @@ def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.G
 
 @census.command("show")
 @click.argument("census_file", type=click.Path(path_type=Path))
-@click.option(
-    "--top", default=20, show_default=True, type=click.IntRange(min=1), help="Shapes to list per GPU."
-)
+@click.option("--top", default=20, show_default=True, type=Int(1), help="Shapes to list per GPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 def show_cmd(census_file: Path, top: int, as_json: bool) -> None:
     """Top shapes by estimated time, quant histogram and coverage of a census file."""

@@ -11,7 +11,10 @@ only matches a key when its cut is at the same position (the same key bytes with
 elsewhere would be invalid JSON). Lines with a measured ``"t_us":<x>`` get the same treatment with
 both members cut.
 
-Memory is proportional to the distinct keys, not to the file: the file is read in chunks.
+Memory is proportional to the distinct keys, not to the file: the file is read in chunks. The fast
+path's cache holds the first ``CACHE_KEYS`` keys of a header (a cached key costs its line's bytes
+again); repeated lines of later keys are parsed in full: slower, the same result. Traces with that
+many distinct keys (attention at every KV length) repeat each key only a few times.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ _PLEN: Final = len(PREFIX)
 _COUNT: Final = b'"count":'
 _TUS: Final = b'"t_us":'
 CHUNK: Final = 4 << 20
+CACHE_KEYS: Final = 1 << 16
 MAX_LINE: Final = 64 << 20  # a record is < 1 KiB; a longer "line" means this is not a trace
 MAX_DIM: Final = 1 << 62
 MAX_T_US: Final = 3.6e9  # one hour for one matmul call: a larger t_us is not a timing
@@ -47,7 +51,7 @@ _JSON_NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?
 Dims = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteKey:
     """Every field of a route record except ``count`` and ``t_us``; the device resolved to its GPU."""
 
@@ -577,13 +581,13 @@ class _TraceFile:
         if cut is None or cut[1] != str(count).encode():
             return
         if t_us is None:
-            if _TUS not in raw:
+            if _TUS not in raw and len(self.cache) < CACHE_KEYS:
                 self.cache[cut[0]] = (tally, raw.find(_COUNT))
             return
         if raw.count(_TUS) != 1:
             return
         cut2 = cut_member(cut[0], _TUS)
-        if cut2 is not None and _t_us_of(cut2[1]) == t_us:
+        if cut2 is not None and _t_us_of(cut2[1]) == t_us and len(self.tcache) < CACHE_KEYS:
             self.tcache[cut2[0]] = (tally, raw.find(_COUNT), cut[0].find(_TUS))
 
     def _timed_fast(self, raw: bytes) -> bool:

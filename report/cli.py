@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ggml_dispatch import fileio
+from ggml_dispatch.options import FiniteFloat
 from report import ab, markdown, timeline
 from report import inputs as inputs_mod
 from report.output import write_report
@@ -32,7 +34,7 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
 )
 @click.option(
     "--reference-margin",
-    type=float,
+    type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
     help="Declared fixed margin for tuning rows with source = reference (one sample, no CI); "
     "a table's own decision parameters are used when --table is given.",
 )
@@ -91,6 +93,14 @@ def report_cmd(
       ggml-dispatch report --tuning tuning.parquet --census census.parquet \\
           --table table.json --ab ab.jsonl -o tables/cuda-sm90-nvidia-h200
     """
+    given = [
+        p
+        for p in (tuning_path, census_path, table_path, profile_path, notes_path, *ab_paths)
+        if p is not None
+    ]
+    plots = out_dir / markdown.PLOTS_DIR
+    fileio.check_output(out_dir / markdown.REPORT_NAME, given)
+    fileio.check_output_folder(plots)
     table = None
     files = []
     if table_path is not None:
@@ -122,4 +132,4 @@ def report_cmd(
 
         result = markdown.build_report(inputs, progress=tick)
 
-    click.echo(write_report(out_dir, result))
+    click.echo(write_report(out_dir, result, given))

@@ -364,9 +364,7 @@ def test_hook_trace_census_stages_compose(tree_copy: Path, smollm2: Path, tmp_pa
     build = tmp_path / "build"
     (build / "bin").mkdir(parents=True)
     (build / "CMakeCache.txt").write_text("# a configured build\n")
-    bench_line = (
-        (REPO / "evidence/h200-2026-11-30/integration/bench.jsonl").read_text().splitlines()[0]
-    )
+    bench_line = (REPO / "evidence/h200-2026-11-30/integration/bench.jsonl").read_text().splitlines()[0]
     (tmp_path / "bench.jsonl").write_text(bench_line + "\n")
     fake = build / "bin" / "llama-bench"
     fake.write_text(

@@ -12,12 +12,21 @@ from typing import Any, TypeVar
 
 import click
 
+from ggml_dispatch import fileio
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
 from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
 from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
 from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard, select_cases, shard_cases
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Failed(click.ClickException):
+    """A build or run that failed (not bad input): the same ``ggml-dispatch: error:`` form, exit 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"ggml-dispatch: error: {self.format_message()}", err=True)
 
 
 def _echo(msg: str) -> None:
@@ -69,7 +78,7 @@ def _build_options(f: F) -> F:
                 show_default=True,
                 help="CMAKE_CUDA_ARCHITECTURES for a CUDA build.",
             ),
-            click.option("--jobs", type=click.IntRange(min=1), default=None, help="build parallelism."),
+            click.option("--jobs", type=Int(1, INT32_MAX), default=None, help="build parallelism."),
         )
     ):
         f = option(f)
@@ -85,7 +94,7 @@ def _build_harness(
             tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
         )
     except build.BuildError as e:
-        raise click.ClickException(str(e)) from None
+        raise _Failed(str(e)) from None
 
 
 @click.group()
@@ -112,7 +121,7 @@ def tune() -> None:
 )
 @click.option(
     "--coverage",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloat(0, 1, min_open=True),
     default=0.95,
     show_default=True,
     help="measure the census points that make up this share of the tunable est_us.",
@@ -135,21 +144,21 @@ def tune() -> None:
 )
 @click.option(
     "--trials",
-    type=click.IntRange(min=1),
+    type=Int(1, INT32_MAX),
     default=DEFAULT_TRIALS,
     show_default=True,
     help="trials per case; every trial times every candidate and stock.",
 )
 @click.option(
     "--nmse-max",
-    type=click.FloatRange(0, min_open=True),
+    type=FiniteFloat(0, min_open=True),
     default=DEFAULT_NMSE_MAX,
     show_default=True,
     help="NMSE threshold against the CPU reference, declared before measuring.",
 )
 @click.option(
     "--max-seconds",
-    type=click.FloatRange(0, min_open=True),
+    type=FiniteFloat(0, min_open=True),
     default=None,
     help="start no case that would end after this many seconds; re-run to continue.",
 )
@@ -168,13 +177,13 @@ def tune() -> None:
 @click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
 @click.option(
     "--l2-bytes",
-    type=click.IntRange(min=0),
+    type=Int(0),
     default=None,
     help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
 )
 @click.option(
     "--case-timeout",
-    type=click.FloatRange(1),
+    type=FiniteFloat(1),
     default=900,
     show_default=True,
     help="seconds before a case's child process is killed and the case recorded as failed.",
@@ -228,6 +237,11 @@ def run_cmd(
           --shard 1/2 -o tuning.1.parquet
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
     """
+    journal = journal_path or default_journal(output)
+    if not dry_run:
+        others = [census, *([harness_bin] if harness_bin else [])]
+        fileio.check_output(output, [*others, journal])
+        fileio.check_output(journal, [*others, output])
     route_list = _routes(routes)
     layout_list = tuple(x.strip() for x in layouts.split(",") if x.strip())
     shard_t = parse_shard(shard)
@@ -258,7 +272,6 @@ def run_cmd(
         args += ["--l2-bytes", str(l2_bytes)]
     for a in harness_extra:
         args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
-    journal = journal_path or default_journal(output)
     if not stamp.patch_hash:
         _echo(
             f"{tree}: no ggml-dispatch install stamp; upstream commit from {stamp.source}, patch hash empty"
@@ -293,7 +306,7 @@ def run_cmd(
         _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")
         sys.exit(128 + e.signum)
     except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
+        raise _Failed(str(e)) from None
     for w in result.warnings:
         _echo(w)
     _echo(
@@ -341,6 +354,7 @@ def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None
     Example:
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
     """
+    fileio.check_output(output, inputs)
     n = results.merge_tuning(list(inputs), output, allow_mixed=allow_mixed)
     _echo(f"{n} rows from {len(inputs)} files -> {output}")
 

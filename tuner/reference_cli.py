@@ -9,6 +9,7 @@ import click
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, Int
 from tuner import reference
 
 
@@ -23,13 +24,13 @@ from tuner import reference
 )
 @click.option(
     "--sm-count",
-    type=click.IntRange(min=1),
+    type=Int(1, INT32_MAX),
     default=None,
     help="SM count of the GPU that was measured; the TSV does not record it (NVIDIA H200: 132)",
 )
 @click.option("--gpu-name", default=None, help="override the GPU name read from the TSV's first comment")
 @click.option(
-    "--cc", type=click.IntRange(min=1), default=None, help="override the compute capability (ggml: 900)"
+    "--cc", type=Int(1, INT32_MAX), default=None, help="override the compute capability (ggml: 900)"
 )
 def import_reference_cmd(
     tsv: Path, output: Path, sm_count: int | None, gpu_name: str | None, cc: int | None
@@ -43,6 +44,7 @@ def import_reference_cmd(
     M <= 8, mmq above), written into anchor_us. Reference rows carry no confidence interval:
     `ggml-dispatch codegen` accepts them only with --reference-margin and never under tables/.
     """
+    fileio.check_output(output, [tsv])
     text = validators.read_text(tsv, "a reference TSV (test-backend-ops perf timings)")
     samples = reference.parse_samples(text, tsv)
     identity = reference.parse_identity(text.splitlines())

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import columns as col
@@ -56,15 +57,35 @@ def _sort_key(r: Row) -> tuple[Any, ...]:
     )
 
 
-def to_table(rows: Sequence[Row], source: str | Path) -> pa.Table:
+# _sort_key's order, for Arrow; the columns that sort a null as ""
+_OR_EMPTY: Final = ("route", "fused", "reason")
+_SORT_KEYS: Final = [
+    ("gpu_name", "ascending"),
+    ("gpu_cc", "ascending"),
+    ("gpu_sm_count", "ascending"),
+    ("est_us", "descending"),
+    *((c, "ascending") for c in ("op", "layout", "src0_type", "M", "N", "K", "B", "tensor", *_OR_EMPTY)),
+]
+
+
+def to_table(rows: Sequence[Mapping[str, Any]], source: str | Path) -> pa.Table:
     """Deterministic order: by GPU, then estimated time (largest first), then the key. ``source`` is
     the input the rows come from (named when a row does not fit)."""
     for r in rows:
         if r["calls"] > INT64_MAX:
             raise InputError(source, f"tensor {r['tensor']!r}: {r['calls']} calls do not fit in int64")
-    ordered = sorted(rows, key=_sort_key)
-    cols = {c: [r[c] for r in ordered] for c in schema.CENSUS_COLUMNS}
-    return pa.Table.from_pydict(cols, schema=CENSUS_ARROW_SCHEMA)
+
+    # sorted by Arrow and built one column at a time: no per-row sort key, and no column of Python
+    # values or unsorted copy longer than it takes to convert it (a census can have millions of rows)
+    def column(c: str) -> pa.Array:
+        return pa.array([r[c] for r in rows], type=CENSUS_ARROW_SCHEMA.field(c).type)
+
+    keys = pa.table({c: pc.fill_null(column(c), "") if c in _OR_EMPTY else column(c) for c, _ in _SORT_KEYS})
+    order = pc.sort_indices(keys, sort_keys=_SORT_KEYS)
+    del keys
+    return pa.Table.from_arrays(
+        [column(c).take(order) for c in CENSUS_ARROW_SCHEMA.names], schema=CENSUS_ARROW_SCHEMA
+    )
 
 
 def metadata(
@@ -96,7 +117,9 @@ def metadata(
     return fileio.base_metadata(schema.CENSUS_SCHEMA, **extra)
 
 
-def write(rows: Sequence[Row], path: str | Path, meta: Mapping[str, str], source: str | Path) -> pa.Table:
+def write(
+    rows: Sequence[Mapping[str, Any]], path: str | Path, meta: Mapping[str, str], source: str | Path
+) -> pa.Table:
     table = to_table(rows, source)
     fileio.write_parquet(table, path, meta)
     return table
