@@ -1,0 +1,181 @@
+"""Size-class defaults: routes for unseen (N, K) of a measured type, by the weight's size N*K. Pure.
+
+A per-type default (N = K = 0) is admitted only where a route passes at every measured (N, K) of the
+type, so one small shape (or an LM head measured at M = 1, 2 only) keeps a type's large shapes at stock.
+A size class is narrower:
+
+* Classes: per (op, layout, src0_type, src1_type, B) the measured shapes are sorted by N*K (the weight's
+  element count, which sets both the bytes a decode reads and the FLOPs per token) and split where two
+  neighbours differ by a factor ``class_gap`` (default 4) or more. A class needs at least
+  ``min_default_shapes`` shapes.
+* Grid and choice: a class's grid is every M measured at ``min_default_shapes`` or more of its shapes.
+  At a grid M the candidate is the route with the smallest worst-case regret over the shapes measured
+  there (min-max regret, as the per-type default), admitted only where it passes at every one of them;
+  a run of grid M extends over a gap only when the route passes at every measured M of every shape of
+  the class inside the gap. No-harm therefore holds at every measured point the rule covers.
+* Size range: a rule covers N*K from the smallest to the largest size it was fitted on. It reaches
+  further -- up to halfway (geometrically) to the next class, or without bound above the largest class
+  (the 70B-class shapes of a type measured at 8B sizes) -- only on the side where the evidence says
+  the route's advantage does not shrink: at every grid M of the run, the least-squares slope of the log
+  ratio over log N*K across the fitted shapes is >= 0 to extend upwards (<= 0 to extend downwards); a
+  run of grid M is split where that changes. Where sizes do not differ or the slope points the other way
+  the rule stops at the measured sizes.
+* A class default is used at run time only where no exact (N, K) rule covers the query, and before the
+  per-type default (N = K = 0). It records the shapes it was fitted on and its N*K range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import numpy as np
+
+from codegen.decide import (
+    KIND_DEFAULT,
+    Params,
+    Refusal,
+    RouteEval,
+    Rule,
+    ShapeKey,
+    _fails_somewhere,
+    _min_max_regret,
+    _runs,
+)
+
+Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
+
+NK_MAX: Final = 2**62  # "no upper bound" (fits the C header's int64)
+
+
+def size(key: ShapeKey) -> int:
+    return key.N * key.K
+
+
+def size_classes(shapes: Sequence[ShapeKey], gap: float) -> list[list[ShapeKey]]:
+    """Shapes of one type, sorted by N*K, split where neighbours differ by a factor ``gap`` or more."""
+    ordered = sorted(shapes, key=lambda s: (size(s), s.N, s.K))
+    out: list[list[ShapeKey]] = []
+    for s in ordered:
+        if out and size(s) < size(out[-1][-1]) * gap:
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return out
+
+
+def class_bounds(classes: Sequence[Sequence[ShapeKey]]) -> list[tuple[int, int]]:
+    """Each class's cell on the N*K axis: from just above the geometric midpoint to the class below to the
+    midpoint to the class above (1 and NK_MAX at the ends). Cells never overlap."""
+    mids = [math.isqrt(size(lo[-1]) * size(hi[0])) for lo, hi in zip(classes, classes[1:], strict=False)]
+    cells = []
+    for i in range(len(classes)):
+        lo = 1 if i == 0 else mids[i - 1] + 1
+        hi = NK_MAX if i == len(classes) - 1 else mids[i]
+        cells.append((lo, hi))
+    return cells
+
+
+def _slope(points: Sequence[tuple[int, float]]) -> float | None:
+    """Least-squares slope of log ratio over log N*K, or None with fewer than two distinct sizes."""
+    if len({s for s, _ in points}) < 2:
+        return None
+    x = np.log([float(s) for s, _ in points])
+    y = np.log([r for _, r in points])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def _trend(
+    evals: Evals, shapes: Sequence[ShapeKey], route: str, run: Sequence[int]
+) -> tuple[bool, bool, list[float]]:
+    """May the rule extend to larger (first) / smaller (second) sizes? And the slopes it saw."""
+    slopes = []
+    for M in run:
+        pts = [
+            (size(s), ev.ratio)
+            for s in shapes
+            if (ev := evals[s].get(M, {}).get(route)) is not None and ev.ratio is not None and ev.ratio > 0
+        ]
+        sl = _slope(pts)
+        if sl is None:
+            return False, False, slopes
+        slopes.append(sl)
+    return all(x >= 0 for x in slopes), all(x <= 0 for x in slopes), slopes
+
+
+def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]]:
+    groups: dict[ShapeKey, list[ShapeKey]] = defaultdict(list)
+    for key in evals:
+        groups[key.group()].append(key)
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    need = params.min_default_shapes
+    for group in sorted(groups, key=ShapeKey.codes):
+        classes = size_classes(groups[group], params.class_gap)
+        cells = class_bounds(classes)
+        for shapes, (cell_lo, cell_hi) in zip(classes, cells, strict=True):
+            if len(shapes) < need:
+                continue
+            label = f"size class N*K {cell_lo}..{cell_hi if cell_hi < NK_MAX else 'inf'}"
+            counts: dict[int, int] = defaultdict(int)
+            for s in shapes:
+                for m in evals[s]:
+                    counts[m] += 1
+            grid = sorted(m for m, n in counts.items() if n >= need)
+            labels: list[tuple[int, str | None]] = []
+            for M in grid:
+                at = [s for s in shapes if M in evals[s]]
+                route = _min_max_regret(evals, at, M)
+                why = _fails_somewhere(evals, at, route, M, M, params, inclusive=True) if route else ""
+                if route is not None and why:
+                    refusals.append(Refusal(route, group, M, f"{label} default (min-max regret choice): {why}"))
+                    route = None
+                if route is not None and labels and labels[-1][1] == route:
+                    gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
+                    if gap:
+                        refusals.append(
+                            Refusal(route, group, M, f"{label} default cannot join M={labels[-1][0]}..{M}: {gap}")
+                        )
+                        labels.append((M, None))
+                        labels.append((M, route))
+                        continue
+                labels.append((M, route))
+            pieces: list[tuple[str, list[int]]] = []
+            for route, run in _runs(labels):
+                # split a run where the size trend changes side, so each piece extends as far as it may
+                run = sorted(set(run))
+                for _, sub in itertools.groupby(run, key=lambda m, r=route: _trend(evals, shapes, r, [m])[:2]):
+                    pieces.append((route, list(sub)))
+            for route, run in pieces:
+                fitted = [s for s in shapes if any(run[0] <= m <= run[-1] for m in evals[s])]
+                ratios = [
+                    r
+                    for s in fitted
+                    for m, point in evals[s].items()
+                    if run[0] <= m <= run[-1] and (ev := point.get(route)) is not None and (r := ev.ratio) is not None
+                ]
+                up, down, _ = _trend(evals, fitted, route, run)
+                sizes = [size(s) for s in fitted]
+                lo = cell_lo if down else min(sizes)
+                hi = cell_hi if up else max(sizes)
+                rules.append(
+                    Rule(
+                        group,
+                        run[0],
+                        run[-1],
+                        route,
+                        tuple(run),
+                        min(ratios),
+                        shapes=tuple((s.N, s.K) for s in fitted),
+                        rule_kind=KIND_DEFAULT,
+                        NK=(lo, hi),
+                    )
+                )
+    return rules, refusals
+
+
+def applies(rule_nk: tuple[int, int], N: int, K: int) -> bool:
+    return rule_nk[0] <= N * K <= rule_nk[1]
