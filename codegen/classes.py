@@ -70,7 +70,7 @@ def size_classes(shapes: Sequence[ShapeKey], gap: float) -> list[list[ShapeKey]]
 def class_bounds(classes: Sequence[Sequence[ShapeKey]]) -> list[tuple[int, int]]:
     """Each class's cell on the N*K axis: from just above the geometric midpoint to the class below to the
     midpoint to the class above (1 and NK_MAX at the ends). Cells never overlap."""
-    mids = [math.isqrt(size(lo[-1]) * size(hi[0])) for lo, hi in zip(classes, classes[1:], strict=False)]
+    mids = [math.isqrt(size(lo[-1]) * size(hi[0])) for lo, hi in itertools.pairwise(classes)]
     cells = []
     for i in range(len(classes)):
         lo = 1 if i == 0 else mids[i - 1] + 1
@@ -92,7 +92,7 @@ def _trend(
     evals: Evals, shapes: Sequence[ShapeKey], route: str, run: Sequence[int]
 ) -> tuple[bool, bool, list[float]]:
     """May the rule extend to larger (first) / smaller (second) sizes? And the slopes it saw."""
-    slopes = []
+    slopes: list[float] = []
     for M in run:
         pts = [
             (size(s), ev.ratio)
@@ -131,13 +131,17 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
                 route = _min_max_regret(evals, at, M)
                 why = _fails_somewhere(evals, at, route, M, M, params, inclusive=True) if route else ""
                 if route is not None and why:
-                    refusals.append(Refusal(route, group, M, f"{label} default (min-max regret choice): {why}"))
+                    refusals.append(
+                        Refusal(route, group, M, f"{label} default (min-max regret choice): {why}")
+                    )
                     route = None
                 if route is not None and labels and labels[-1][1] == route:
                     gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
                     if gap:
                         refusals.append(
-                            Refusal(route, group, M, f"{label} default cannot join M={labels[-1][0]}..{M}: {gap}")
+                            Refusal(
+                                route, group, M, f"{label} default cannot join M={labels[-1][0]}..{M}: {gap}"
+                            )
                         )
                         labels.append((M, None))
                         labels.append((M, route))
@@ -147,7 +151,8 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
             for route, run in _runs(labels):
                 # split a run where the size trend changes side, so each piece extends as far as it may
                 run = sorted(set(run))
-                for _, sub in itertools.groupby(run, key=lambda m, r=route: _trend(evals, shapes, r, [m])[:2]):
+                sides = {m: _trend(evals, shapes, route, [m])[:2] for m in run}
+                for _, sub in itertools.groupby(run, key=sides.__getitem__):
                     pieces.append((route, list(sub)))
             for route, run in pieces:
                 fitted = [s for s in shapes if any(run[0] <= m <= run[-1] for m in evals[s])]
@@ -155,7 +160,9 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
                     r
                     for s in fitted
                     for m, point in evals[s].items()
-                    if run[0] <= m <= run[-1] and (ev := point.get(route)) is not None and (r := ev.ratio) is not None
+                    if run[0] <= m <= run[-1]
+                    and (ev := point.get(route)) is not None
+                    and (r := ev.ratio) is not None
                 ]
                 up, down, _ = _trend(evals, fitted, route, run)
                 sizes = [size(s) for s in fitted]

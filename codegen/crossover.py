@@ -181,7 +181,8 @@ def interpolated_rules(
                 continue
             sa, sb = stock_route(pa, params), stock_route(pb, params)
             if sa is None or sb is None or sa != sb:
-                why = f"stock runs {sa or 'an unidentified route'} at {a} and {sb or 'an unidentified route'} at {b}"
+                unknown = "an unidentified route"
+                why = f"stock runs {sa or unknown} at {a} and {sb or unknown} at {b}"
                 refusals.extend(_gap_refusal(key, r, a, b, why) for r in hopeful)
                 continue
             fits: list[Fit] = []
@@ -214,7 +215,9 @@ def interpolated_rules(
     return rules, refusals
 
 
-def _claim(key: ShapeKey, a: int, b: int, fits: Sequence[Fit], params: Params) -> tuple[list[Rule], list[Refusal]]:
+def _claim(
+    key: ShapeKey, a: int, b: int, fits: Sequence[Fit], params: Params
+) -> tuple[list[Rule], list[Refusal]]:
     ratios = np.stack([f.ratio for f in fits])
     best = np.argmax(ratios, axis=0)  # the fitted winner at each interior M
     Ms = fits[0].Ms.astype(np.int64)

@@ -28,6 +28,10 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
   shape, and a run of grid M values extends over a gap only when the route also passes at every
   measured M of every shape inside the gap. So a default never covers a measured point where it is not
   faster than stock beyond noise, and the runtime prefers an exact (N, K) rule over a default.
+* Rules that reach past the measured points (:func:`carried_rules`, on by default): ``interpolated``
+  rules inside gaps between adjacent measured M from a fitted crossover (``codegen.crossover``), and
+  size-class defaults for unseen (N, K) by N*K (``codegen.classes``). Every rule carries its kind:
+  ``measured``, ``interpolated`` or ``default``. The full statement is ``codegen/DECISION.md``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ DEFAULT_SEED: Final = 20261130
 DEFAULT_MIN_TRIALS: Final = 3
 DEFAULT_MIN_DEFAULT_SHAPES: Final = 2
 DEFAULT_STOCK_TOLERANCE: Final = 0.02  # a route within 2% of the anchor at a point is taken to be stock's
-DEFAULT_CLASS_GAP: Final = 4.0  # size classes split where N*K of adjacent measured shapes differ by 4x or more
+DEFAULT_CLASS_GAP: Final = (
+    4.0  # size classes split where N*K of adjacent measured shapes differ by 4x or more
+)
 
 KIND_MEASURED: Final = "measured"
 KIND_INTERPOLATED: Final = "interpolated"

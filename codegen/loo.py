@@ -63,7 +63,9 @@ def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> 
     for r in rules:
         if r["route"] != route or not r["M_lo"] <= M <= r["M_hi"]:
             continue
-        if (r["N"], r["K"]) == (key.N, key.K) or (tbl.is_class(r) and r["NK_lo"] <= key.N * key.K <= r["NK_hi"]):
+        if (r["N"], r["K"]) == (key.N, key.K) or (
+            tbl.is_class(r) and r["NK_lo"] <= key.N * key.K <= r["NK_hi"]
+        ):
             return str(tbl.rule_kind(r))
         if r["N"] == 0 and not tbl.is_class(r):
             return "type default"
@@ -155,8 +157,9 @@ def report(held: Sequence[Held]) -> list[str]:
         s = sum(h.stock_us for h in scored)
         claimed = [h for h in hs if h.predicted is not None]
         lines.append(
-            f"{check}: {len(hs)} held-out points; route = measured decision at {agree} ({100 * agree / len(hs):.1f}%), "
-            f"= oracle at {oracle_agree}; {len(claimed)} claimed a route, {len(harm)} of them slower than stock "
+            f"{check}: {len(hs)} held-out points; route = measured decision at {agree} "
+            f"({100 * agree / len(hs):.1f}%), = oracle at {oracle_agree}; {len(claimed)} claimed a route, "
+            f"{len(harm)} of them slower than stock "
             f"beyond noise; time-weighted predicted/oracle {t / o:.3f}, stock/oracle {s / o:.3f}"
         )
         by_via: dict[str, list[Held]] = {}
@@ -169,7 +172,8 @@ def report(held: Sequence[Held]) -> list[str]:
             if h.predicted != h.measured:
                 ratio = (h.predicted_us or float("nan")) / h.oracle_us
                 lines.append(
-                    f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: predicted {h.predicted or 'stock'} "
+                    f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: "
+                    f"predicted {h.predicted or 'stock'} "
                     f"({h.via}), measured {h.measured or 'stock'}, oracle {h.oracle or 'stock'}; "
                     f"predicted/oracle {ratio:.3f}" + (" HARM" if h.harm else "")
                 )

@@ -216,7 +216,9 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         for (a_lo, a_hi, am_lo, am_hi, i), (b_lo, b_hi, bm_lo, bm_hi, j) in itertools.combinations(boxes, 2):
             if a_lo <= b_hi and b_lo <= a_hi and am_lo <= bm_hi and bm_lo <= am_hi:
                 raise InputError(
-                    path, f"rules[{j}] overlaps rules[{i}] (same type, N*K and M ranges intersect)", field="rules"
+                    path,
+                    f"rules[{j}] overlaps rules[{i}] (same type, N*K and M ranges intersect)",
+                    field="rules",
                 )
     for spans in by_key.values():
         spans.sort()
@@ -256,7 +258,9 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
     if r["B"] < 1 or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
         raise InputError(path, "needs B >= 1 and 1 <= M_lo <= M_hi", field=where)
     if "kind" in r and r["kind"] not in RULE_KINDS and r["kind"] not in LEGACY_KINDS:
-        raise InputError(path, f"kind must be one of {', '.join(RULE_KINDS)}, got {r['kind']!r}", field=f"{where}.kind")
+        raise InputError(
+            path, f"kind must be one of {', '.join(RULE_KINDS)}, got {r['kind']!r}", field=f"{where}.kind"
+        )
     if ("NK_lo" in r) != ("NK_hi" in r):
         raise InputError(path, "NK_lo and NK_hi go together (a size-class default)", field=where)
     if "NK_lo" in r:
@@ -373,7 +377,9 @@ def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
     return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
 
 
-def _find(rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int, NK: int | None = None) -> str | None:
+def _find(
+    rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int, NK: int | None = None
+) -> str | None:
     """``NK`` None: a rule without a size class; else a size-class rule whose range holds NK."""
     for r in rules:
         if tuple(r[f] for f in KEY_FIELDS) != key or not r["M_lo"] <= M <= r["M_hi"]:

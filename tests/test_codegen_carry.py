@@ -26,9 +26,20 @@ def h200() -> tuple[pd.DataFrame, decide.Decisions, dict[str, object]]:
     return df, d, tbl.build_table(d, tuning_sha256="0" * 64)
 
 
-def _look(t: dict[str, object], key: decide.ShapeKey, M: int, N: int | None = None, K: int | None = None) -> str | None:
+def _look(
+    t: dict[str, object], key: decide.ShapeKey, M: int, N: int | None = None, K: int | None = None
+) -> str | None:
     return tbl.lookup(
-        t, H200, key.op, key.layout, key.src0_type, key.src1_type, M, key.N if N is None else N, key.K if K is None else K, key.B
+        t,
+        H200,
+        key.op,
+        key.layout,
+        key.src0_type,
+        key.src1_type,
+        M,
+        key.N if N is None else N,
+        key.K if K is None else K,
+        key.B,
     )
 
 
@@ -54,7 +65,9 @@ def test_no_point_outside_the_measured_range_gets_a_route_from_interpolation() -
                 assert lo < r.M_lo and r.M_hi < hi
         assert _look(t, key, hi + 1) == _look(t, key.group(), hi + 1, key.N, key.K) or True
         # beyond the largest measured M only a default could answer, never an exact-key rule
-        exact = [r for r in t["rules"] if (r["N"], r["K"]) == (key.N, key.K) and r["src0_type"] == key.src0_type]  # type: ignore[index,union-attr]
+        exact = [
+            r for r in t["rules"] if (r["N"], r["K"]) == (key.N, key.K) and r["src0_type"] == key.src0_type
+        ]  # type: ignore[index,union-attr]
         assert all(r["M_hi"] <= hi and r["M_lo"] >= lo for r in exact)
 
 
@@ -75,7 +88,12 @@ def test_the_committed_tables_measured_decisions_are_unchanged() -> None:
     new = sorted(map(str, tbl.core_rules(tbl.build_table(d, tuning_sha256="0" * 64)["rules"])))
     kinds = {tbl.rule_kind(r) for r in committed["rules"]}
     measured_now = sorted(
-        map(str, tbl.core_rules(r for r in tbl.build_table(d, tuning_sha256="0" * 64)["rules"] if r["kind"] == "measured"))
+        map(
+            str,
+            tbl.core_rules(
+                r for r in tbl.build_table(d, tuning_sha256="0" * 64)["rules"] if r["kind"] == "measured"
+            ),
+        )
     )
     assert old == measured_now and set(old) <= set(new) and kinds <= {"measured", "default", "interpolated"}
 
@@ -99,7 +117,11 @@ def test_synthetic_crossover_between_a_losing_and_a_winning_point() -> None:
     (r,) = [r for r in d.rules if r.kind == "interpolated"]
     # fitted ratio 0.8^(1-w) 1.5^w, w = log2(M/4): 0.98 at 5, 1.15 at 6, 1.33 at 7
     assert (r.M_lo, r.M_hi, r.route, r.between) == (6, 7, "mmq", (4, 8))
-    assert r.crossover is not None and 5 < r.crossover[0] < 6 and r.crossover[1] <= r.crossover[0] <= r.crossover[2]
+    assert (
+        r.crossover is not None
+        and 5 < r.crossover[0] < 6
+        and r.crossover[1] <= r.crossover[0] <= r.crossover[2]
+    )
     off = decide.decide(frame(_losing_then_winning()), decide.Params(interpolate=False))
     assert [x for x in off.rules if x.kind == "interpolated"] == []
 
@@ -131,7 +153,12 @@ def test_noisy_ends_leave_the_gap_to_stock() -> None:
 
 def _two_sizes(small_speed: float, large_speed: float) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    for N, K, s in ((1024, 1024, small_speed), (1024, 1536, small_speed), (8192, 8192, large_speed), (8192, 12288, large_speed * 1.1)):
+    for N, K, s in (
+        (1024, 1024, small_speed),
+        (1024, 1536, small_speed),
+        (8192, 8192, large_speed),
+        (8192, 12288, large_speed * 1.1),
+    ):
         rows += trials(speed={"mmvq": 1.0, "mmq": s}, M=8, N=N, K=K)
     return rows
 
@@ -149,7 +176,9 @@ def test_a_class_default_never_applies_to_a_class_it_was_not_fitted_on() -> None
 
 
 def test_a_shrinking_advantage_keeps_the_class_at_its_measured_sizes() -> None:
-    d = decide.decide(frame(_two_sizes(0.7, 1.4)[:30] + trials(speed={"mmvq": 1.0, "mmq": 1.2}, M=8, N=8192, K=12288)), P)
+    d = decide.decide(
+        frame(_two_sizes(0.7, 1.4)[:30] + trials(speed={"mmvq": 1.0, "mmq": 1.2}, M=8, N=8192, K=12288)), P
+    )
     t = tbl.build_table(d, tuning_sha256="0" * 64)
     (r,) = [r for r in t["rules"] if tbl.is_class(r)]
     assert r["NK_hi"] == 8192 * 12288
@@ -166,7 +195,11 @@ def test_class_rules_round_trip_through_the_header_and_show_their_kind_in_diff()
     parsed, h = render.parse_header(header)
     assert h == tbl.table_hash(t)
     assert sorted(map(str, tbl.core_rules(parsed["rules"]))) == sorted(map(str, tbl.core_rules(t["rules"])))
-    lines = dif.format_diff(dif.diff_tables(dif.load_text(tbl.dumps(tbl.load(H200_DIR / "table.json")), "a"), dif.load_text(tbl.dumps(t), "b")))
+    lines = dif.format_diff(
+        dif.diff_tables(
+            dif.load_text(tbl.dumps(tbl.load(H200_DIR / "table.json")), "a"), dif.load_text(tbl.dumps(t), "b")
+        )
+    )
     assert any(line.startswith("+ ") and line.endswith("[interpolated]") for line in lines)
     assert any(line.startswith("+ ") and "N*K=" in line and line.endswith("[default]") for line in lines)
     assert not any(line.startswith(("- ", "~ ")) for line in lines)

@@ -54,7 +54,9 @@ def parse_m_list(text: str) -> tuple[int, ...]:
                     raise ValueError
                 out.add(m)
         except ValueError:
-            raise InputError(None, f"--m: {part!r} is not a positive integer or a range a-b", field="m") from None
+            raise InputError(
+                None, f"--m: {part!r} is not a positive integer or a range a-b", field="m"
+            ) from None
     if not out:
         raise InputError(None, "--m: no M values", field="m")
     return tuple(sorted(out))
@@ -69,7 +71,9 @@ def parse_shape(text: str) -> ShapeKey:
     try:
         N, K = int(n), int(k)
     except ValueError:
-        raise InputError(None, f"--shape {text!r}: expected TYPE:NxK, e.g. q4_K:28672x8192", field="shape") from None
+        raise InputError(
+            None, f"--shape {text!r}: expected TYPE:NxK, e.g. q4_K:28672x8192", field="shape"
+        ) from None
     if N < 1 or K < 1:
         raise InputError(None, f"--shape {text!r}: N and K must be positive", field="shape")
     return ShapeKey(schema.Op.MUL_MAT.value, schema.Layout.WEIGHT.value, typ, "f32", N, K, 1)
@@ -220,7 +224,10 @@ def _paired_ci(
 ) -> tuple[float, float] | None:
     """Median and low end of the bootstrap CI of the per-trial ratio time(slow) / time(fast) (slow None =
     stock's anchor), or None with fewer than two paired trials."""
-    ok = df[(df["status"] == schema.TrialStatus.OK.value) & ((df["route_ran"].isna()) | (df["route_ran"] == df["route"]))]
+    ok = df[
+        (df["status"] == schema.TrialStatus.OK.value)
+        & ((df["route_ran"].isna()) | (df["route_ran"] == df["route"]))
+    ]
     f = ok[ok["route"] == fast].set_index("trial")["us"].astype(float)
     if slow is None:
         s = ok[ok["route"] == fast].set_index("trial")["anchor_us"].astype(float)
@@ -256,7 +263,9 @@ def summarize(
     for (key, M), rows in sorted(groups.items(), key=lambda kv: (kv[0][0].codes(), kv[0][1])):
         point = evals.get(key, {}).get(M, {})
         s_us = stock.get(key, {}).get(M)
-        route = tbl.lookup(table, gpu, key.op, key.layout, key.src0_type, key.src1_type, M, key.N, key.K, key.B)
+        route = tbl.lookup(
+            table, gpu, key.op, key.layout, key.src0_type, key.src1_type, M, key.N, key.K, key.B
+        )
         medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}
         note = ""
         if route is None:
@@ -273,7 +282,9 @@ def summarize(
         slower = route is not None and route in point and decide.slower_beyond_noise(point[route], params)
         beyond = False
         if best is not None and best != "stock" and best != route and t_us is not None:
-            ci = _paired_ci(rows, route, best, params, decide._seed_for(params.seed, key, M, f"{route}>{best}"))
+            ci = _paired_ci(
+                rows, route, best, params, decide._seed_for(params.seed, key, M, f"{route}>{best}")
+            )
             beyond = ci is not None and ci[0] >= 1.0 + params.theta and ci[1] > 1.0
         elif best == "stock" and route is not None and t_us is not None:
             beyond = slower
@@ -302,7 +313,7 @@ def _f(x: float | None, fmt: str = ".3f") -> str:
 def format_markdown(s: VerifySummary, table_origin: str, threshold: float = NEAR_BEST) -> list[str]:
     out = [f"# Verify {table_origin}", ""]
     if s.gpu is None:
-        return out + ["No trials."]
+        return [*out, "No trials."]
     out.append(
         f"GPU {s.gpu.name} (cc {s.gpu.cc}, {s.gpu.sm_count} SMs): the table "
         + ("applies." if s.table_applies else "does not apply here (GPU identity differs): stock everywhere.")
