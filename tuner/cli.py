@@ -401,6 +401,13 @@ def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None
 @click.option("--trials", type=click.IntRange(min=2), default=DEFAULT_TRIALS, show_default=True)
 @click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
 @click.option("--case-timeout", type=click.FloatRange(1), default=900, show_default=True)
+@click.option(
+    "--l2-bytes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
+)
+@click.option("--harness-arg", "harness_extra", multiple=True, help="extra harness option, repeatable.")
 @click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
 def verify_cmd(
     table_path: Path,
@@ -419,6 +426,8 @@ def verify_cmd(
     trials: int,
     device: str | None,
     case_timeout: float,
+    l2_bytes: int | None,
+    harness_extra: tuple[str, ...],
     dry_run: bool,
 ) -> None:
     """Measure TABLE's choices against stock and the best route on chosen points; TABLE is not changed.
@@ -469,6 +478,10 @@ def verify_cmd(
     if harness_bin is None:
         harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
     args = ["--device", device] if device else []
+    if l2_bytes is not None:
+        args += ["--l2-bytes", str(l2_bytes)]
+    for a in harness_extra:
+        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
     identity = {"table_sha256": tbl.table_hash(table), "cases": sorted(c.id for c in cases), "trials": trials}
     try:
         n = verify.run_verify(
