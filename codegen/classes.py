@@ -34,6 +34,7 @@ from typing import Final
 
 import numpy as np
 
+from codegen import crossover
 from codegen.decide import (
     KIND_DEFAULT,
     Params,
@@ -181,6 +182,88 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
                         NK=(lo, hi),
                     )
                 )
+            spanned = {g for _, run in pieces for g in itertools.pairwise(run)}
+            last = dict(labels)  # grid M -> the class's route there (the last label wins)
+            r2, f2 = _gap_rules(evals, group, shapes, grid, spanned, last, (cell_lo, cell_hi), label, params)
+            rules += r2
+            refusals += f2
+    return rules, refusals
+
+
+def _gap_rules(
+    evals: Evals,
+    group: ShapeKey,
+    shapes: Sequence[ShapeKey],
+    grid: Sequence[int],
+    spanned: set[tuple[int, int]],
+    at_grid: Mapping[int, str | None],
+    cell: tuple[int, int],
+    label: str,
+    params: Params,
+) -> tuple[list[Rule], list[Refusal]]:
+    """Class defaults inside a gap (a, b) of the class grid that no class rule spans: the route the class
+    takes at a or b, fitted per shape (codegen.crossover) and claimed at an M only where every shape
+    measured at both ends has a fitted ratio >= 1 + theta with its lower end above 1."""
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    need = 1.0 + params.theta
+    for a, b in itertools.pairwise(grid):
+        if b - a < 2 or (a, b) in spanned:
+            continue
+        cands = sorted({r for r in (at_grid.get(a), at_grid.get(b)) if r is not None})
+        at = [s for s in shapes if a in evals[s] and b in evals[s]]
+        if not cands or len(at) < params.min_default_shapes:
+            continue
+        if any(a < m < b for sh in shapes for m in evals[sh]):
+            continue  # a shape measured inside the gap: its own point decides there, not a line
+        worst: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for route in cands:
+            fits = []
+            for s in at:
+                f = crossover.try_fit(s, a, b, evals[s][a], evals[s][b], route, params)
+                if isinstance(f, str):
+                    refusals.append(
+                        Refusal(
+                            route,
+                            group,
+                            a + 1,
+                            f"{label} default over M={a + 1}..{b - 1}: at N={s.N} K={s.K}: {f}",
+                        )
+                    )
+                    break
+                fits.append(f)
+            else:
+                worst[route] = (
+                    np.min(np.stack([f.ratio for f in fits]), axis=0),
+                    np.min(np.stack([f.ci_low for f in fits]), axis=0),
+                )
+        if not worst:
+            continue
+        Ms = np.arange(a + 1, b, dtype=np.int64)
+        labels: list[tuple[int, str | None]] = []
+        for i, M in enumerate(Ms):
+            best = max(worst, key=lambda r: float(worst[r][0][i]))
+            ok = worst[best][0][i] >= need and worst[best][1][i] > 1.0
+            labels.append((int(M), best if ok else None))
+        for route, run in _runs(labels):
+            lo_i, hi_i = run[0] - (a + 1), run[-1] - (a + 1)
+            up, down, _ = _trend(evals, at, route, [a, b])
+            sizes = [size(s) for s in at]
+            rules.append(
+                Rule(
+                    group,
+                    run[0],
+                    run[-1],
+                    route,
+                    (),
+                    float(np.min(worst[route][0][lo_i : hi_i + 1])),
+                    shapes=tuple((s.N, s.K) for s in at),
+                    rule_kind=KIND_DEFAULT,
+                    between=(a, b),
+                    ci_low=float(np.min(worst[route][1][lo_i : hi_i + 1])),
+                    NK=(cell[0] if down else min(sizes), cell[1] if up else max(sizes)),
+                )
+            )
     return rules, refusals
 
 

@@ -149,6 +149,35 @@ def _monotone(ev_a: RouteEval, ev_b: RouteEval, params: Params) -> str:
     return ""
 
 
+def try_fit(
+    key: ShapeKey,
+    a: int,
+    b: int,
+    pa: Mapping[str, RouteEval],
+    pb: Mapping[str, RouteEval],
+    route: str,
+    params: Params,
+) -> Fit | str:
+    """The fitted curve of ``route`` over (a, b), or why the evidence does not support one."""
+    sa, sb = stock_route(pa, params), stock_route(pb, params)
+    if sa is None or sb is None or sa != sb:
+        unknown = "an unidentified route"
+        return f"stock runs {sa or unknown} at {a} and {sb or unknown} at {b}"
+    if route == sa:
+        return "it is stock's own route"
+    if route not in pa or route not in pb:
+        return "not measured at both ends"
+    ea, eb = pa[route], pb[route]
+    if ea.reference or eb.reference:
+        return "reference rows (one sample, no interval)"
+    if ea.ratio is None or eb.ratio is None:
+        return "no paired ok trial at one end"
+    if min(ea.n_paired, eb.n_paired) < params.min_trials:
+        return f"fewer than {params.min_trials} paired ok trials at one end"
+    why = _monotone(ea, eb, params)
+    return why or fit_gap(key, a, b, ea, eb, params)
+
+
 def _covered_gaps(rules: Sequence[Rule], key: ShapeKey) -> set[tuple[int, int]]:
     out: set[tuple[int, int]] = set()
     for r in rules:

@@ -190,19 +190,21 @@ def test_class_rules_round_trip_through_the_header_and_show_their_kind_in_diff()
     from codegen import diff as dif
     from codegen import render
 
-    _, _, t = h200()
+    df, _, t = h200()
     header = render.render_header(t)
     parsed, h = render.parse_header(header)
     assert h == tbl.table_hash(t)
     assert sorted(map(str, tbl.core_rules(parsed["rules"]))) == sorted(map(str, tbl.core_rules(t["rules"])))
-    lines = dif.format_diff(
-        dif.diff_tables(
-            dif.load_text(tbl.dumps(tbl.load(H200_DIR / "table.json")), "a"), dif.load_text(tbl.dumps(t), "b")
-        )
-    )
+    measured_only = decide.decide(df, decide.Params(interpolate=False, class_defaults=False))
+    before = tbl.build_table(measured_only, tuning_sha256="0" * 64)
+    d = dif.diff_tables(dif.load_text(tbl.dumps(before), "a"), dif.load_text(tbl.dumps(t), "b"))
+    lines = dif.format_diff(d)
     assert any(line.startswith("+ ") and line.endswith("[interpolated]") for line in lines)
     assert any(line.startswith("+ ") and "N*K=" in line and line.endswith("[default]") for line in lines)
     assert not any(line.startswith(("- ", "~ ")) for line in lines)
+    # a header carries no kinds: its rules compare equal to the JSON's, and only defaults are labelled
+    hd = dif.diff_tables(dif.load_text(tbl.dumps(t), "json"), dif.load_text(header, "header"))
+    assert not hd.differs and hd.unchanged == len(t["rules"])
 
 
 @pytest.mark.parametrize("kind", ["exact", "measured", "interpolated", "default"])
