@@ -20,6 +20,9 @@ A size class is narrower:
   ratio over log N*K across the fitted shapes is >= 0 to extend upwards (<= 0 to extend downwards); a
   run of grid M is split where that changes. Where sizes do not differ or the slope points the other way
   the rule stops at the measured sizes.
+* Between grid M: inside a gap (a, b) of the class grid that no class rule spans and where no shape of
+  the class is measured, the route the class takes at a or b is fitted per shape (``codegen.crossover``)
+  and claimed at an M only where every shape measured at both ends passes on its fitted curve.
 * A class default is used at run time only where no exact (N, K) rule covers the query, and before the
   per-type default (N = K = 0). It records the shapes it was fitted on and its N*K range.
 """
