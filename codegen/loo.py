@@ -16,7 +16,7 @@ whether it is slower than stock beyond noise there (harm).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -41,18 +41,6 @@ class Held:
     stock_us: float
     harm: bool  # predicted route slower than stock beyond noise at the dropped point
     via: str  # the kind of rule that answered, or "stock"
-
-
-def _key_mask(df: pd.DataFrame, key: ShapeKey) -> pd.Series:
-    return (
-        (df["op"] == key.op)
-        & (df["layout"] == key.layout)
-        & (df["src0_type"] == key.src0_type)
-        & (df["src1_type"] == key.src1_type)
-        & (df["N"] == key.N)
-        & (df["K"] == key.K)
-        & (df["B"] == key.B)
-    )
 
 
 def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> str:
@@ -100,19 +88,31 @@ def _score(
     )
 
 
+def _table(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, decide.RouteEval]]],
+    full: decide.Decisions,
+    params: decide.Params,
+) -> dict[str, object]:
+    """The table the decision rule builds from these per-point statistics (a point's statistics do not
+    depend on the other points, so held-out sets reuse the full file's)."""
+    exact, _ = decide._exact_rules(evals, params)
+    defaults, _ = decide._default_rules(evals, params)
+    carried, _ = decide.carried_rules(evals, exact, params)
+    d = replace(full, params=params, rules=exact + defaults + carried, refusals=[])
+    return tbl.build_table(d, tuning_sha256="0" * 64)
+
+
 def interpolation_loo(df: pd.DataFrame, params: decide.Params) -> list[Held]:
     p = replace(params, class_defaults=False)
     full = decide.decide(df, p)
     out: list[Held] = []
     for key in sorted(full.evals, key=ShapeKey.codes):
-        rows = df[_key_mask(df, key)]
         ms = sorted(full.evals[key])
         for M in ms[1:-1]:
             if M not in full.stock_us.get(key, {}):
                 continue
-            d = decide.decide(rows[rows["M"] != M], p)
-            t = tbl.build_table(d, tuning_sha256="0" * 64)
-            out.append(_score("interpolation", key, M, t, full, p))
+            held = {key: {m: v for m, v in full.evals[key].items() if m != M}}
+            out.append(_score("interpolation", key, M, _table(held, full, p), full, p))
     return out
 
 
@@ -126,16 +126,9 @@ def class_loo(df: pd.DataFrame, params: decide.Params) -> list[Held]:
         shapes = sorted(groups[group], key=ShapeKey.codes)
         if len(shapes) < 3:
             continue
-        type_rows = df[
-            (df["op"] == group.op)
-            & (df["layout"] == group.layout)
-            & (df["src0_type"] == group.src0_type)
-            & (df["src1_type"] == group.src1_type)
-            & (df["B"] == group.B)
-        ]
         for held in shapes:
-            d = decide.decide(type_rows[~_key_mask(type_rows, held)], replace(params, interpolate=False))
-            t = tbl.build_table(d, tuning_sha256="0" * 64)
+            rest = {s: full.evals[s] for s in shapes if s != held}
+            t = _table(rest, full, replace(params, interpolate=False))
             for M in sorted(full.evals[held]):
                 if M in full.stock_us.get(held, {}):
                     out.append(_score("class", held, M, t, full, params))
