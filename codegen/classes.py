@@ -14,12 +14,13 @@ A size class is narrower:
   a run of grid M extends over a gap only when the route passes at every measured M of every shape of
   the class inside the gap. No-harm therefore holds at every measured point the rule covers.
 * Size range: a rule covers N*K from the smallest to the largest size it was fitted on. It reaches
-  further -- up to halfway (geometrically) to the next class, or without bound above the largest class
-  (the 70B-class shapes of a type measured at 8B sizes) -- only on the side where the evidence says
-  the route's advantage does not shrink: at every grid M of the run, the least-squares slope of the log
-  ratio over log N*K across the fitted shapes is >= 0 to extend upwards (<= 0 to extend downwards); a
-  run of grid M is split where that changes. Where sizes do not differ or the slope points the other way
-  the rule stops at the measured sizes.
+  further -- towards halfway (geometrically) to the neighbouring class, or above the largest class (the
+  70B-class shapes of a type measured at 8B sizes), but never more than a factor ``class_gap`` past its
+  fitted sizes -- only where the evidence carries: the least-squares trend of log ratio over log N*K
+  across the fitted shapes (only its losing part) applied to each fitted shape's ratio and CI low end
+  must keep them >= 1 + theta and > 1 at the extended bound, at every grid M of the run (see
+  :func:`extent`); a run of grid M is split where the extent changes. Where sizes do not differ the rule
+  stops at the measured sizes.
 * Between grid M: inside a gap (a, b) of the class grid that no class rule spans and where no shape of
   the class is measured, the route the class takes at a or b is fitted per shape (``codegen.crossover``)
   and claimed at an M only where every shape measured at both ends passes on its fitted curve.
@@ -92,22 +93,51 @@ def _slope(points: Sequence[tuple[int, float]]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def _trend(
-    evals: Evals, shapes: Sequence[ShapeKey], route: str, run: Sequence[int]
-) -> tuple[bool, bool, list[float]]:
-    """May the rule extend to larger (first) / smaller (second) sizes? And the slopes it saw."""
-    slopes: list[float] = []
+def _low(ev: RouteEval, params: Params) -> float:
+    if ev.ci_low is not None:
+        return ev.ci_low
+    return (ev.ratio or 0.0) / (1.0 + (params.reference_margin or 0.0))
+
+
+def extent(
+    evals: Evals,
+    shapes: Sequence[ShapeKey],
+    route: str,
+    run: Sequence[int],
+    cell: tuple[int, int],
+    params: Params,
+) -> tuple[int, int]:
+    """The N*K range a class rule may claim: its fitted sizes, extended towards each bound of the class's
+    cell (but never past ``class_gap`` times its largest size, or below its smallest / ``class_gap``)
+    only where every fitted shape's ratio, carried to that bound along the least-squares size trend of
+    log ratio over log N*K (only the part of the trend that loses), stays >= 1 + theta with its CI low end
+    above 1, at every M of the run."""
+    fitted = [
+        s
+        for s in shapes
+        if any((ev := evals[s].get(m, {}).get(route)) is not None and ev.ratio is not None for m in run)
+    ]
+    sizes = [size(s) for s in fitted]
+    smin, smax = min(sizes), max(sizes)
+    up_to = min(cell[1], int(smax * params.class_gap))
+    down_to = max(cell[0], math.ceil(smin / params.class_gap))
+    up = down = True
+    need = 1.0 + params.theta
     for M in run:
         pts = [
-            (size(s), ev.ratio)
-            for s in shapes
+            (size(s), ev)
+            for s in fitted
             if (ev := evals[s].get(M, {}).get(route)) is not None and ev.ratio is not None and ev.ratio > 0
         ]
-        sl = _slope(pts)
+        sl = _slope([(S, float(ev.ratio or 0.0)) for S, ev in pts])
         if sl is None:
-            return False, False, slopes
-        slopes.append(sl)
-    return all(x >= 0 for x in slopes), all(x <= 0 for x in slopes), slopes
+            return smin, smax
+        for S, ev in pts:
+            f_up = (up_to / S) ** min(sl, 0.0)
+            f_down = (down_to / S) ** max(sl, 0.0)
+            up = up and (ev.ratio or 0.0) * f_up >= need and _low(ev, params) * f_up > 1.0
+            down = down and (ev.ratio or 0.0) * f_down >= need and _low(ev, params) * f_down > 1.0
+    return (down_to if down else smin), (up_to if up else smax)
 
 
 def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]]:
@@ -153,9 +183,9 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
                 labels.append((M, route))
             pieces: list[tuple[str, list[int]]] = []
             for route, run in _runs(labels):
-                # split a run where the size trend changes side, so each piece extends as far as it may
+                # split a run where the size extent changes, so each piece extends as far as it may
                 run = sorted(set(run))
-                sides = {m: _trend(evals, shapes, route, [m])[:2] for m in run}
+                sides = {m: extent(evals, shapes, route, [m], (cell_lo, cell_hi), params) for m in run}
                 for _, sub in itertools.groupby(run, key=sides.__getitem__):
                     pieces.append((route, list(sub)))
             for route, run in pieces:
@@ -168,10 +198,7 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
                     and (ev := point.get(route)) is not None
                     and (r := ev.ratio) is not None
                 ]
-                up, down, _ = _trend(evals, fitted, route, run)
-                sizes = [size(s) for s in fitted]
-                lo = cell_lo if down else min(sizes)
-                hi = cell_hi if up else max(sizes)
+                lo, hi = extent(evals, fitted, route, run, (cell_lo, cell_hi), params)
                 rules.append(
                     Rule(
                         group,
@@ -250,8 +277,7 @@ def _gap_rules(
             labels.append((int(M), best if ok else None))
         for route, run in _runs(labels):
             lo_i, hi_i = run[0] - (a + 1), run[-1] - (a + 1)
-            up, down, _ = _trend(evals, at, route, [a, b])
-            sizes = [size(s) for s in at]
+            nk = extent(evals, at, route, [a, b], cell, params)
             rules.append(
                 Rule(
                     group,
@@ -264,7 +290,7 @@ def _gap_rules(
                     rule_kind=KIND_DEFAULT,
                     between=(a, b),
                     ci_low=float(np.min(worst[route][1][lo_i : hi_i + 1])),
-                    NK=(cell[0] if down else min(sizes), cell[1] if up else max(sizes)),
+                    NK=nk,
                 )
             )
     return rules, refusals

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 1
-#define GGML_DISPATCH_TABLE_RULE_COUNT 49
+#define GGML_DISPATCH_TABLE_RULE_COUNT 45
 #define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 36
-#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 13
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 9
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
@@ -31,7 +31,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "cbdf53b79a44596487bdc5b103b5b331976ac4e723e46c58dd1683f55b54c70c";
+static const char ggml_dispatch_table_hash[] = "af21b6717d5a62799e5ad2f05e8109952c0e18714511902fec1d6c84d5dd92ff";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
@@ -132,17 +132,13 @@ static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rul
     /* op, layout, src0_type, src1_type, NK_lo, NK_hi, B, M_lo, M_hi, route */
     { 0, 0, 8, 0, 31457280, 31457280, 1, 107, 127, 5 },
     { 0, 0, 8, 0, 31457280, 31457280, 1, 128, 4096, 5 },
+    { 0, 0, 12, 0, 8388609, 234881024, 1, 512, 4096, 5 },
     { 0, 0, 12, 0, 16777216, 58720256, 1, 258, 511, 5 },
-    { 0, 0, 12, 0, 16777216, 4611686018427387904, 1, 8, 8, 4 },
-    { 0, 0, 12, 0, 16777216, 4611686018427387904, 1, 512, 4096, 5 },
-    { 0, 0, 14, 0, 15693649, 89128960, 1, 216, 255, 5 },
-    { 0, 0, 14, 0, 15693649, 89128960, 1, 256, 256, 5 },
-    { 0, 0, 14, 0, 15693649, 89128960, 1, 1024, 4096, 5 },
+    { 0, 0, 12, 0, 16777216, 234881024, 1, 8, 8, 4 },
+    { 0, 0, 14, 0, 15693649, 356515840, 1, 8, 8, 4 },
+    { 0, 0, 14, 0, 15693649, 356515840, 1, 256, 4096, 5 },
     { 0, 0, 14, 0, 58720256, 89128960, 1, 6, 7, 4 },
-    { 0, 0, 14, 0, 58720256, 89128960, 1, 257, 511, 5 },
-    { 0, 0, 14, 0, 58720256, 89128960, 1, 513, 1023, 5 },
-    { 0, 0, 14, 0, 58720256, 4611686018427387904, 1, 8, 8, 4 },
-    { 0, 0, 14, 0, 58720256, 4611686018427387904, 1, 512, 512, 5 },
+    { 0, 0, 14, 0, 58720256, 89128960, 1, 216, 255, 5 },
 };
 
 static inline int ggml_dispatch_table_find_class_(int op, int layout, int src0_type, int src1_type, int64_t M,
