@@ -86,6 +86,18 @@ def _under_tables(path: Path) -> bool:
     type=click.IntRange(min=2),
     help="measured (N, K) a per-type default needs",
 )
+@click.option(
+    "--interpolate/--no-interpolate",
+    default=True,
+    show_default=True,
+    help="rules inside gaps between measured M from the fitted crossover (kind interpolated)",
+)
+@click.option(
+    "--class-defaults/--no-class-defaults",
+    default=True,
+    show_default=True,
+    help="size-class defaults (by N*K) for (N, K) without an exact rule",
+)
 def codegen_cmd(
     tuning: Path,
     census_path: Path | None,
@@ -97,6 +109,8 @@ def codegen_cmd(
     resamples: int,
     seed: int,
     min_default_shapes: int,
+    interpolate: bool,
+    class_defaults: bool,
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
 
@@ -104,8 +118,10 @@ def codegen_cmd(
     Only ok trials count. At each measured point (shape, M) the route with the lowest median
     replaces stock only if it is >= theta faster with the 95% paired bootstrap CI of the
     stock/route ratio above 1. A rule covers the M range between measured neighbours where the
-    same route passes; unmeasured regions stay stock. Every refused candidate is listed with the
-    point that refused it. The table applies only on the measured GPU (name, cc, SM count).
+    same route passes (kind measured); inside a gap between adjacent measured M a fitted crossover
+    may carry a route where the fitted curve passes with its uncertainty (interpolated); size-class
+    defaults cover unseen (N, K) of a measured type (default). Beyond the measured M range:
+    stock. Every refused candidate is listed with the point that refused it. The table applies only on the measured GPU (name, cc, SM count).
 
     \b
     Rows with source = reference (one sample) need --reference-margin, and a table built from
@@ -119,6 +135,8 @@ def codegen_cmd(
         seed=seed,
         min_default_shapes=min_default_shapes,
         allow_mixed=allow_mixed,
+        interpolate=interpolate,
+        class_defaults=class_defaults,
     )
     df = _read_parquet(tuning, schema.TUNING_SCHEMA)
     census_df = None
