@@ -121,7 +121,8 @@ def codegen_cmd(
     same route passes (kind measured); inside a gap between adjacent measured M a fitted crossover
     may carry a route where the fitted curve passes with its uncertainty (interpolated); size-class
     defaults cover unseen (N, K) of a measured type (default). Beyond the measured M range:
-    stock. Every refused candidate is listed with the point that refused it. The table applies only on the measured GPU (name, cc, SM count).
+    stock. Every refused candidate is listed with the point that refused it. The table applies
+    only on the measured GPU (name, cc, SM count).
 
     \b
     Rows with source = reference (one sample) need --reference-margin, and a table built from
