@@ -84,6 +84,18 @@ def _under_tables(path: Path) -> bool:
 @click.option(
     "-v", "--verbose", is_flag=True, help="list every refused candidate and every affected census row"
 )
+@click.option(
+    "--interpolate/--no-interpolate",
+    default=True,
+    show_default=True,
+    help="rules inside gaps between measured M from the fitted crossover (kind interpolated)",
+)
+@click.option(
+    "--class-defaults/--no-class-defaults",
+    default=True,
+    show_default=True,
+    help="size-class defaults (by N*K) for (N, K) without an exact rule",
+)
 def codegen_cmd(
     tuning: Path,
     census_path: Path | None,
@@ -96,6 +108,8 @@ def codegen_cmd(
     seed: int,
     min_default_shapes: int,
     verbose: bool,
+    interpolate: bool,
+    class_defaults: bool,
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
 
@@ -103,9 +117,11 @@ def codegen_cmd(
     Only ok trials count. At each measured point (shape, M) the route with the lowest median
     replaces stock only if it is >= theta faster with the 95% paired bootstrap CI of the
     stock/route ratio above 1. A rule covers the M range between measured neighbours where the
-    same route passes; unmeasured regions stay stock. Refused candidates are counted by reason
-    (--verbose lists each with the point that refused it; table.json keeps them all). The table
-    applies only on the measured GPU (name, cc, SM count).
+    same route passes (kind measured); inside a gap between adjacent measured M a fitted crossover
+    may carry a route where the fitted curve passes with its uncertainty (interpolated); size-class
+    defaults cover unseen (N, K) of a measured type (default). Beyond the measured M range: stock.
+    Refused candidates are counted by reason (--verbose lists each with the point that refused it;
+    table.json keeps them all). The table applies only on the measured GPU (name, cc, SM count).
 
     \b
     Rows with source = reference (one sample) need --reference-margin, and a table built from
@@ -123,6 +139,8 @@ def codegen_cmd(
         seed=seed,
         min_default_shapes=min_default_shapes,
         allow_mixed=allow_mixed,
+        interpolate=interpolate,
+        class_defaults=class_defaults,
     )
     df = tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame()
     census_df = None

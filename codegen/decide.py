@@ -28,6 +28,10 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
   shape, and a run of grid M values extends over a gap only when the route also passes at every
   measured M of every shape inside the gap. So a default never covers a measured point where it is not
   faster than stock beyond noise, and the runtime prefers an exact (N, K) rule over a default.
+* Rules that reach past the measured points (:func:`carried_rules`, on by default): ``interpolated``
+  rules inside gaps between adjacent measured M from a fitted crossover (``codegen.crossover``), and
+  size-class defaults for unseen (N, K) by N*K (``codegen.classes``). Every rule carries its kind:
+  ``measured``, ``interpolated`` or ``default``. The full statement is ``codegen/DECISION.md``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,15 @@ DEFAULT_CONFIDENCE: Final = 0.95
 DEFAULT_SEED: Final = 20261130
 DEFAULT_MIN_TRIALS: Final = 3
 DEFAULT_MIN_DEFAULT_SHAPES: Final = 2
+DEFAULT_STOCK_TOLERANCE: Final = 0.02  # a route within 2% of the anchor at a point is taken to be stock's
+DEFAULT_CLASS_GAP: Final = (
+    4.0  # size classes split where N*K of adjacent measured shapes differ by 4x or more
+)
+
+KIND_MEASURED: Final = "measured"
+KIND_INTERPOLATED: Final = "interpolated"
+KIND_DEFAULT: Final = "default"
+RULE_KINDS: Final = (KIND_MEASURED, KIND_INTERPOLATED, KIND_DEFAULT)
 
 _ROUTE_ORDER: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
 _OPS: Final = frozenset(o.value for o in schema.Op)
@@ -68,6 +81,10 @@ class Params:
     seed: int = DEFAULT_SEED
     min_default_shapes: int = DEFAULT_MIN_DEFAULT_SHAPES
     allow_mixed: bool = False
+    interpolate: bool = True  # rules between measured M from a fitted crossover (codegen.crossover)
+    class_defaults: bool = True  # size-class defaults for unseen (N, K) (codegen.classes)
+    stock_tolerance: float = DEFAULT_STOCK_TOLERANCE
+    class_gap: float = DEFAULT_CLASS_GAP
 
 
 ShapeKey = schema.ShapeKey
@@ -89,6 +106,7 @@ class RouteEval:
     ci_high: float | None
     reference: bool
     is_anchor: bool = False  # reference rows: this sample is the stock anchor itself (stock's own route)
+    ratios: tuple[float, ...] = ()  # the per-trial paired ratios (what the bootstraps resample)
 
 
 @dataclass(frozen=True)
@@ -106,10 +124,17 @@ class Rule:
     measured_M: tuple[int, ...]  # measured M values the rule covers
     min_ratio: float  # smallest stock/route ratio at those points (over every shape, for defaults)
     shapes: tuple[tuple[int, int], ...] = ()  # defaults: the measured (N, K) that admitted it
+    rule_kind: str | None = None  # None: measured (exact N, K) or default (N = K = 0), from the key
+    between: tuple[int, int] | None = None  # interpolated: the measured M on either side of the gap
+    ci_low: float | None = None  # interpolated: smallest lower end of the fitted ratio's interval
+    crossover: tuple[float, float, float] | None = None  # interpolated: M at 1 + theta (point, lo, hi)
+    NK: tuple[int, int] | None = None  # size-class default: N*K range [lo, hi] it applies to
 
     @property
     def kind(self) -> str:
-        return "default" if self.key.is_default else "exact"
+        if self.rule_kind is not None:
+            return self.rule_kind
+        return KIND_DEFAULT if self.key.is_default else KIND_MEASURED
 
 
 @dataclass(frozen=True)
@@ -118,10 +143,13 @@ class Refusal:
     key: ShapeKey  # N = K = 0 for a default candidate
     M: int
     reason: str
+    refusal_kind: str | None = None
 
     @property
     def kind(self) -> str:
-        return "default" if self.key.is_default else "exact"
+        if self.refusal_kind is not None:
+            return self.refusal_kind
+        return KIND_DEFAULT if self.key.is_default else KIND_MEASURED
 
 
 @dataclass
@@ -246,6 +274,7 @@ def evaluate_route(key: ShapeKey, M: int, route: str, rows: pd.DataFrame, params
         ci_high=ci_high,
         reference=reference,
         is_anchor=reference and bool(paired.any()) and bool(np.all(anchor[paired] == us[paired])),
+        ratios=tuple(float(x) for x in ratios),
     )
 
 
@@ -475,6 +504,25 @@ def _default_rules(
     return rules, refusals
 
 
+def carried_rules(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], measured: Sequence[Rule], params: Params
+) -> tuple[list[Rule], list[Refusal]]:
+    """The rules that reach past the measured points: interpolated gaps and size-class defaults."""
+    from codegen import classes, crossover  # they build on this module's statistics
+
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    if params.interpolate:
+        r, f = crossover.interpolated_rules(evals, measured, params)
+        rules += r
+        refusals += f
+    if params.class_defaults:
+        r, f = classes.class_rules(evals, params)
+        rules += r
+        refusals += f
+    return rules, refusals
+
+
 def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
     """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
     if params.theta < 0:
@@ -489,10 +537,12 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
     evals, stock = evaluate(df, params)
     exact, refused_exact = _exact_rules(evals, params)
     defaults, refused_defaults = _default_rules(evals, params)
+    carried, refused_carried = carried_rules(evals, exact, params)
     refusals = sorted(
-        refused_exact + refused_defaults, key=lambda r: (r.key.codes(), r.M, _ROUTE_ORDER[r.route], r.reason)
+        refused_exact + refused_defaults + refused_carried,
+        key=lambda r: (r.key.codes(), r.M, _ROUTE_ORDER[r.route], r.reason),
     )
-    rules = sorted(exact + defaults, key=lambda r: (r.key.codes(), r.M_lo))
+    rules = sorted(exact + defaults + carried, key=lambda r: (r.key.codes(), r.NK or (0, 0), r.M_lo))
     return Decisions(
         identity=identity,
         params=params,

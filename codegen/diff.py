@@ -108,20 +108,30 @@ def diff_tables(a: LoadedTable, b: LoadedTable) -> TableDiff:
             d.provenance[name] = [va, vb]
 
     def by_key(rules: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+        # grouped by shape key and size class; a rule's kind rides along for display, decisions compare
+        # on the runtime fields only (a kind renamed is not a changed decision)
         out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        for r in tbl.core_rules(rules):
-            out.setdefault(tuple(r[f] for f in tbl.KEY_FIELDS), []).append(r)
+        for full, r in zip(rules, tbl.core_rules(rules), strict=True):
+            kind = tbl.rule_kind(full)
+            row = {**r, "kind": kind} if kind is not None else r
+            out.setdefault((*(r[f] for f in tbl.KEY_FIELDS), *tbl.class_codes(r)), []).append(row)
         return out
+
+    def core(r: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in r.items() if k != "kind"}
 
     ka, kb = by_key(ta["rules"]), by_key(tb["rules"])
     for key in sorted(
-        set(ka) | set(kb), key=lambda k: tbl.key_codes(dict(zip(tbl.KEY_FIELDS, k, strict=True)))
+        set(ka) | set(kb),
+        key=lambda k: (tbl.key_codes(dict(zip(tbl.KEY_FIELDS, k, strict=False))), *k[len(tbl.KEY_FIELDS) :]),
     ):
         ra, rb = ka.get(key, []), kb.get(key, [])
-        same = [r for r in ra if r in rb]
+        core_b = [core(r) for r in rb]
+        same = [r for r in ra if core(r) in core_b]
         d.unchanged += len(same)
-        ra = [r for r in ra if r not in rb]
-        rb = [r for r in rb if r not in same]
+        core_same = [core(r) for r in same]
+        ra = [r for r in ra if core(r) not in core_b]
+        rb = [r for r in rb if core(r) not in core_same]
         # connected components of the "M ranges overlap" relation between the two sides
         items = [("a", r) for r in ra] + [("b", r) for r in rb]
         parent = list(range(len(items)))
@@ -137,7 +147,10 @@ def diff_tables(a: LoadedTable, b: LoadedTable) -> TableDiff:
             before = sorted((r for s, r in comp if s == "a"), key=lambda r: r["M_lo"])
             after = sorted((r for s, r in comp if s == "b"), key=lambda r: r["M_lo"])
             if before and after:
-                d.changed.append(RuleChange(dict(zip(tbl.KEY_FIELDS, key, strict=True)), before, after))
+                shape = dict(zip(tbl.KEY_FIELDS, key, strict=False))
+                if len(key) > len(tbl.KEY_FIELDS) and key[len(tbl.KEY_FIELDS)]:
+                    shape["NK_lo"], shape["NK_hi"] = key[len(tbl.KEY_FIELDS) :]
+                d.changed.append(RuleChange(shape, before, after))
             elif before:
                 d.removed.extend(before)
             else:
@@ -167,7 +180,13 @@ def predict(
 
 
 def rule_line(r: Mapping[str, Any]) -> str:
-    return f"{tbl.rule_label(r)} -> {r['route']}"
+    kind = tbl.rule_kind(r)
+    return f"{tbl.rule_label(r)} -> {r['route']}" + (f" [{kind}]" if kind else "")
+
+
+def _span(r: Mapping[str, Any]) -> str:
+    kind = tbl.rule_kind(r)
+    return f"M={r['M_lo']}..{r['M_hi']} {r['route']}" + (f" [{kind}]" if kind else "")
 
 
 def format_diff(d: TableDiff) -> list[str]:
@@ -181,8 +200,8 @@ def format_diff(d: TableDiff) -> list[str]:
     for r in d.added:
         out.append(f"+ {rule_line(r)}")
     for c in d.changed:
-        before = ", ".join(f"M={r['M_lo']}..{r['M_hi']} {r['route']}" for r in c.before)
-        after = ", ".join(f"M={r['M_lo']}..{r['M_hi']} {r['route']}" for r in c.after)
+        before = ", ".join(_span(r) for r in c.before)
+        after = ", ".join(_span(r) for r in c.after)
         label = tbl.rule_label({**c.key, "M_lo": 0, "M_hi": 0}).rsplit(" M=", 1)[0]
         out.append(f"~ {label}: {before} -> {after}")
     out.append(

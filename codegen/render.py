@@ -66,6 +66,14 @@ def _row(rule: Mapping[str, Any]) -> list[int]:
     ]
 
 
+def _class_row(rule: Mapping[str, Any]) -> list[int]:
+    return [
+        *tbl.key_codes(rule)[:4],
+        *(int(rule[f]) for f in ("NK_lo", "NK_hi", "B", "M_lo", "M_hi")),
+        schema.ROUTE_CODES[schema.Route(rule["route"])],
+    ]
+
+
 def render_header(table: Mapping[str, Any]) -> str:
     """The C header for ``table`` (validated first). ``empty_table()`` renders the 'no table' header."""
     t = tbl.validate(tbl.canonicalize(table))
@@ -82,7 +90,8 @@ def render_header(table: Mapping[str, Any]) -> str:
         "table_hash": tbl.table_hash(t),
         "tuning_sha256": str(prov.get("tuning_sha256") or ""),
         "upstream_commit": str(t["upstream_commit"]),
-        "rows": [_row(r) for r in t["rules"]],
+        "rows": [_row(r) for r in t["rules"] if not tbl.is_class(r)],
+        "class_rows": [_class_row(r) for r in t["rules"] if tbl.is_class(r)],
         "op_codes": [(o.value, c) for o, c in schema.OP_CODES.items()],
         "layout_codes": [(lay.value, c) for lay, c in schema.LAYOUT_CODES.items()],
         "route_codes": [(r.value, c) for r, c in schema.ROUTE_CODES.items()],
@@ -99,7 +108,10 @@ _STATIC_STR: Final = re.compile(
     r'^static const char (ggml_dispatch_table_[a-z_]+)\[\] = ("(?:[^"\\\n]|\\.)*");$', re.M
 )
 _RULES: Final = re.compile(
-    r"ggml_dispatch_table_rules\[GGML_DISPATCH_TABLE_RULE_COUNT\] = \{(.*?)\n\};", re.S
+    r"ggml_dispatch_table_rules\[GGML_DISPATCH_TABLE_(?:KEY_)?RULE_COUNT\] = \{(.*?)\n\};", re.S
+)
+_CLASS_RULES: Final = re.compile(
+    r"ggml_dispatch_table_class_rules\[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT\] = \{(.*?)\n\};", re.S
 )
 _ROW: Final = re.compile(r"^\s*\{ ([-\d, ]+) \},\s*$", re.M)
 _ESCAPE: Final = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]+|.)", re.S)
@@ -176,6 +188,30 @@ def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], st
             )
         except KeyError as e:
             raise InputError(path, f"unknown code {e} in rule row {row.group(0).strip()}") from None
+    m = _CLASS_RULES.search(text)
+    for row in _ROW.finditer(m.group(1) if m else ""):
+        v = [int(x) for x in row.group(1).split(",")]
+        if len(v) != 10:
+            raise InputError(path, f"class rule row with {len(v)} values: {row.group(0).strip()}")
+        try:
+            rules.append(
+                {
+                    "op": ops[v[0]],
+                    "layout": layouts[v[1]],
+                    "src0_type": schema.GGML_TYPES_BY_ID[v[2]].name,
+                    "src1_type": schema.GGML_TYPES_BY_ID[v[3]].name,
+                    "N": 0,
+                    "K": 0,
+                    "NK_lo": v[4],
+                    "NK_hi": v[5],
+                    "B": v[6],
+                    "M_lo": v[7],
+                    "M_hi": v[8],
+                    "route": routes[v[9]],
+                }
+            )
+        except KeyError as e:
+            raise InputError(path, f"unknown code {e} in class rule row {row.group(0).strip()}") from None
     if len(rules) != ints["GGML_DISPATCH_TABLE_RULE_COUNT"]:
         raise InputError(
             path,

@@ -8,9 +8,13 @@ A table is a dict:
 * ``provenance``: source (measured / reference / none), tool version, tuning and census sha256, patch
   hashes, harness versions, drivers, CUDA and cuBLAS versions, the decision parameters, and (only with
   ``--allow-mixed``) every GPU and commit that contributed rows;
-* ``rules``: ``op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route`` plus evidence
-  (``kind``, ``measured_M``, ``min_ratio``, ``shapes`` for defaults). N = K = 0 is a per-type default,
-  used only when no exact (N, K) rule covers the query;
+* ``rules``: ``op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route`` plus evidence: ``kind``
+  (``measured``: M between measured neighbours that pass; ``interpolated``: M inside a gap between two
+  measured M, from the fitted crossover, with ``between``, ``ci_low`` and ``crossover``; ``default``: N = K
+  = 0, for (N, K) without an exact rule), ``measured_M``, ``min_ratio``, ``shapes`` (what a default was
+  fitted on). A default with ``NK_lo``/``NK_hi`` is a size-class default: it applies only where N*K lies
+  in that range, and it is looked up after the exact (N, K) rules and before the per-type default (N = K
+  = 0 without a range);
 * ``refused``: every refused candidate with its point and reason.
 
 The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
@@ -32,6 +36,10 @@ from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.errors import InputError
 
 RULE_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B", "M_lo", "M_hi", "route")
+CLASS_FIELDS: Final = ("NK_lo", "NK_hi")  # a size-class default's range of N*K (both or neither)
+# "declared": a hand-written rule (the crude-rule baseline), never produced by decide
+RULE_KINDS: Final = ("measured", "interpolated", "default", "declared")
+LEGACY_KINDS: Final = {"exact": "measured"}  # tables written before interpolation called measured rules exact
 KEY_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
 SOURCE_NONE: Final = "none"
 SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline), not a measurement
@@ -47,6 +55,10 @@ DECISION_PARAMS: Final = {
     "confidence": "confidence",
     "seed": "seed",
     "min_default_shapes": "min_default_shapes",
+    "interpolate": "interpolate",
+    "class_defaults": "class_defaults",
+    "stock_tolerance": "stock_tolerance",
+    "class_gap": "class_gap",
 }
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
@@ -87,8 +99,17 @@ def key_codes(rule: Mapping[str, Any]) -> tuple[int, ...]:
     )
 
 
+def is_class(rule: Mapping[str, Any]) -> bool:
+    """A size-class default (N = K = 0 with an N*K range)."""
+    return "NK_lo" in rule
+
+
+def class_codes(rule: Mapping[str, Any]) -> tuple[int, int]:
+    return (int(rule["NK_lo"]), int(rule["NK_hi"])) if is_class(rule) else (0, 0)
+
+
 def rule_sort_key(rule: Mapping[str, Any]) -> tuple[int, ...]:
-    return (*key_codes(rule), int(rule["M_lo"]))
+    return (*key_codes(rule), *class_codes(rule), int(rule["M_lo"]))
 
 
 def refusal_sort_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -187,7 +208,20 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         )
     by_key: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
     for i, r in enumerate(rules):
-        by_key.setdefault(key_codes(r), []).append((r["M_lo"], r["M_hi"], i))
+        if not is_class(r):
+            by_key.setdefault(key_codes(r), []).append((r["M_lo"], r["M_hi"], i))
+    classes: dict[tuple[int, ...], list[tuple[int, int, int, int, int]]] = {}
+    for i, r in enumerate(rules):
+        if is_class(r):
+            classes.setdefault(key_codes(r), []).append((*class_codes(r), r["M_lo"], r["M_hi"], i))
+    for boxes in classes.values():
+        for (a_lo, a_hi, am_lo, am_hi, i), (b_lo, b_hi, bm_lo, bm_hi, j) in itertools.combinations(boxes, 2):
+            if a_lo <= b_hi and b_lo <= a_hi and am_lo <= bm_hi and bm_lo <= am_hi:
+                raise InputError(
+                    path,
+                    f"rules[{j}] overlaps rules[{i}] (same type, N*K and M ranges intersect)",
+                    field="rules",
+                )
     for spans in by_key.values():
         spans.sort()
         for (_, hi, i), (lo2, _, j) in itertools.pairwise(spans):
@@ -225,6 +259,18 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
         raise InputError(path, "N and K are both 0 (a type default) or both positive", field=where)
     if r["B"] < 1 or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
         raise InputError(path, "needs B >= 1 and 1 <= M_lo <= M_hi", field=where)
+    if "kind" in r and r["kind"] not in RULE_KINDS and r["kind"] not in LEGACY_KINDS:
+        raise InputError(
+            path, f"kind must be one of {', '.join(RULE_KINDS)}, got {r['kind']!r}", field=f"{where}.kind"
+        )
+    if ("NK_lo" in r) != ("NK_hi" in r):
+        raise InputError(path, "NK_lo and NK_hi go together (a size-class default)", field=where)
+    if "NK_lo" in r:
+        for f in CLASS_FIELDS:
+            if not _is_int(r[f]) or r[f] < 1 or r[f] > 2**62:
+                raise InputError(path, "must be a positive integer", field=f"{where}.{f}")
+        if r["NK_hi"] < r["NK_lo"] or r["N"] != 0 or r["K"] != 0:
+            raise InputError(path, "a size-class default has N = K = 0 and NK_lo <= NK_hi", field=where)
 
 
 def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -290,6 +336,12 @@ def build_table(
         }
         if r.shapes:
             row["shapes"] = [list(s) for s in r.shapes]
+        if r.NK is not None:
+            row["NK_lo"], row["NK_hi"] = r.NK
+        if r.between is not None:
+            row["between"] = list(r.between)
+            row["ci_low"] = r.ci_low
+            row["crossover"] = list(r.crossover) if r.crossover is not None else None
         rules.append(row)
     refused = [
         {**f.key.as_dict(), "M": f.M, "route": f.route, "kind": f.kind, "reason": f.reason}
@@ -324,9 +376,16 @@ def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
     return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
 
 
-def _find(rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int) -> str | None:
+def _find(
+    rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int, NK: int | None = None
+) -> str | None:
+    """``NK`` None: a rule without a size class; else a size-class rule whose range holds NK."""
     for r in rules:
-        if tuple(r[f] for f in KEY_FIELDS) == key and r["M_lo"] <= M <= r["M_hi"]:
+        if tuple(r[f] for f in KEY_FIELDS) != key or not r["M_lo"] <= M <= r["M_hi"]:
+            continue
+        if NK is None and not is_class(r):
+            return str(r["route"])
+        if NK is not None and is_class(r) and r["NK_lo"] <= NK <= r["NK_hi"]:
             return str(r["route"])
     return None
 
@@ -343,11 +402,14 @@ def lookup(
     K: int,
     B: int,
 ) -> str | None:
-    """The route the table picks, or None for stock. Exact (N, K) rules win over type defaults."""
+    """The route the table picks, or None for stock. Exact (N, K) rules win over size-class defaults, and
+    those over per-type defaults."""
     if not gpu_matches(table, gpu):
         return None
     rules = table["rules"]
     route = _find(rules, (op, layout, src0_type, src1_type, N, K, B), M)
+    if route is None and (N != 0 or K != 0):
+        route = _find(rules, (op, layout, src0_type, src1_type, 0, 0, B), M, NK=N * K)
     if route is None and (N != 0 or K != 0):
         route = _find(rules, (op, layout, src0_type, src1_type, 0, 0, B), M)
     return route
@@ -355,10 +417,21 @@ def lookup(
 
 def rule_label(r: Mapping[str, Any]) -> str:
     nk = "N=* K=*" if r["N"] == 0 and r["K"] == 0 else f"N={r['N']} K={r['K']}"
+    if is_class(r):
+        hi = "inf" if r["NK_hi"] >= 2**62 else str(r["NK_hi"])
+        nk = f"N*K={r['NK_lo']}..{hi}"
     span = f"M={r['M_lo']}" if r["M_lo"] == r["M_hi"] else f"M={r['M_lo']}..{r['M_hi']}"
     return f"{r['op']} {r['layout']} {r['src0_type']}x{r['src1_type']} {nk} B={r['B']} {span}"
 
 
+def rule_kind(r: Mapping[str, Any]) -> str | None:
+    """measured / interpolated / default; None when the source does not say (a parsed header's exact rule)."""
+    k = r.get("kind")
+    if isinstance(k, str):
+        return LEGACY_KINDS.get(k, k)
+    return "default" if r["N"] == 0 and r["K"] == 0 else None
+
+
 def core_rules(rules: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rules reduced to the fields the runtime sees (what a header carries)."""
-    return [{f: r[f] for f in RULE_FIELDS} for r in rules]
+    return [{f: r[f] for f in (*RULE_FIELDS, *(CLASS_FIELDS if is_class(r) else ()))} for r in rules]

@@ -256,7 +256,8 @@ def test_status_of_a_hooked_tree_with_the_h200_table(tree_copy: Path, tmp_path: 
     )
     inst.install(tree_copy, table_path=TABLE)
     header = status_mod.parse_table_header((tree_copy / inst.CUDA_DIR / inst.TABLE_HEADER).read_text())
-    assert header is not None and header.rules == 20
+    n_rules = len(table_mod.load(TABLE)["rules"])
+    assert header is not None and header.rules == n_rules
     table_hash = header.table_hash
     assert table_hash == table_mod.table_hash(table_mod.load(TABLE))
     # a build folder whose libggml-cuda.so holds the old (no-table) build: the table is not compiled in.
@@ -269,7 +270,7 @@ def test_status_of_a_hooked_tree_with_the_h200_table(tree_copy: Path, tmp_path: 
     )
     assert res.exit_code == 0, res.output
     assert (
-        f"table: {table_hash[:12]} in the tree (20 rules, measured on NVIDIA H200, cc 900, 132 SMs)"
+        f"table: {table_hash[:12]} in the tree ({n_rules} rules, measured on NVIDIA H200, cc 900, 132 SMs)"
         in res.output
     )
     assert f"build: table {table_hash[:12]} NOT compiled in" in res.output

@@ -39,14 +39,14 @@ def test_codegen_writes_table_and_header_deterministically(tmp_path: Path) -> No
     assert render.parse_header(header)[1] == tbl.table_hash(t)
     assert "MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 M=256..512 -> cublas" in out
     # by default refusals are counted by reason; --verbose lists each
-    assert "refused candidates: 4 by reason (--verbose lists each):" in out
+    assert "refused candidates: 5 by reason (--verbose lists each):" in out
     assert "not the fastest route" in out
     assert "not the fastest: mmvq" not in out
     assert "pass --census" in out
     code, verbose = _run("codegen", str(tuning), "-o", str(tmp_path / "verbose"), "--verbose")
     assert code == 0, verbose
     assert "mmq at MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 M=8: not the fastest: mmvq" in verbose
-    assert "refused candidates (4):" in verbose
+    assert "refused candidates (5):" in verbose
     first = (tmp_path / "out" / "table.json").read_bytes(), header
     code, _ = _run("codegen", str(tuning), "-o", str(tmp_path / "out"))
     assert code == 0

@@ -10,7 +10,7 @@ from codegen import table as tbl
 from ggml_dispatch import schema
 from ggml_dispatch.errors import InputError
 
-P = decide.Params()
+P = decide.Params(interpolate=False, class_defaults=False)  # the measured rule and the per-type default alone
 KEY = decide.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 4096, 4096, 1)
 
 

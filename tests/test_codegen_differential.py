@@ -108,6 +108,9 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
         nks = [(r["N"], r["K"])]
         if r["N"] == 0:
             nks += [tuple(s) for s in r["shapes"]] + [(5120, 5120), (0, 0)]
+        if tbl.is_class(r):  # the edges of a size class's N*K range
+            hi = min(r["NK_hi"], 1 << 40)
+            nks += [(1, r["NK_lo"] - 1), (1, r["NK_lo"]), (1, hi), (1, hi + 1), (2, r["NK_lo"] // 2)]
         for N, K in nks:
             for M in (r["M_lo"] - 1, r["M_lo"], r["M_hi"], r["M_hi"] + 1):
                 for dn, dk, db in ((0, 0, 0), (0, 0, 1), (1, 0, 0), (0, -1, 0)):
@@ -184,6 +187,7 @@ def _python(t: dict[str, Any], q: tuple[Any, ...]) -> str:
 def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path: Path) -> None:
     t, d = rich_table()
     assert len(t["rules"]) >= 30 and any(r["N"] == 0 for r in t["rules"])
+    assert any(tbl.is_class(r) for r in t["rules"]) and any(r["kind"] == "interpolated" for r in t["rules"])
     assert {r["layout"] for r in t["rules"]} == {"weight", "attention", "expert"}
     qs, n_edge = queries(t, d, random.Random(20261130))
     assert len(qs) == N_QUERIES and n_edge >= N_QUERIES // 2

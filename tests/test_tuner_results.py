@@ -192,7 +192,7 @@ def test_codegen_accepts_the_rows_and_decides_on_them(tmp_path: Path) -> None:
     ident = decide.check_rows(df, out, params)
     assert ident.gpu == schema.GpuId("NVIDIA H200", 900, 132)
     d = decide.decide(df, params, out)
-    exact = [r for r in d.rules if r.kind == "exact"]
+    exact = [r for r in d.rules if r.kind == "measured"]
     assert [(r.route, r.M_lo, r.M_hi) for r in exact] == [("mmq", 4, 16)]
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from ggml_dispatch import fileio
+from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
 from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
@@ -357,6 +358,167 @@ def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None
     fileio.check_output(output, inputs)
     n = results.merge_tuning(list(inputs), output, allow_mixed=allow_mixed)
     _echo(f"{n} rows from {len(inputs)} files -> {output}")
+
+
+@tune.command("verify")
+@click.argument("table_path", metavar="TABLE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--llama-cpp",
+    "tree",
+    envvar="LLAMA_CPP_DIR",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).",
+)
+@click.option(
+    "--recorded",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="summarize these recorded trials (a verify or tuning Parquet) instead of measuring.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Parquet file of the verify trials (tuning schema; written atomically from the journal).",
+)
+@click.option(
+    "--census",
+    "census_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="census whose MUL_MAT weight shapes to verify (at its own M, weighted by calls, unless --m).",
+)
+@click.option("--m", "m_text", default=None, help="M values to verify at, e.g. 5,6,7,384,488 or 5-7,384.")
+@click.option(
+    "--shape",
+    "shape_text",
+    multiple=True,
+    help="a shape to verify that no census has, TYPE:NxK (e.g. q4_K:28672x8192); repeatable; needs --m.",
+)
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Markdown summary to write [default: OUTPUT with .md].",
+)
+@_build_options
+@click.option(
+    "--harness",
+    "harness_bin",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="use this harness binary instead of building one.",
+)
+@click.option("--trials", type=click.IntRange(min=2), default=DEFAULT_TRIALS, show_default=True)
+@click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
+@click.option("--case-timeout", type=click.FloatRange(1), default=900, show_default=True)
+@click.option(
+    "--l2-bytes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
+)
+@click.option("--harness-arg", "harness_extra", multiple=True, help="extra harness option, repeatable.")
+@click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
+def verify_cmd(
+    table_path: Path,
+    tree: Path | None,
+    recorded: Path | None,
+    output: Path | None,
+    census_path: Path | None,
+    m_text: str | None,
+    shape_text: tuple[str, ...],
+    summary_path: Path | None,
+    build_dir: Path | None,
+    cuda: bool | None,
+    cuda_arch: str,
+    jobs: int | None,
+    harness_bin: Path | None,
+    trials: int,
+    device: str | None,
+    case_timeout: float,
+    l2_bytes: int | None,
+    harness_extra: tuple[str, ...],
+    dry_run: bool,
+) -> None:
+    """Measure TABLE's choices against stock and the best route on chosen points; TABLE is not changed.
+
+    \b
+    Every route and stock are timed at each point (the sweep's harness path and journal; the
+    output is a tuning Parquet file). The summary lists, per point, the table's route, the best
+    measured one, table/oracle, and flags points where the table is slower than stock beyond noise
+    or where the best route beats its choice by theta with the 95% CI above 1; it ends with the
+    time-weighted table/oracle and stock/oracle ratios.
+
+    \b
+    Examples:
+      ggml-dispatch tune verify tables/x/table.json --census census.parquet --m 5,6,7,384,488 \\
+          --llama-cpp ~/llama.cpp -o verify.parquet
+      ggml-dispatch tune verify table.json --shape q4_K:28672x8192 --shape q6_K:8192x28672 \\
+          --m 1,8,384,512 --llama-cpp ~/llama.cpp -o verify-70b.parquet
+    """
+    from codegen import table as tbl
+    from tuner import verify
+
+    table = tbl.load(table_path)
+    if recorded is not None:
+        df, _ = results.read_tuning(recorded)
+        summary = verify.summarize(df.to_pandas(), table)
+        lines = verify.format_markdown(summary, str(table_path))
+        if summary_path is not None:
+            with fileio.atomic_path(summary_path) as tmp:
+                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for line in lines:
+            click.echo(line)
+        return
+    ms = verify.parse_m_list(m_text) if m_text is not None else None
+    shapes = [verify.parse_shape(t) for t in shape_text]
+    census_rows = read_census(census_path) if census_path is not None else None
+    points = verify.verify_points(census_rows, shapes, ms)
+    cases = verify.cases_for(points, trials=trials)
+    if dry_run:
+        for c in cases:
+            click.echo(json.dumps(c.spec()))
+        _echo(f"{len(cases)} cases")
+        return
+    if output is None:
+        raise click.UsageError("-o/--output is required (unless --recorded)")
+    if tree is None:
+        raise click.UsageError("--llama-cpp (or LLAMA_CPP_DIR) is required to measure")
+    stamp = build.tree_stamp(tree)
+    if harness_bin is None:
+        harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
+    args = ["--device", device] if device else []
+    if l2_bytes is not None:
+        args += ["--l2-bytes", str(l2_bytes)]
+    for a in harness_extra:
+        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
+    identity = {"table_sha256": tbl.table_hash(table), "cases": sorted(c.id for c in cases), "trials": trials}
+    try:
+        n = verify.run_verify(
+            cases,
+            output,
+            harness=harness_bin,
+            stamp=stamp,
+            journal_path=default_journal(output),
+            identity=identity,
+            harness_args=args,
+            case_timeout=case_timeout,
+            log=_echo,
+        )
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+    df, _ = results.read_tuning(output)
+    summary = verify.summarize(df.to_pandas(), table, points)
+    lines = verify.format_markdown(summary, str(table_path))
+    out_md = summary_path or output.with_suffix(".md")
+    if out_md == output or out_md.resolve() == table_path.resolve():
+        raise InputError(out_md, "the summary would replace an input or the trials file", field="--summary")
+    with fileio.atomic_path(out_md) as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for line in lines[:6]:
+        if line:
+            click.echo(line)
+    _echo(f"{n} rows -> {output}; summary -> {out_md}")
 
 
 tune.add_command(import_reference_cmd)

@@ -5,7 +5,9 @@
  * Codes: op 0 MUL_MAT, 1 MUL_MAT_ID;
  * layout 0 weight, 1 attention, 2 expert;
  * route 0 stock, 1 mmvf, 2 mmf, 3 mmvq, 4 mmq, 5 cublas;
- * types are ggml type ids; N = K = 0 is a per-type default, used only where no exact (N, K) rule applies. */
+ * types are ggml type ids; N = K = 0 is a per-type default, used only where no exact (N, K) rule applies;
+ * a size-class default (ggml_dispatch_table_class_rules) applies where N*K is in [NK_lo, NK_hi], after the
+ * exact rules and before the per-type default. */
 #ifndef GGML_DISPATCH_TABLE_H
 #define GGML_DISPATCH_TABLE_H
 
@@ -13,7 +15,9 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 1
-#define GGML_DISPATCH_TABLE_RULE_COUNT 20
+#define GGML_DISPATCH_TABLE_RULE_COUNT 45
+#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 36
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 9
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
@@ -27,10 +31,10 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "eb5369e56b894ec1dc15b719d193faba8fe439a59f00cedcc911a5e606ee6d6b";
+static const char ggml_dispatch_table_hash[] = "af21b6717d5a62799e5ad2f05e8109952c0e18714511902fec1d6c84d5dd92ff";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
-#if GGML_DISPATCH_TABLE_RULE_COUNT > 0
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
 struct ggml_dispatch_table_rule {
     int32_t op, layout, src0_type, src1_type;
     int64_t N, K, B, M_lo, M_hi;
@@ -38,27 +42,43 @@ struct ggml_dispatch_table_rule {
 };
 
 /* Sorted by (op, layout, src0_type, src1_type, N, K, B, M_lo); M ranges of one key never overlap. */
-static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_RULE_COUNT] = {
+static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_KEY_RULE_COUNT] = {
     /* op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route */
+    { 0, 0, 3, 0, 1536, 576, 1, 23, 31, 5 },
     { 0, 0, 3, 0, 1536, 576, 1, 32, 4096, 5 },
     { 0, 0, 8, 0, 1024, 5120, 1, 16, 4096, 5 },
+    { 0, 0, 8, 0, 5120, 6144, 1, 106, 127, 5 },
     { 0, 0, 8, 0, 5120, 6144, 1, 128, 4096, 5 },
+    { 0, 0, 8, 0, 6144, 5120, 1, 107, 127, 5 },
     { 0, 0, 8, 0, 6144, 5120, 1, 128, 4096, 5 },
     { 0, 0, 8, 0, 49152, 576, 1, 2, 2, 4 },
     { 0, 0, 12, 0, 0, 0, 1, 512, 4096, 5 },
+    { 0, 0, 12, 0, 1024, 4096, 1, 80, 127, 5 },
     { 0, 0, 12, 0, 1024, 4096, 1, 128, 4096, 5 },
     { 0, 0, 12, 0, 4096, 4096, 1, 8, 8, 4 },
+    { 0, 0, 12, 0, 4096, 4096, 1, 215, 255, 5 },
     { 0, 0, 12, 0, 4096, 4096, 1, 256, 4096, 5 },
+    { 0, 0, 12, 0, 4096, 14336, 1, 6, 7, 4 },
     { 0, 0, 12, 0, 4096, 14336, 1, 8, 8, 4 },
+    { 0, 0, 12, 0, 4096, 14336, 1, 244, 255, 5 },
     { 0, 0, 12, 0, 4096, 14336, 1, 256, 4096, 5 },
+    { 0, 0, 12, 0, 14336, 4096, 1, 5, 7, 4 },
     { 0, 0, 12, 0, 14336, 4096, 1, 8, 8, 4 },
+    { 0, 0, 12, 0, 14336, 4096, 1, 258, 511, 5 },
     { 0, 0, 12, 0, 14336, 4096, 1, 512, 4096, 5 },
+    { 0, 0, 13, 0, 17408, 5120, 1, 5, 7, 4 },
     { 0, 0, 13, 0, 17408, 5120, 1, 8, 8, 4 },
+    { 0, 0, 13, 0, 17408, 5120, 1, 315, 511, 5 },
     { 0, 0, 13, 0, 17408, 5120, 1, 512, 4096, 5 },
+    { 0, 0, 14, 0, 1024, 4096, 1, 71, 127, 5 },
     { 0, 0, 14, 0, 1024, 4096, 1, 128, 4096, 5 },
+    { 0, 0, 14, 0, 4096, 14336, 1, 6, 7, 4 },
     { 0, 0, 14, 0, 4096, 14336, 1, 8, 8, 4 },
+    { 0, 0, 14, 0, 4096, 14336, 1, 206, 255, 5 },
     { 0, 0, 14, 0, 4096, 14336, 1, 256, 4096, 5 },
+    { 0, 0, 14, 0, 5120, 17408, 1, 6, 7, 4 },
     { 0, 0, 14, 0, 5120, 17408, 1, 8, 8, 4 },
+    { 0, 0, 14, 0, 5120, 17408, 1, 216, 255, 5 },
     { 0, 0, 14, 0, 5120, 17408, 1, 256, 4096, 5 },
 };
 
@@ -79,7 +99,7 @@ static inline int ggml_dispatch_table_rule_before_(const struct ggml_dispatch_ta
 static inline int ggml_dispatch_table_find_(int op, int layout, int src0_type, int src1_type, int64_t M, int64_t N,
                                             int64_t K, int64_t B) {
     size_t lo = 0;
-    size_t hi = (size_t) GGML_DISPATCH_TABLE_RULE_COUNT;
+    size_t hi = (size_t) GGML_DISPATCH_TABLE_KEY_RULE_COUNT;
     while (lo < hi) {
         const size_t mid = lo + (hi - lo) / 2;
         if (ggml_dispatch_table_rule_before_(&ggml_dispatch_table_rules[mid], op, layout, src0_type, src1_type, N, K,
@@ -89,7 +109,7 @@ static inline int ggml_dispatch_table_find_(int op, int layout, int src0_type, i
             hi = mid;
         }
     }
-    if (lo < (size_t) GGML_DISPATCH_TABLE_RULE_COUNT) {
+    if (lo < (size_t) GGML_DISPATCH_TABLE_KEY_RULE_COUNT) {
         const struct ggml_dispatch_table_rule * r = &ggml_dispatch_table_rules[lo];
         if (r->op == op && r->layout == layout && r->src0_type == src0_type && r->src1_type == src1_type &&
             r->N == N && r->K == K && r->B == B && r->M_lo <= M && M <= r->M_hi) {
@@ -98,7 +118,42 @@ static inline int ggml_dispatch_table_find_(int op, int layout, int src0_type, i
     }
     return 0;
 }
-#endif /* GGML_DISPATCH_TABLE_RULE_COUNT > 0 */
+#endif /* GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0 */
+
+#if GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0
+struct ggml_dispatch_table_class_rule {
+    int32_t op, layout, src0_type, src1_type;
+    int64_t NK_lo, NK_hi, B, M_lo, M_hi;
+    int32_t route;
+};
+
+/* Size-class defaults: (type, N*K range, B, M range) boxes that never overlap; a short linear scan. */
+static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rules[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT] = {
+    /* op, layout, src0_type, src1_type, NK_lo, NK_hi, B, M_lo, M_hi, route */
+    { 0, 0, 8, 0, 31457280, 31457280, 1, 107, 127, 5 },
+    { 0, 0, 8, 0, 31457280, 31457280, 1, 128, 4096, 5 },
+    { 0, 0, 12, 0, 8388609, 234881024, 1, 512, 4096, 5 },
+    { 0, 0, 12, 0, 16777216, 58720256, 1, 258, 511, 5 },
+    { 0, 0, 12, 0, 16777216, 234881024, 1, 8, 8, 4 },
+    { 0, 0, 14, 0, 15693649, 356515840, 1, 8, 8, 4 },
+    { 0, 0, 14, 0, 15693649, 356515840, 1, 256, 4096, 5 },
+    { 0, 0, 14, 0, 58720256, 89128960, 1, 6, 7, 4 },
+    { 0, 0, 14, 0, 58720256, 89128960, 1, 216, 255, 5 },
+};
+
+static inline int ggml_dispatch_table_find_class_(int op, int layout, int src0_type, int src1_type, int64_t M,
+                                                  int64_t N, int64_t K, int64_t B) {
+    const int64_t NK = N * K;
+    for (size_t i = 0; i < (size_t) GGML_DISPATCH_TABLE_CLASS_RULE_COUNT; ++i) {
+        const struct ggml_dispatch_table_class_rule * r = &ggml_dispatch_table_class_rules[i];
+        if (r->op == op && r->layout == layout && r->src0_type == src0_type && r->src1_type == src1_type &&
+            r->B == B && r->NK_lo <= NK && NK <= r->NK_hi && r->M_lo <= M && M <= r->M_hi) {
+            return (int) r->route;
+        }
+    }
+    return 0;
+}
+#endif /* GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0 */
 
 /* 1 when this table was measured on this GPU (name, cc and SM count all equal); 0 otherwise or with no table. */
 static inline int ggml_dispatch_table_gpu_matches(const char * name, int cc, int sm_count) {
@@ -113,15 +168,26 @@ static inline int ggml_dispatch_table_gpu_matches(const char * name, int cc, int
 #endif
 }
 
-/* Route code for one MUL_MAT / MUL_MAT_ID node (0 = stock). An exact (N, K) rule wins over a type default.
- * No allocation, no I/O. Call it only after ggml_dispatch_table_gpu_matches said yes for the device. */
+/* Route code for one MUL_MAT / MUL_MAT_ID node (0 = stock). An exact (N, K) rule wins over a size-class
+ * default, which wins over a type default. No allocation, no I/O. Call it only after
+ * ggml_dispatch_table_gpu_matches said yes for the device. */
 static inline int ggml_dispatch_table_lookup(int op, int layout, int src0_type, int src1_type, int64_t M, int64_t N,
                                              int64_t K, int64_t B) {
 #if GGML_DISPATCH_TABLE_RULE_COUNT > 0
-    int route = ggml_dispatch_table_find_(op, layout, src0_type, src1_type, M, N, K, B);
+    int route = 0;
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+    route = ggml_dispatch_table_find_(op, layout, src0_type, src1_type, M, N, K, B);
+#endif
+#if GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0
+    if (route == 0 && (N != 0 || K != 0)) {
+        route = ggml_dispatch_table_find_class_(op, layout, src0_type, src1_type, M, N, K, B);
+    }
+#endif
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
     if (route == 0 && (N != 0 || K != 0)) {
         route = ggml_dispatch_table_find_(op, layout, src0_type, src1_type, M, 0, 0, B);
     }
+#endif
     return route;
 #else
     (void) op;
