@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
+#
+# Real runs of `ggml-dispatch autotune` and `ggml-dispatch tune verify` on the lent GPU, building
+# llama.cpp there (no prebuilt carry). Needs .carry/llama.cpp.tar.xz and .carry/smollm2.meta.gguf
+# (`make llama-tarball device-integration-carry`). Each part is resumable: a part stopped by its
+# deadline (DEADLINE seconds after the script starts, default 540) leaves its state under build/at/,
+# which a next call on the still-warm machine continues; every part packs what it has into $OUT.
+#
+#   PART=smollm2  autotune on SmolLM2-135M (rebuilt from the real file's metadata): all stages
+#   PART=verify   tune verify of the committed H200 table on points its census lacks (odd M on the
+#                 census shapes; 70B-class shapes of the census types); needs a build without a table
+#   PART=dense8b  autotune on the 4-layer llama at 8B dimensions (Q4_K_M, random weights)
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+: "${OUT:?set OUT}" "${PART:?set PART=smollm2|verify|dense8b}"
+DEADLINE=${DEADLINE:-540}
+START=$(date +%s)
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+source lab/cuda-env.sh
+W=$REPO/build/at
+TREE=$W/llama.cpp
+B=$W/build
+mkdir -p "$W"
+[ -f "$TREE/ggml/include/ggml.h" ] || tar -xJf .carry/llama.cpp.tar.xz -C "$W"
+export PYTHONPATH=$REPO:$TREE/gguf-py PYTHONUNBUFFERED=1
+gd() { python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.used --format=csv >"$OUT/gpu-$PART.csv" 2>&1
+
+case $PART in
+smollm2)
+    [ -f "$W/smollm2.gguf" ] || python3 -m lab.models clone .carry/smollm2.meta.gguf -o "$W/smollm2.gguf"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        autotune --llama-cpp "$TREE" --model "$W/smollm2.gguf" --build-dir "$B" \
+        --workload decode,prefill --ubatch 512,2048 --trials 5 --tune-seconds 150 --pairs 4 --reps 3 \
+        -o "$W/out-smollm2" 2>&1 | tee "$OUT/autotune-smollm2.log"
+    echo "autotune rc=${PIPESTATUS[0]}" | tee -a "$OUT/autotune-smollm2.log"
+    tar -czf "$OUT/autotune-smollm2.tar.gz" -C "$W" out-smollm2
+    ;;
+verify)
+    # the harness' stock anchor must be stock: no table compiled in
+    gd install --llama-cpp "$TREE" >&2 && cmake --build "$B" -j "$(nproc)" --target llama-bench test-backend-ops >"$W/rebuild-verify.log" 2>&1 ||
+        { tail -20 "$W/rebuild-verify.log"; exit 1; }
+    T=tables/cuda-sm90-nvidia-h200
+    mkdir -p "$W/verify"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune verify $T/table.json --shape q4_K:28672x8192 --shape q4_K:8192x28672 --shape q6_K:8192x28672 \
+        --shape q5_K:28672x8192 --m 1,5,6,7,8,256,384,488,512,2048 --trials 5 \
+        --llama-cpp "$TREE" --build-dir "$B" -o "$W/verify/verify-70b.parquet" 2>&1 | tail -40 | tee "$OUT/verify-70b.log"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune verify $T/table.json --census $T/census.parquet --m 5,6,7,384,488 --trials 5 \
+        --llama-cpp "$TREE" --build-dir "$B" -o "$W/verify/verify-odd.parquet" 2>&1 | tail -40 | tee "$OUT/verify-odd.log"
+    tar -czf "$OUT/verify.tar.gz" -C "$W" verify
+    ;;
+dense8b)
+    M=$W/models
+    mkdir -p "$M"
+    if [ ! -f "$M/llama8b-L4.gguf" ]; then
+        [ -f "$W/smollm2.gguf" ] || python3 -m lab.models clone .carry/smollm2.meta.gguf -o "$W/smollm2.gguf"
+        gd install --llama-cpp "$TREE" >&2
+        cmake --build "$B" -j "$(nproc)" --target llama-quantize >"$W/quantize-build.log" 2>&1 || { tail -20 "$W/quantize-build.log"; exit 1; }
+        python3 -m lab.models dense --preset llama8b --layers 4 --tokenizer-from "$W/smollm2.gguf" -o "$M/llama8b-L4.f16.gguf" &&
+            "$B/bin/llama-quantize" "$M/llama8b-L4.f16.gguf" "$M/llama8b-L4.gguf" Q4_K_M >"$W/quantize.log" 2>&1 &&
+            rm -f "$M/llama8b-L4.f16.gguf" || { tail -20 "$W/quantize.log"; exit 1; }
+    fi
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        autotune --llama-cpp "$TREE" --model "$M/llama8b-L4.gguf" --build-dir "$B" \
+        --workload decode,prefill --ubatch 512 --trials 5 --tune-seconds 200 --coverage 0.9 --pairs 4 --reps 3 \
+        -o "$W/out-dense8b" 2>&1 | tee "$OUT/autotune-dense8b.log"
+    echo "autotune rc=${PIPESTATUS[0]}" | tee -a "$OUT/autotune-dense8b.log"
+    tar -czf "$OUT/autotune-dense8b.tar.gz" -C "$W" out-dense8b
+    ;;
+*)
+    echo "unknown PART $PART" >&2
+    exit 2
+    ;;
+esac
+echo "part $PART done in $(($(date +%s) - START)) s"
