@@ -25,10 +25,10 @@ B=$W/build
 mkdir -p "$W"
 if [ ! -f "$TREE/ggml/include/ggml.h" ]; then
     tar -xJf .carry/llama.cpp.tar.xz -C "$W"
-    # the carried tarball leaves out pocs/ and app/ (ggml_dispatch.fetch TRIM); llama.cpp's CMakeLists
-    # adds them with the examples and the app: empty stand-ins let the whole tree configure
-    for d in pocs app; do mkdir -p "$TREE/$d" && touch "$TREE/$d/CMakeLists.txt"; done
 fi
+# the carried tarball leaves out pocs/ and app/ (ggml_dispatch.fetch TRIM); llama.cpp's CMakeLists
+# adds them with the examples and the app: empty stand-ins let the whole tree configure
+for d in pocs app; do [ -d "$TREE/$d" ] || { mkdir -p "$TREE/$d" && touch "$TREE/$d/CMakeLists.txt"; }; done
 export PYTHONPATH=$REPO:$TREE/gguf-py PYTHONUNBUFFERED=1
 gd() { python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.used --format=csv >"$OUT/gpu-$PART.csv" 2>&1
