@@ -41,6 +41,13 @@ def _ints(text: str) -> tuple[int, ...]:
     return vals
 
 
+def _configured(build: Path) -> bool:
+    """A CMake build that configured to the end (a configure that failed leaves CMakeCache.txt alone)."""
+    return (build / "CMakeCache.txt").is_file() and any(
+        (build / f).is_file() for f in ("build.ninja", "Makefile")
+    )
+
+
 def _tool() -> tuple[str, ...]:
     """How stages call the other commands: the console script beside this Python, else python -c."""
     script = Path(sys.executable).parent / "ggml-dispatch"
@@ -235,7 +242,7 @@ def autotune_cmd(
         skip=frozenset(skips),
         tool=_tool(),
         generator=generator,
-        built=(build / "CMakeCache.txt").is_file() or (plan_mod.bin_dir(build) / "llama-bench").is_file(),
+        built=_configured(build) or (plan_mod.bin_dir(build) / "llama-bench").is_file(),
     )
     stages = plan_mod.plan(opts, os.environ)
     if dry_run:
