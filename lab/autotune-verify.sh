@@ -76,6 +76,19 @@ dense8b)
     echo "autotune rc=${PIPESTATUS[0]}" | tee -a "$OUT/autotune-dense8b.log"
     tar -czf "$OUT/autotune-dense8b.tar.gz" -C "$W" out-dense8b
     ;;
+harness-info)
+    # the harness linked against a build made here (tune's --build-dir mode), started under the debugger
+    gd install --llama-cpp "$TREE" >&2
+    cmake -S "$TREE" -B "$W/build-nofa" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGGML_CUDA=ON -DGGML_CUDA_FA=OFF \
+        -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DCMAKE_CUDA_ARCHITECTURES=90 >"$W/nofa.log" 2>&1 &&
+        cmake --build "$W/build-nofa" -j "$(nproc)" --target ggml >>"$W/nofa.log" 2>&1 || { tail -20 "$W/nofa.log"; exit 1; }
+    gd tune build --llama-cpp "$TREE" --build-dir "$W/build-nofa" 2>&1 | tail -5
+    H=$(ls -d .cache/tuner-harness/*/ggml-dispatch-harness | head -1)
+    echo "harness: $H"; ldd "$H" | head -20
+    LD_LIBRARY_PATH=$W/build-nofa/bin:$LD_LIBRARY_PATH "$H" --info; echo "rc=$?"
+    LD_LIBRARY_PATH=$W/build-nofa/bin:$LD_LIBRARY_PATH cuda-gdb -batch -ex run -ex bt --args "$H" --info 2>&1 | tail -40
+    ;;
 *)
     echo "unknown PART $PART" >&2
     exit 2
