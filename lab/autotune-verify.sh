@@ -84,7 +84,7 @@ harness-info)
         -DCMAKE_CUDA_ARCHITECTURES=90 >"$W/nofa.log" 2>&1 &&
         cmake --build "$W/build-nofa" -j "$(nproc)" --target ggml >>"$W/nofa.log" 2>&1 || { tail -20 "$W/nofa.log"; exit 1; }
     gd tune build --llama-cpp "$TREE" --build-dir "$W/build-nofa" 2>&1 | tail -5
-    H=$(ls -d .cache/tuner-harness/*/ggml-dispatch-harness | head -1)
+    H=$(ls .cache/tuner-harness/*/bin/ggml-dispatch-harness | head -1)
     echo "harness: $H"; ldd "$H" | head -20
     LD_LIBRARY_PATH=$W/build-nofa/bin:$LD_LIBRARY_PATH "$H" --info; echo "rc=$?"
     LD_LIBRARY_PATH=$W/build-nofa/bin:$LD_LIBRARY_PATH cuda-gdb -batch -ex run -ex bt --args "$H" --info 2>&1 | tail -40
