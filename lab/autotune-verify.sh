@@ -87,7 +87,11 @@ harness-info)
     H=$(ls .cache/tuner-harness/*/bin/ggml-dispatch-harness | head -1)
     echo "harness: $H"; ldd "$H" | head -20
     LD_LIBRARY_PATH=$W/build-nofa/bin:$LD_LIBRARY_PATH "$H" --info; echo "rc=$?"
-    LD_LIBRARY_PATH=$W/build-nofa/bin:$LD_LIBRARY_PATH cuda-gdb -batch -ex run -ex bt --args "$H" --info 2>&1 | tail -40
+    env | grep -E '^(LDFLAGS|CXXFLAGS|CFLAGS|CC|CXX|CUDAHOSTCXX)=' ; which c++ g++ cc; c++ --version | head -1
+    cat "$(dirname "$(dirname "$H")")/CMakeFiles/ggml-dispatch-harness.dir/link.txt"; echo
+    grep -E 'CMAKE_CXX_COMPILER:|CMAKE_EXE_LINKER_FLAGS:' "$(dirname "$(dirname "$H")")/CMakeCache.txt"
+    nm -C "$H" | grep -c 'std::locale' ; nm -D "$W/build-nofa/bin/libggml-cuda.so.0" | grep -i ios_base_library
+    strings "$W/build-nofa/bin/libggml-cuda.so.0" | grep -m3 'GCC: ('; strings "$H" | grep -m3 'GCC: ('
     ;;
 *)
     echo "unknown PART $PART" >&2
