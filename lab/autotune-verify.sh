@@ -21,7 +21,11 @@ left() { echo $((DEADLINE - ($(date +%s) - START))); }
 source lab/cuda-env.sh
 W=$REPO/build/at
 TREE=$W/llama.cpp
-B=$W/build
+B=$W/build-sys
+# the image's CC/CXX/CUDAHOSTCXX name a g++ that links libstdc++ statically: a harness and a libggml-cuda
+# built with it each carry their own copy and the process aborts at start-up (free(): invalid pointer
+# in std::locale); the system compiler links libstdc++ shared, as llama.cpp builds normally do
+unset CC CXX CUDAHOSTCXX
 mkdir -p "$W"
 if [ ! -f "$TREE/ggml/include/ggml.h" ]; then
     tar -xJf .carry/llama.cpp.tar.xz -C "$W"
@@ -39,9 +43,9 @@ smollm2)
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         autotune --llama-cpp "$TREE" --model "$W/smollm2.gguf" --build-dir "$B" \
         --workload decode,prefill --ubatch 512,2048 --trials 5 --tune-seconds 150 --pairs 4 --reps 3 \
-        -o "$W/out-smollm2" 2>&1 | tee "$OUT/autotune-smollm2.log"
+        -o "$W/at-smollm2" 2>&1 | tee "$OUT/autotune-smollm2.log"
     echo "autotune rc=${PIPESTATUS[0]}" | tee -a "$OUT/autotune-smollm2.log"
-    tar -czf "$OUT/autotune-smollm2.tar.gz" -C "$W" out-smollm2
+    tar -czf "$OUT/autotune-smollm2.tar.gz" -C "$W" at-smollm2
     ;;
 verify)
     # the harness' stock anchor must be stock: no table compiled in
@@ -72,9 +76,9 @@ dense8b)
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         autotune --llama-cpp "$TREE" --model "$M/llama8b-L4.gguf" --build-dir "$B" \
         --workload decode,prefill --ubatch 512 --trials 5 --tune-seconds 200 --coverage 0.9 --pairs 4 --reps 3 \
-        -o "$W/out-dense8b" 2>&1 | tee "$OUT/autotune-dense8b.log"
+        -o "$W/at-dense8b" 2>&1 | tee "$OUT/autotune-dense8b.log"
     echo "autotune rc=${PIPESTATUS[0]}" | tee -a "$OUT/autotune-dense8b.log"
-    tar -czf "$OUT/autotune-dense8b.tar.gz" -C "$W" out-dense8b
+    tar -czf "$OUT/autotune-dense8b.tar.gz" -C "$W" at-dense8b
     ;;
 harness-info)
     # the harness linked against a build made here (tune's --build-dir mode), started under the debugger
