@@ -265,3 +265,13 @@ def test_runner_stops_at_a_run_of_another_table(tmp_path: Path) -> None:
         )
     assert not out.exists()  # pair 1 runs the table arm first: nothing measured was kept
     assert abrun.run_ab(runner, arms, [("m", model)], ["-p 512 -n 0"], 1, out, expect_table=TABLE_HASH) == 4
+
+
+def test_the_runners_own_timestamps_are_read(tmp_path: Path) -> None:
+    """The runner stamps records with fileio.now_iso (+00:00); the reader takes that and Z alike."""
+    for i, stamp in enumerate(("2026-12-01T10:49:37+00:00", "2026-12-01T10:49:37Z")):
+        rec = ab.Record("m", "pp512", 512, "stock", 1, 1.0, (1.0,), provenance(OFF_LINE, started=stamp))
+        out = tmp_path / f"ab-{i}.jsonl"
+        ab.write_records(out, [rec])
+        got = ab.read_file(out)[0][1].provenance
+        assert got is not None and got.started == stamp
