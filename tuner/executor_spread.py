@@ -1,0 +1,108 @@
+"""Do the GPUs of a multi-GPU sweep agree with a one-GPU sweep of the same cases?
+
+``spread(multi, single)`` takes the tuning rows (schema.TUNING_COLUMNS dicts) of a sweep spread over
+several GPUs (``tune run --executor ray``: each case on one GPU, named by its rows' ``gpu_uuid``)
+and of the same cases swept on one GPU, and returns per case and route the median over trials of
+each sweep, their ratio, and the trial spread of each (noise: (max - min) / median over the ok
+trials); per GPU of the multi-GPU sweep the median and the extremes of the ratios and how many of
+its cases agree within their noise. Stock is its own route here, from ``anchor_us``.
+
+``python -m tuner.executor_spread MULTI.parquet SINGLE.parquet`` prints the summary as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+SHAPE: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B")
+STOCK: Final = "stock"
+
+Key = tuple[Any, ...]
+
+
+def _times(rows: Iterable[Mapping[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """(shape..., route) -> {"us": [per-trial us], "gpus": {uuid}} over the ok trials."""
+    out: dict[Key, dict[str, Any]] = {}
+    stock_seen: set[Key] = set()
+
+    def add(key: Key, us: float, gpu: str) -> None:
+        e = out.setdefault(key, {"us": [], "gpus": set()})
+        e["us"].append(float(us))
+        e["gpus"].add(gpu)
+
+    for r in rows:
+        shape = tuple(r[k] for k in SHAPE)
+        gpu = str(r.get("gpu_uuid", ""))
+        # every row of a trial carries stock as anchor_us: count it once per trial
+        skey = (*shape, STOCK, r.get("trial"))
+        if r.get("anchor_us") is not None and skey not in stock_seen:
+            stock_seen.add(skey)
+            add((*shape, STOCK), r["anchor_us"], gpu)
+        if r.get("status") == "ok" and r.get("us") is not None:
+            add((*shape, str(r["route"])), r["us"], gpu)
+    return out
+
+
+def _noise(us: Sequence[float]) -> float:
+    med = statistics.median(us)
+    return (max(us) - min(us)) / med if med > 0 else 0.0
+
+
+def spread(multi: Iterable[Mapping[str, Any]], single: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    a, b = _times(multi), _times(single)
+    cases = []
+    for key in sorted(set(a) & set(b), key=lambda k: tuple(map(str, k))):
+        ua, ub = a[key]["us"], b[key]["us"]
+        ma, mb = statistics.median(ua), statistics.median(ub)
+        ratio = ma / mb if mb > 0 else float("nan")
+        noise = max(_noise(ua), _noise(ub))
+        cases.append(
+            {
+                **dict(zip((*SHAPE, "route"), key, strict=True)),
+                "gpu": ",".join(sorted(a[key]["gpus"])),
+                "multi_us": ma,
+                "single_us": mb,
+                "ratio": ratio,
+                "noise": noise,
+                "agrees": abs(ratio - 1) <= noise,
+            }
+        )
+    per_gpu: dict[str, dict[str, Any]] = {}
+    for gpu in sorted({c["gpu"] for c in cases}):
+        mine = [c for c in cases if c["gpu"] == gpu]
+        ratios = [c["ratio"] for c in mine]
+        per_gpu[gpu] = {
+            "cases": len(mine),
+            "median_ratio": statistics.median(ratios),
+            "min_ratio": min(ratios),
+            "max_ratio": max(ratios),
+            "agree_within_noise": sum(1 for c in mine if c["agrees"]),
+        }
+    return {
+        "cases": cases,
+        "per_gpu": per_gpu,
+        "only_multi": len(set(a) - set(b)),
+        "only_single": len(set(b) - set(a)),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import pyarrow.parquet as pq
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("multi")
+    ap.add_argument("single")
+    ns = ap.parse_args(argv)
+    s = spread(pq.read_table(ns.multi).to_pylist(), pq.read_table(ns.single).to_pylist())
+    json.dump(s, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
