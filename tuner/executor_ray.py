@@ -17,6 +17,7 @@ when the executor is used.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -113,6 +114,18 @@ def _anonymous(header: Mapping[str, Any]) -> dict[str, Any] | None:
     """A node's probe header for a case that died before its own: the GPU model is the node's, the
     GPU it ran on unknown."""
     return {**header, "gpu_uuid": "", "pci_bus_id": ""} if header else None
+
+
+def _signal_safe(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """Ray's blocking calls run Python signal handlers inside Cython; an exception the handler raises
+    (the sweep's SweepInterrupted) comes out as a SystemError caused by it: raise the cause."""
+    try:
+        return fn(*args, **kw)
+    except SystemError as e:
+        cause = e.__cause__ or e.__context__
+        if cause is not None and not isinstance(cause, SystemError):
+            raise cause from None
+        raise
 
 
 class RayExecutor(Executor):
@@ -219,20 +232,25 @@ class RayExecutor(Executor):
                     pending[remote.remote(harness, case, args, job.timeout)] = (case, time.monotonic())
                 if not pending:
                     return
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
+                ready, _ = _signal_safe(ray.wait, list(pending), num_returns=1, timeout=WAIT_S)
                 for ref in ready:
                     case, t0 = pending.pop(ref)
                     yield self._collect(ray, ref, case, t0)
                 if ready:
                     slots = self.slots()  # nodes come and go
         finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
+            # the cases still running: their workers are killed, and with them the harness children
+            # (PR_SET_PDEATHSIG); a task that finished meanwhile is left alone
+            if pending:
+                _, running = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+                for ref in running:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
 
     def _collect(self, ray: Any, ref: Any, case: Case, t0: float) -> Finished:
         fallback = next(iter(self._node_headers.values()), {})
         try:
-            result, placement = ray.get(ref)
+            result, placement = _signal_safe(ray.get, ref)
         except ray.exceptions.RayTaskError as e:  # the task raised (e.g. no harness at that path)
             cause = e.cause if getattr(e, "cause", None) is not None else e
             msg = f"ray task raised {type(cause).__name__}: {_first_line(cause)}"
