@@ -1,0 +1,143 @@
+"""The executor seam of ``tune run`` without a harness build: the Ray task resources, the mixed-GPU
+refusal, the options that need ``--executor ray``, a missing Ray, and the multi-GPU spread summary
+on synthetic rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ggml_dispatch.cli import main as cli_main
+from ggml_dispatch.errors import InputError
+from tests.test_tuner_native import census_row, write_census
+from tuner import executor_spread
+from tuner.executor import gpu_model, mixed_gpus, refuse_mixed
+from tuner.executor_ray import node_slots, parse_resources, task_options
+
+
+def test_task_resources() -> None:
+    assert parse_resources("GPU=1") == {"GPU": 1.0, "CPU": 1.0}
+    assert parse_resources(" CPU=1 ") == {"CPU": 1.0}
+    assert parse_resources("GPU=1,CPU=2,nvlink=0.5") == {"GPU": 1.0, "CPU": 2.0, "nvlink": 0.5}
+    assert task_options(parse_resources("GPU=1")) == {"num_cpus": 1.0, "num_gpus": 1.0}
+    assert task_options(parse_resources("CPU=1,x=2")) == {
+        "num_cpus": 1.0,
+        "num_gpus": 0.0,
+        "resources": {"x": 2.0},
+    }
+    for bad in ("GPU", "GPU=one", "=1", "GPU=-1", "GPU=0", "", "GPU=nan"):
+        with pytest.raises(InputError, match="ray-resources"):
+            parse_resources(bad)
+    # a node with 4 GPUs and 16 CPUs runs 4 one-GPU cases at once; a CPU-only node none
+    assert node_slots({"GPU": 4.0, "CPU": 16.0}, parse_resources("GPU=1")) == 4
+    assert node_slots({"GPU": 8.0, "CPU": 3.0}, parse_resources("GPU=1")) == 3
+    assert node_slots({"CPU": 16.0}, parse_resources("GPU=1")) == 0
+    assert node_slots({"CPU": 2.0}, parse_resources("CPU=1")) == 2
+    assert node_slots({"GPU": 1.0, "CPU": 4.0}, parse_resources("GPU=0.5")) == 2
+
+
+def header(name: str, cc: int = 90, sm: int = 132, uuid: str = "") -> dict[str, Any]:
+    return {"gpu_name": name, "gpu_cc": cc, "gpu_sm_count": sm, "gpu_uuid": uuid}
+
+
+def test_mixed_gpu_models() -> None:
+    h200 = [header("NVIDIA H200", uuid=f"GPU-{i}") for i in range(4)]
+    assert mixed_gpus([*h200, None]) == [("NVIDIA H200", 90, 132)]
+    refuse_mixed(mixed_gpus(h200), "this sweep")  # four of one model: not mixed
+    cut = header("NVIDIA H200", sm=114)  # same name, another SM count: another model
+    models = mixed_gpus([*h200, cut])
+    assert models == [("NVIDIA H200", 90, 114), ("NVIDIA H200", 90, 132)]
+    with pytest.raises(InputError, match=r"runs on 2 GPU models: NVIDIA H200 cc 90 114 SMs; .*--allow-mixed"):
+        refuse_mixed(models, "this sweep")
+    assert gpu_model({}) == ("", 0, 0)
+
+
+@pytest.fixture()
+def census(tmp_path: Path) -> Path:
+    return write_census(tmp_path / "census.parquet", [census_row("q4_0", 1, 64, 256, 50.0)])
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli_main, list(args), catch_exceptions=False)
+
+
+def test_options_that_need_the_ray_executor(census: Path, tmp_path: Path) -> None:
+    base = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(tmp_path / "t.parquet")]
+    r = invoke(*base, "--address", "10.0.0.1:6379")
+    assert r.exit_code == 2 and "address: --address needs --executor ray" in r.output
+    r = invoke(*base, "--executor", "ray", "--device", "CUDA1")
+    assert r.exit_code == 2 and "Ray assigns each case its GPU" in r.output
+    r = invoke(*base, "--executor", "ray", "--ray-resources", "GPU=x")
+    assert r.exit_code == 2 and "ray-resources: 'GPU=x' is not NAME=AMOUNT" in r.output
+    assert not list(tmp_path.glob("t.parquet*"))
+
+
+def test_without_ray_installed_the_message_says_how(
+    census: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
+    base = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(tmp_path / "t.parquet")]
+    r = invoke(*base, "--executor", "ray")
+    assert r.exit_code == 1 and "pip install 'ggml-dispatch[ray]'" in r.output
+    assert not list(tmp_path.glob("t.parquet*"))
+
+
+def row(
+    M: int, route: str, trial: int, us: float | None, anchor: float, gpu: str, status: str = "ok"
+) -> dict[str, Any]:
+    return {
+        "op": "MUL_MAT",
+        "layout": "weight",
+        "src0_type": "q4_0",
+        "src1_type": "f32",
+        "M": M,
+        "N": 4096,
+        "K": 4096,
+        "B": 1,
+        "route": route,
+        "trial": trial,
+        "us": us,
+        "anchor_us": anchor,
+        "status": status,
+        "gpu_uuid": gpu,
+    }
+
+
+def test_spread_of_a_multi_gpu_sweep_against_one_gpu() -> None:
+    # M=1 on GPU-a: 10.0/10.2/9.8 against 10.0/10.1/9.9 (agrees); M=8 on GPU-b: 13 against 10 (does not)
+    multi = [
+        *(row(1, "mmvq", t, us, 20.0, "GPU-a") for t, us in enumerate((10.0, 10.2, 9.8))),
+        *(row(1, "mmq", t, None, 20.0, "GPU-a", "ineligible") for t in range(3)),
+        *(row(8, "mmq", t, 13.0, 30.0, "GPU-b") for t in range(3)),
+        row(64, "mmq", 0, 5.0, 6.0, "GPU-b"),  # not in the one-GPU sweep
+    ]
+    single = [
+        *(row(1, "mmvq", t, us, 20.0 + t, "GPU-0") for t, us in enumerate((10.0, 10.1, 9.9))),
+        *(row(8, "mmq", t, 10.0, 30.0, "GPU-0") for t in range(3)),
+    ]
+    s = executor_spread.spread(multi, single)
+    by = {(c["M"], c["route"]): c for c in s["cases"]}
+    assert set(by) == {(1, "mmvq"), (1, "stock"), (8, "mmq"), (8, "stock")}
+    m1 = by[(1, "mmvq")]
+    assert m1["gpu"] == "GPU-a" and m1["ratio"] == pytest.approx(1.0) and m1["noise"] == pytest.approx(0.04)
+    assert m1["agrees"]
+    stock = by[(1, "stock")]  # stock once per trial from anchor_us, not once per row
+    assert (
+        stock["multi_us"] == 20.0 and stock["single_us"] == 21.0 and stock["noise"] == pytest.approx(2 / 21)
+    )
+    assert stock["agrees"]
+    m8 = by[(8, "mmq")]
+    assert m8["ratio"] == pytest.approx(1.3) and m8["noise"] == 0.0 and not m8["agrees"]
+    assert s["per_gpu"]["GPU-b"] == {
+        "cases": 2,
+        "median_ratio": pytest.approx(1.15),
+        "min_ratio": 1.0,
+        "max_ratio": pytest.approx(1.3),
+        "agree_within_noise": 1,
+    }
+    assert s["per_gpu"]["GPU-a"]["agree_within_noise"] == 2
+    assert s["only_multi"] == 2 and s["only_single"] == 0  # M=64 mmq and its stock
