@@ -141,3 +141,32 @@ def test_spread_of_a_multi_gpu_sweep_against_one_gpu() -> None:
     }
     assert s["per_gpu"]["GPU-a"]["agree_within_noise"] == 2
     assert s["only_multi"] == 2 and s["only_single"] == 0  # M=64 mmq and its stock
+
+
+def test_cost_of_a_multi_gpu_sweep() -> None:
+    def rec(case: str, wall: float, gpu: str | None) -> dict[str, Any]:
+        r: dict[str, Any] = {"case": case, "wall_s": wall}
+        if gpu is not None:
+            r["placement"] = {"node_id": "n1", "node_ip": "10.0.0.1", "gpu_ids": [gpu]}
+        return r
+
+    multi = [rec("a", 2.0, "0"), rec("b", 3.0, "1"), rec("c", 1.0, "0"), rec("d", 4.0, "1")]
+    single = [rec(c, w, None) for c, w in (("a", 2.0), ("b", 3.0), ("c", 1.0), ("d", 4.0))]
+    walls = executor_spread.phase_walls(
+        [
+            '{"phase": "multi", "wall_s": 4.0}',
+            "",
+            '{"phase": "multi", "wall_s": 2.5}',
+            '{"phase": "single", "wall_s": 11}',
+        ]
+    )
+    assert walls == {"multi": 6.5, "single": 11.0}
+    c = executor_spread.cost(
+        multi, single, multi_wall_s=walls["multi"], single_wall_s=walls["single"], gpus=2
+    )
+    assert c["busy_s"] == {"10.0.0.1/0": 3.0, "10.0.0.1/1": 7.0} and c["multi_case_s"] == 10.0
+    assert c["multi_device_s"] == 13.0 and c["single_case_s"] == 10.0
+    assert c["speedup"] == pytest.approx(11 / 6.5)
+    assert c["wall_over_ideal"] == pytest.approx(6.5 / 5.5) and c["target_met"]  # 6.5 <= 1.2 x 5.5
+    slow = executor_spread.cost(multi, single, multi_wall_s=7.0, single_wall_s=11.0, gpus=2)
+    assert not slow["target_met"]

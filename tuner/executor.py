@@ -73,6 +73,10 @@ class Executor:
             r = run_harness_case(job.harness, case, harness_args=job.harness_args, timeout=job.timeout)
             yield Finished(case, r)
 
+    def describe(self) -> str:
+        """One line for the log after ``probe`` (empty: nothing to say)."""
+        return ""
+
     def close(self) -> None:
         pass
 

@@ -7,7 +7,12 @@ each sweep, their ratio, and the trial spread of each (noise: (max - min) / medi
 trials); per GPU of the multi-GPU sweep the median and the extremes of the ratios and how many of
 its cases agree within their noise. Stock is its own route here, from ``anchor_us``.
 
-``python -m tuner.executor_spread MULTI.parquet SINGLE.parquet`` prints the summary as JSON.
+``cost(...)`` sets the two sweeps' wall and device seconds side by side (from their journals and the
+wall time of each call that ran them): the target is a wall time on n GPUs of at most 1.2 x the
+one-GPU sweep's / n.
+
+``python -m tuner.executor_spread MULTI.parquet SINGLE.parquet [--multi-journal J --single-journal J
+--phases P --gpus N]`` prints both as JSON (lab/tune-ray.sh).
 """
 
 from __future__ import annotations
@@ -91,15 +96,81 @@ def spread(multi: Iterable[Mapping[str, Any]], single: Iterable[Mapping[str, Any
     }
 
 
+TARGET: Final = 1.2  # wall on n GPUs <= TARGET x (one-GPU wall / n)
+
+
+def _where(rec: Mapping[str, Any]) -> str:
+    p = rec.get("placement") or {}
+    gpus = ",".join(str(g) for g in p.get("gpu_ids") or [])
+    return f"{p.get('node_ip', '')}/{gpus}" if p else "(this machine)"
+
+
+def cost(
+    multi_cases: Iterable[Mapping[str, Any]],
+    single_cases: Iterable[Mapping[str, Any]],
+    *,
+    multi_wall_s: float,
+    single_wall_s: float,
+    gpus: int,
+) -> dict[str, Any]:
+    """Journal case records of the two sweeps, and the wall seconds each took (all its calls)."""
+    busy: dict[str, float] = {}
+    for r in multi_cases:
+        busy[_where(r)] = busy.get(_where(r), 0.0) + float(r.get("wall_s") or 0.0)
+    single_case_s = sum(float(r.get("wall_s") or 0.0) for r in single_cases)
+    ideal = single_wall_s / gpus if gpus > 0 else float("nan")
+    return {
+        "gpus": gpus,
+        "multi_wall_s": multi_wall_s,
+        "multi_device_s": multi_wall_s * gpus,
+        "multi_case_s": sum(busy.values()),
+        "busy_s": dict(sorted(busy.items())),
+        "single_wall_s": single_wall_s,
+        "single_case_s": single_case_s,
+        "speedup": single_wall_s / multi_wall_s if multi_wall_s > 0 else float("nan"),
+        "wall_over_ideal": multi_wall_s / ideal if ideal > 0 else float("nan"),
+        "target": TARGET,
+        "target_met": multi_wall_s <= TARGET * ideal,
+    }
+
+
+def phase_walls(lines: Iterable[str]) -> dict[str, float]:
+    """``{"phase": NAME, "wall_s": S}`` lines (one per call of a sweep) -> seconds per phase."""
+    out: dict[str, float] = {}
+    for line in lines:
+        if line.strip():
+            rec = json.loads(line)
+            out[str(rec["phase"])] = out.get(str(rec["phase"]), 0.0) + float(rec["wall_s"])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import pyarrow.parquet as pq
+
+    from tuner.journal import read_journal
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("multi")
     ap.add_argument("single")
+    ap.add_argument("--multi-journal")
+    ap.add_argument("--single-journal")
+    ap.add_argument("--phases", help="JSON Lines {phase: multi|single, wall_s}")
+    ap.add_argument("--gpus", type=int, default=0)
     ns = ap.parse_args(argv)
-    s = spread(pq.read_table(ns.multi).to_pylist(), pq.read_table(ns.single).to_pylist())
-    json.dump(s, sys.stdout, indent=1, sort_keys=True)
+    out: dict[str, Any] = {
+        "spread": spread(pq.read_table(ns.multi).to_pylist(), pq.read_table(ns.single).to_pylist())
+    }
+    if ns.multi_journal and ns.single_journal and ns.phases:
+        with open(ns.phases) as f:
+            walls = phase_walls(f)
+        out["cost"] = cost(
+            read_journal(ns.multi_journal).cases,
+            read_journal(ns.single_journal).cases,
+            multi_wall_s=walls.get("multi", 0.0),
+            single_wall_s=walls.get("single", 0.0),
+            gpus=ns.gpus,
+        )
+    json.dump(out, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

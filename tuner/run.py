@@ -234,6 +234,9 @@ def run_sweep(
     job = HarnessJob(harness, tuple(harness_args), case_timeout)
     probes = executor.probe(job)
     header = probes[0]
+    where = executor.describe()
+    if where:
+        log(where)
     log(
         f"harness {header.get('harness_version')} on {header.get('device')} ({header.get('gpu_name')}), "
         f"override API {'found' if header.get('dispatch_api') else 'absent: stock only'}, "
