@@ -9,9 +9,12 @@ for by a wrapper that kills its parent), are real."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,3 +242,58 @@ def test_mixed_gpu_models_are_refused_unless_allowed(
     names = {(r["N"], r["gpu_name"]) for r in rows_of(out)}
     assert {n for n, _ in names} == {64, 32} and {g for n, g in names if n == 32} == {"Other GPU"}
     assert "Other GPU" not in {g for n, g in names if n == 64}
+
+
+def test_device_script_sweeps_on_the_cluster_and_on_one_slot(
+    cluster: str, tree: Path, harness: Path, tmp_path: Path
+) -> None:
+    """lab/tune-ray.sh with DEVICE=CPU: the Ray sweep on this module's cluster (two CPU slots standing
+    in for two GPUs), the serial sweep of the same cases, the spread and cost summary, the decisions."""
+    census = write_census(
+        tmp_path / "census.parquet",
+        [census_row("q4_0", 1, 64, 256, 50.0), census_row("q8_0", 4, 32, 64, 20.0)],
+    )
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "WORK": str(tmp_path / "work"),
+        "DEVICE": "CPU",
+        "BUILD_DIR": str(harness.parent.parent),
+        "LLAMA_CPP_DIR": str(tree),
+        "CENSUS": str(census),
+        "PYTHON": sys.executable,
+        "RAY_ADDRESS": cluster,
+        "RAY_CPUS": "2",
+        "TRIALS": "3",
+        "COVERAGE": "1",
+        "TUNE_ARGS": "--l2-bytes 100000 " + " ".join(FAST),
+    }
+    repo = Path(__file__).resolve().parent.parent
+    p = subprocess.run(
+        ["bash", str(repo / "lab" / "tune-ray.sh")], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(x.name for x in out.iterdir()) == [
+        "decisions.txt",
+        "run.log",
+        "summary.json",
+        "tuning-multi.journal.jsonl",
+        "tuning-multi.parquet",
+        "tuning-single.journal.jsonl",
+        "tuning-single.parquet",
+    ]
+    assert "ray: 2 cases at a time (CPU=1 each) on 1 node(s)" in p.stderr
+    assert "decisions: identical" in p.stderr
+    assert untimed(rows_of(out / "tuning-multi.parquet")) == untimed(rows_of(out / "tuning-single.parquet"))
+    s = json.loads((out / "summary.json").read_text())
+    assert s["cost"]["gpus"] == 2 and s["cost"]["multi_wall_s"] > 0 and s["cost"]["single_wall_s"] > 0
+    assert len(s["cost"]["busy_s"]) == 1  # CPU tasks hold no GPU: one place, this node
+    # stock is the one route the CPU backend measures: 5 cases, each in both sweeps
+    assert len(s["spread"]["cases"]) == 5 and {c["route"] for c in s["spread"]["cases"]} == {"stock"}
+    assert "wall / (single / n) =" in p.stderr
+    # a second call finds both sweeps complete
+    p = subprocess.run(
+        ["bash", str(repo / "lab" / "tune-ray.sh")], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert p.returncode == 0 and "multi sweep: complete in an earlier call" in p.stderr, p.stderr[-3000:]
