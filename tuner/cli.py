@@ -275,6 +275,7 @@ def run_cmd(
       CUDA_VISIBLE_DEVICES=1 ggml-dispatch tune run census.parquet --llama-cpp ~/llama.cpp \\
           --shard 1/2 -o tuning.1.parquet
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
+      ggml-dispatch tune run census.parquet --llama-cpp ~/llama.cpp -o tuning.parquet --executor ray
     """
     journal = journal_path or default_journal(output)
     if not dry_run:
