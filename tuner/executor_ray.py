@@ -211,6 +211,14 @@ class RayExecutor(Executor):
             headers.append(header)
         return headers
 
+    def describe(self) -> str:
+        nodes = self._nodes()
+        want = ",".join(f"{k}={v:g}" for k, v in sorted(self.resources.items()))
+        return (
+            f"ray: {sum(k for _, k in nodes)} cases at a time ({want} each) on {len(nodes)} node(s) "
+            f"of the cluster at {self._connect().get_runtime_context().gcs_address}"
+        )
+
     def run(
         self, job: HarnessJob, cases: Sequence[Case], may_start: Callable[[], bool]
     ) -> Generator[Finished, None, None]:
