@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from ggml_dispatch import schema
 from ggml_dispatch.cli import main as cli_main
 from ggml_dispatch.errors import InputError
 from tests.test_tuner_native import census_row, write_census
 from tuner import executor_spread
-from tuner.executor import gpu_model, mixed_gpus, refuse_mixed
+from tuner.executor import check_sweep_gpus, gpu_id
 from tuner.executor_ray import node_slots, parse_resources, task_options
 
 
@@ -40,20 +41,25 @@ def test_task_resources() -> None:
     assert node_slots({"GPU": 1.0, "CPU": 4.0}, parse_resources("GPU=0.5")) == 2
 
 
-def header(name: str, cc: int = 90, sm: int = 132, uuid: str = "") -> dict[str, Any]:
+def header(name: str, cc: int = 900, sm: int = 132, uuid: str = "") -> dict[str, Any]:
     return {"gpu_name": name, "gpu_cc": cc, "gpu_sm_count": sm, "gpu_uuid": uuid}
 
 
-def test_mixed_gpu_models() -> None:
-    h200 = [header("NVIDIA H200", uuid=f"GPU-{i}") for i in range(4)]
-    assert mixed_gpus([*h200, None]) == [("NVIDIA H200", 90, 132)]
-    refuse_mixed(mixed_gpus(h200), "this sweep")  # four of one model: not mixed
-    cut = header("NVIDIA H200", sm=114)  # same name, another SM count: another model
-    models = mixed_gpus([*h200, cut])
-    assert models == [("NVIDIA H200", 90, 114), ("NVIDIA H200", 90, 132)]
-    with pytest.raises(InputError, match=r"runs on 2 GPU models: NVIDIA H200 cc 90 114 SMs; .*--allow-mixed"):
-        refuse_mixed(models, "this sweep")
-    assert gpu_model({}) == ("", 0, 0)
+def test_mixed_gpu_models(tmp_path: Path) -> None:
+    journal = tmp_path / "t.parquet.journal.jsonl"
+    h200 = {gpu_id(header("NVIDIA H200", uuid=f"GPU-{i}")): f"case {i}" for i in range(4)}
+    assert list(h200) == [schema.GpuId("NVIDIA H200", 900, 132)]  # four GPUs of one model
+    check_sweep_gpus(h200, journal, allow_mixed=False)
+    cut = {**h200, gpu_id(header("NVIDIA H200", sm=114)): "case q4_0:N64:K256:M8"}  # another SM count
+    with pytest.raises(InputError) as e:
+        check_sweep_gpus(cut, journal, allow_mixed=False)
+    assert e.value.render() == (
+        f"{journal}: gpu_name: cases come from 2 GPUs (NVIDIA H200 cc 900 114 SMs (case q4_0:N64:K256:M8); "
+        "NVIDIA H200 cc 900 132 SMs (case 3)); a table belongs to one GPU (name, cc and SM count): "
+        "split the inputs, or pass --allow-mixed"
+    )
+    check_sweep_gpus(cut, journal, allow_mixed=True)
+    assert gpu_id({}) == schema.GpuId("", 0, 0)
 
 
 @pytest.fixture()
@@ -68,11 +74,13 @@ def invoke(*args: str) -> Any:
 def test_options_that_need_the_ray_executor(census: Path, tmp_path: Path) -> None:
     base = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(tmp_path / "t.parquet")]
     r = invoke(*base, "--address", "10.0.0.1:6379")
-    assert r.exit_code == 2 and "address: --address needs --executor ray" in r.output
+    assert r.exit_code == 2 and "Error: --address needs --executor ray" in r.output
     r = invoke(*base, "--executor", "ray", "--device", "CUDA1")
-    assert r.exit_code == 2 and "Ray assigns each case its GPU" in r.output
+    assert (
+        r.exit_code == 2 and "Error: --device with --executor ray: Ray assigns each case its GPU" in r.output
+    )
     r = invoke(*base, "--executor", "ray", "--ray-resources", "GPU=x")
-    assert r.exit_code == 2 and "ray-resources: 'GPU=x' is not NAME=AMOUNT" in r.output
+    assert r.exit_code == 2 and "Invalid value for --ray-resources: 'GPU=x' is not NAME=AMOUNT" in r.output
     assert not list(tmp_path.glob("t.parquet*"))
 
 

@@ -230,13 +230,13 @@ def test_mixed_gpu_models_are_refused_unless_allowed(
     )
     p = tune(*args)
     assert p.returncode == 2, p.stderr
-    assert (
-        "gpu_name: this sweep runs on 2 GPU models: Intel" in p.stderr and "Other GPU cc 0 0 SMs" in p.stderr
-    )
+    journal = f"{out}.journal.jsonl"
+    assert f"ggml-dispatch: error: {journal}: gpu_name: cases come from 2 GPUs (Intel" in p.stderr
+    assert "Other GPU cc 0 0 SMs (case q8_0:" in p.stderr and "(the probe)" in p.stderr
     assert "pass --allow-mixed" in p.stderr and not out.exists()
     # the journal keeps what was measured; without --allow-mixed a re-run is refused before any case
     p = tune(*args)
-    assert p.returncode == 2 and "runs on 2 GPU models" in p.stderr
+    assert p.returncode == 2 and "cases come from 2 GPUs" in p.stderr
     p = tune(*args, "--allow-mixed")
     assert p.returncode == 0, p.stderr
     names = {(r["N"], r["gpu_name"]) for r in rows_of(out)}

@@ -101,10 +101,10 @@ def _build_harness(
 def _executor(name: str, address: str | None, resources: str, device: str | None) -> Executor:
     if name == "serial":
         if address is not None:
-            raise InputError(None, "--address needs --executor ray", field="address")
+            raise click.UsageError("--address needs --executor ray")
         return SerialExecutor()
     if device:
-        raise InputError(None, "--device with --executor ray: Ray assigns each case its GPU", field="device")
+        raise click.UsageError("--device with --executor ray: Ray assigns each case its GPU")
     from tuner import executor_ray  # imports ray only when it is used
 
     try:

@@ -12,18 +12,17 @@ allows them, as ``tune merge`` refuses them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ggml_dispatch.errors import InputError
+from ggml_dispatch import schema
+from ggml_dispatch.artifacts import validators
 from tuner.select import Case
 
 if TYPE_CHECKING:
     from tuner.run import ChildResult
-
-GpuModel = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -91,21 +90,15 @@ class SerialExecutor(Executor):
     """One harness child at a time on this machine: the default."""
 
 
-def gpu_model(header: Mapping[str, Any] | None) -> GpuModel:
-    h = header or {}
-    return (str(h.get("gpu_name", "")), int(h.get("gpu_cc", 0) or 0), int(h.get("gpu_sm_count", 0) or 0))
+def gpu_id(header: Mapping[str, Any]) -> schema.GpuId:
+    """The GPU identity (name, cc, SM count) of a harness header."""
+    return schema.GpuId(
+        str(header.get("gpu_name", "")),
+        int(header.get("gpu_cc", 0) or 0),
+        int(header.get("gpu_sm_count", 0) or 0),
+    )
 
 
-def mixed_gpus(headers: Iterable[Mapping[str, Any] | None]) -> list[GpuModel]:
-    """The distinct GPU models of these harness headers, sorted (one entry: not mixed)."""
-    return sorted({gpu_model(h) for h in headers if h})
-
-
-def refuse_mixed(models: Sequence[GpuModel], where: str) -> None:
-    if len(models) > 1:
-        listed = "; ".join(f"{n} cc {c} {s} SMs" for n, c, s in models)
-        raise InputError(
-            None,
-            f"{where} runs on {len(models)} GPU models: {listed}; pass --allow-mixed to sweep them together",
-            field="gpu_name",
-        )
+def check_sweep_gpus(gpus: Mapping[schema.GpuId, str], journal: Path, *, allow_mixed: bool) -> None:
+    """``gpus``: each GPU model the sweep has met and where (a probe, a case); one model unless allowed."""
+    validators.check_one_gpu(gpus, journal, allow_mixed=allow_mixed, what="cases")

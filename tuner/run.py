@@ -25,7 +25,7 @@ from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import census as census_artifact
 from tuner import results
 from tuner.build import TreeStamp
-from tuner.executor import Executor, HarnessJob, SerialExecutor, gpu_model, mixed_gpus, refuse_mixed
+from tuner.executor import Executor, HarnessJob, SerialExecutor, check_sweep_gpus, gpu_id
 from tuner.journal import Journal
 from tuner.select import DEFAULT_LAYOUTS, NEEDED_COLUMNS, Case, Selection, select_cases, shard_cases
 
@@ -262,9 +262,11 @@ def run_sweep(
         resumed = len(cases) - len(todo)
         if resumed:
             log(f"resuming: {resumed} of {len(cases)} cases are already in {journal_path}")
-        models = mixed_gpus([*probes, *(c.get("header") for c in journal.contents.cases)])
-        if not allow_mixed:
-            refuse_mixed(models, "this sweep")
+        gpus = {gpu_id(h): "the probe" for h in probes}
+        for c in journal.contents.cases:
+            if c.get("header"):
+                gpus.setdefault(gpu_id(c["header"]), f"case {c['case']}")
+        check_sweep_gpus(gpus, journal_path, allow_mixed=allow_mixed)
         if on_plan is not None:
             on_plan(len(todo))
         durations: list[float] = []
@@ -305,8 +307,9 @@ def run_sweep(
                 durations.append(r.wall_s)
                 if progress is not None:
                     progress(1)
-                if not allow_mixed and r.header and gpu_model(r.header) not in models:
-                    refuse_mixed(sorted({*models, gpu_model(r.header)}), "this sweep")
+                if r.header and gpu_id(r.header) not in gpus:
+                    gpus[gpu_id(r.header)] = f"case {f.case.id}"
+                    check_sweep_gpus(gpus, journal_path, allow_mixed=allow_mixed)
         records = list(journal.contents.cases)
 
     settings = dict(settings or {})
