@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from ggml_dispatch import fileio
 from tests.test_tuner_native import (
     FAST,
     _start,
@@ -83,7 +84,7 @@ def test_ray_sweep_holds_the_serial_sweeps_rows(
     a, b = rows_of(serial), rows_of(par)
     assert len(b) == 8 * 5 * 3 and untimed(a) == untimed(b)  # same rows, same (canonical) order
     assert all(r["anchor_us"] > 0 for r in b)
-    settings = results.read_tuning(par)[1][results.META_TUNER]
+    settings = fileio.read_parquet_metadata(par)[results.META_TUNER]
     assert '"executor": "ray"' in settings
     journal = read_journal(par.with_name(par.name + ".journal.jsonl"))
     assert {c["placement"]["node_id"] for c in journal.cases} == {ray.get_runtime_context().get_node_id()}
@@ -232,7 +233,8 @@ def test_mixed_gpu_models_are_refused_unless_allowed(
     assert p.returncode == 2, p.stderr
     journal = f"{out}.journal.jsonl"
     assert f"ggml-dispatch: error: {journal}: gpu_name: cases come from 2 GPUs (Intel" in p.stderr
-    assert "Other GPU cc 0 0 SMs (case q8_0:" in p.stderr and "(the probe)" in p.stderr
+    assert "Other GPU cc 0 0 SMs (case " in p.stderr and "q8_0:f32:N32:K64:B1:M" in p.stderr
+    assert "Intel(R) Xeon(R) Processor cc 0 0 SMs (the probe)" in p.stderr
     assert "pass --allow-mixed" in p.stderr and not out.exists()
     # the journal keeps what was measured; without --allow-mixed a re-run is refused before any case
     p = tune(*args)
