@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # The census swept on every GPU of the machine with `tune run --executor ray`, then the same cases on
 # one GPU (the serial executor), on the GPU machine; then how the two agree and what each cost.
 #
