@@ -16,6 +16,7 @@ from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
 from tuner import build, results
+from tuner.executor import Executor, SerialExecutor
 from tuner.reference_cli import import_reference_cmd
 from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
 from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard, select_cases, shard_cases
@@ -96,6 +97,22 @@ def _build_harness(
         )
     except build.BuildError as e:
         raise _Failed(str(e)) from None
+
+
+def _executor(name: str, address: str | None, resources: str, device: str | None) -> Executor:
+    if name == "serial":
+        if address is not None:
+            raise click.UsageError("--address needs --executor ray")
+        return SerialExecutor()
+    if device:
+        raise click.UsageError("--device with --executor ray: Ray assigns each case its GPU")
+    from tuner import executor_ray  # imports ray only when it is used
+
+    try:
+        executor_ray.import_ray()
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+    return executor_ray.RayExecutor(address, resources)
 
 
 @click.group()
@@ -195,6 +212,24 @@ def tune() -> None:
     multiple=True,
     help="extra harness option, repeatable (e.g. --harness-arg=--trial-ms=10).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["serial", "ray"]),
+    default="serial",
+    show_default=True,
+    help="serial: one case at a time on this machine; ray: every case a Ray task on one GPU of a Ray "
+    "cluster (pip install 'ggml-dispatch[ray]'; every node needs the harness at the same path).",
+)
+@click.option(
+    "--address", default=None, help="Ray cluster address [default: Ray's own (RAY_ADDRESS, else local)]."
+)
+@click.option(
+    "--ray-resources",
+    default="GPU=1",
+    show_default=True,
+    help="what each case's Ray task holds, NAME=AMOUNT,... (CPU=1 on a cluster without GPUs).",
+)
+@click.option("--allow-mixed", is_flag=True, help="accept GPUs of several models in one sweep.")
 @click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
 def run_cmd(
     census: Path,
@@ -218,6 +253,10 @@ def run_cmd(
     case_timeout: float,
     harness_extra: tuple[str, ...],
     jobs: int | None,
+    executor: str,
+    address: str | None,
+    ray_resources: str,
+    allow_mixed: bool,
     dry_run: bool,
 ) -> None:
     """Measure the routes of the census' shapes into a tuning Parquet file.
@@ -237,6 +276,7 @@ def run_cmd(
       CUDA_VISIBLE_DEVICES=1 ggml-dispatch tune run census.parquet --llama-cpp ~/llama.cpp \\
           --shard 1/2 -o tuning.1.parquet
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
+      ggml-dispatch tune run census.parquet --llama-cpp ~/llama.cpp -o tuning.parquet --executor ray
     """
     journal = journal_path or default_journal(output)
     if not dry_run:
@@ -263,6 +303,7 @@ def run_cmd(
         _echo(selection.summary())
         return
 
+    runner = _executor(executor, address, ray_resources, device)
     stamp = build.tree_stamp(tree)
     if harness_bin is None:
         harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
@@ -280,7 +321,10 @@ def run_cmd(
 
     t0 = time.monotonic()
     try:
-        with click.progressbar(length=1, label="tune", file=sys.stderr, show_eta=True, show_pos=True) as bar:
+        with (
+            runner,
+            click.progressbar(length=1, label="tune", file=sys.stderr, show_eta=True, show_pos=True) as bar,
+        ):
             # the bar's length is only known once the journal has been read: run_sweep sets it via on_plan
             result = run_sweep(
                 census,
@@ -302,6 +346,8 @@ def run_cmd(
                 log=_echo,
                 progress=bar.update,
                 on_plan=lambda todo: setattr(bar, "length", max(todo, 1)),
+                executor=runner,
+                allow_mixed=allow_mixed,
             )
     except SweepInterrupted as e:
         _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")

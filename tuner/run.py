@@ -25,6 +25,7 @@ from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import census as census_artifact
 from tuner import results
 from tuner.build import TreeStamp
+from tuner.executor import Executor, HarnessJob, SerialExecutor, check_sweep_gpus, gpu_id
 from tuner.journal import Journal
 from tuner.select import DEFAULT_LAYOUTS, NEEDED_COLUMNS, Case, Selection, select_cases, shard_cases
 
@@ -209,6 +210,8 @@ def run_sweep(
     log: Callable[[str], None] = lambda s: None,
     progress: Callable[[int], Any] | None = None,
     on_plan: Callable[[int], Any] | None = None,
+    executor: Executor | None = None,
+    allow_mixed: bool = False,
 ) -> SweepResult:
     t_start = time.monotonic()
     census_sha = fileio.sha256_file(census_path)
@@ -227,7 +230,13 @@ def run_sweep(
     if shard != (0, 1):
         log(f"shard {shard[0]}/{shard[1]}: {len(cases)} of {len(selection.cases)} cases")
 
-    header = probe_harness(harness, harness_args)
+    executor = executor or SerialExecutor()
+    job = HarnessJob(harness, tuple(harness_args), case_timeout)
+    probes = executor.probe(job)
+    header = probes[0]
+    where = executor.describe()
+    if where:
+        log(where)
     log(
         f"harness {header.get('harness_version')} on {header.get('device')} ({header.get('gpu_name')}), "
         f"override API {'found' if header.get('dispatch_api') else 'absent: stock only'}, "
@@ -245,10 +254,6 @@ def run_sweep(
     ran = failed = 0
     stopped = False
     warnings: list[str] = []
-    child: list[subprocess.Popen[str] | None] = [None]
-
-    def register(p: subprocess.Popen[str] | None) -> None:
-        child[0] = p
 
     with Journal.open(journal_path, identity) as journal:
         warnings += journal.contents.warnings
@@ -257,50 +262,54 @@ def run_sweep(
         resumed = len(cases) - len(todo)
         if resumed:
             log(f"resuming: {resumed} of {len(cases)} cases are already in {journal_path}")
+        gpus = {gpu_id(h): "the probe" for h in probes}
+        for c in journal.contents.cases:
+            if c.get("header"):
+                gpus.setdefault(gpu_id(c["header"]), f"case {c['case']}")
+        check_sweep_gpus(gpus, journal_path, allow_mixed=allow_mixed)
         if on_plan is not None:
             on_plan(len(todo))
         durations: list[float] = []
-        with _signals_raise():
-            try:
-                for case in todo:
-                    elapsed = time.monotonic() - t_start
-                    if max_seconds is not None and durations:
-                        mean = sum(durations) / len(durations)
-                        if elapsed + mean > max_seconds:
-                            stopped = True
-                            break
-                    elif max_seconds is not None and elapsed > max_seconds:
-                        stopped = True
-                        break
-                    r = run_harness_case(
-                        harness, case, harness_args=harness_args, timeout=case_timeout, register=register
-                    )
-                    rec: dict[str, Any] = {
-                        "case": case.id,
-                        "spec": case.spec(),
-                        "status": r.status,
-                        "header": r.header or header,
-                        "stamp": stamp_d,
-                        "trials": r.trials,
-                        "case_info": r.case_info,
-                        "wall_s": round(r.wall_s, 3),
-                        "finished": fileio.now_iso(),
-                    }
-                    if r.status != "done":
-                        rec["stderr_tail"] = r.stderr_tail
-                        failed += 1
-                        log(f"case {case.id}: {r.status}")
-                    journal.append(rec)
-                    ran += 1
-                    durations.append(r.wall_s)
-                    if progress is not None:
-                        progress(1)
-            except SweepInterrupted:
-                p = child[0]
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
-                raise
+
+        def may_start() -> bool:
+            nonlocal stopped
+            if max_seconds is None:
+                return True
+            elapsed = time.monotonic() - t_start
+            mean = sum(durations) / len(durations) if durations else 0.0
+            if elapsed + mean > max_seconds:
+                stopped = True
+            return not stopped
+
+        with _signals_raise(), contextlib.closing(executor.run(job, todo, may_start)) as finished:
+            # closing: an interrupt or a refusal stops the cases still running
+            for f in finished:
+                r = f.result
+                rec: dict[str, Any] = {
+                    "case": f.case.id,
+                    "spec": f.case.spec(),
+                    "status": r.status,
+                    "header": r.header or header,
+                    "stamp": stamp_d,
+                    "trials": r.trials,
+                    "case_info": r.case_info,
+                    "wall_s": round(r.wall_s, 3),
+                    "finished": fileio.now_iso(),
+                }
+                if f.placement:
+                    rec["placement"] = f.placement
+                if r.status != "done":
+                    rec["stderr_tail"] = r.stderr_tail
+                    failed += 1
+                    log(f"case {f.case.id}: {r.status}")
+                journal.append(rec)
+                ran += 1
+                durations.append(r.wall_s)
+                if progress is not None:
+                    progress(1)
+                if r.header and gpu_id(r.header) not in gpus:
+                    gpus[gpu_id(r.header)] = f"case {f.case.id}"
+                    check_sweep_gpus(gpus, journal_path, allow_mixed=allow_mixed)
         records = list(journal.contents.cases)
 
     settings = dict(settings or {})
@@ -331,6 +340,7 @@ def run_sweep(
             )
         },
         stopped_early=stopped,
+        executor=executor.name,
     )
     n_rows = results.write_tuning(
         out, records, input_hashes={str(census_path): census_sha}, settings=settings
