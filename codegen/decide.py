@@ -207,6 +207,13 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
                 "with --reference-margin X, a declared fixed margin",
                 field="source",
             )
+    if prov.gpu.cc <= 0 or prov.gpu.sm_count <= 0:
+        raise InputError(
+            path,
+            f"rows were measured on {prov.gpu.name or 'a backend'} without a GPU identity (cc "
+            f"{prov.gpu.cc}, {prov.gpu.sm_count} SMs): a table applies only on a measured GPU",
+            field="gpu_cc",
+        )
     # With --allow-mixed the table is stamped with the GPU and commit that contributed most rows.
     return Identity(
         gpu=prov.gpu,

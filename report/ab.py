@@ -213,7 +213,10 @@ def _provenance(obj: Mapping[str, Any], path: Path, lineno: int) -> Provenance:
     started = _str(obj, "started", path, lineno)
     if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", started):
         raise InputError(
-            path, "expected an ISO 8601 UTC time (YYYY-MM-DDTHH:MM:SSZ or +00:00)", line=lineno, field="started"
+            path,
+            "expected an ISO 8601 UTC time (YYYY-MM-DDTHH:MM:SSZ or +00:00)",
+            line=lineno,
+            field="started",
         )
     return Provenance(
         command=tuple(command),

@@ -116,7 +116,10 @@ BAD_TUNING: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda t: _tuning_with(t, harness_version=None),
         "row 1: harness_version: empty harness version",
     ),
-    "zero SM count": (lambda t: _tuning_with(t, gpu_sm_count=0), "row 1: gpu_sm_count: must be a positive"),
+    "negative SM count": (
+        lambda t: _tuning_with(t, gpu_sm_count=-1),
+        "row 1: gpu_sm_count: must be an integer >= 0",
+    ),
     "no tool version": (
         lambda t: _without_tool_version(t, "tuning"),
         f"{schema.META_TOOL_VERSION}: no tool version: not a tuning file written by ggml-dispatch",
@@ -317,3 +320,14 @@ def test_an_error_about_an_option_names_the_option_not_a_file(
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert expect in res.stderr and "<input>" not in res.output
     assert not out.exists()
+
+
+def test_cpu_backend_trials_are_read_but_make_no_table(tmp_path: Path) -> None:
+    """The harness runs on ggml's CPU backend too (cc 0, 0 SMs): its files merge, codegen refuses them."""
+    cpu = schema.GpuId("CPU", 0, 0)
+    a = good_tuning(tmp_path / "cpu.parquet", gpu=cpu)
+    res = cli("tune", "merge", a, "-o", tmp_path / "merged.parquet")
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    msg = refused(cli("codegen", a, "-o", out), out)
+    assert "without a GPU identity (cc 0, 0 SMs)" in msg, msg

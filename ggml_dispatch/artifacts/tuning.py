@@ -81,15 +81,18 @@ def _check_text(table: pa.Table, name: str, path: str | Path, message: str) -> N
 
 def validate_table(table: pa.Table, path: str | Path) -> None:
     """Row checks, each naming the first bad row: known op / layout / ggml types / table route /
-    source / status, positive dimensions and GPU cc and SM count, a GPU name, an upstream commit and
-    a harness version, and a finite positive time (and stock anchor, where there is one) in every ok row."""
+    source / status, positive dimensions, GPU cc and SM count >= 0 (0: the CPU backend), a GPU name,
+    an upstream commit and a harness version, and a finite positive time (and stock anchor, where
+    there is one) in every ok row."""
     col.not_null(table, _REQUIRED, path)
     col.one_of(table, "op", _OPS, path, "op")
     col.one_of(table, "layout", _LAYOUTS, path, "layout")
     col.one_of(table, "src0_type", schema.GGML_TYPES, path, "ggml type")
     col.one_of(table, "src1_type", schema.GGML_TYPES, path, "ggml type")
     col.one_of(table, "route", TABLE_ROUTES, path, "route")
-    col.positive_ints(table, ("M", "N", "K", "B", "gpu_cc", "gpu_sm_count"), path)
+    col.positive_ints(table, ("M", "N", "K", "B"), path)
+    # 0 = no GPU: trials of ggml's CPU backend (the harness runs there too); a table needs a GPU
+    col.non_negative_ints(table, ("gpu_cc", "gpu_sm_count"), path)
     col.non_negative_ints(table, ("trial",), path)
     _check_text(table, "gpu_name", path, "empty GPU name")
     nul = pc.fill_null(pc.match_substring(table.column("gpu_name"), "\0"), False)
