@@ -31,7 +31,7 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
 * Rules that reach past the measured points (:func:`carried_rules`, on by default): ``interpolated``
   rules inside gaps between adjacent measured M from a fitted crossover (``codegen.crossover``), and
   size-class defaults for unseen (N, K) by N*K (``codegen.classes``). Every rule carries its kind:
-  ``measured``, ``interpolated`` or ``default``. The full statement is ``codegen/DECISION.md``.
+  ``measured``, ``interpolated`` or ``default``. The full statement is ARCHITECTURE.md, "Decision rule".
 """
 
 from __future__ import annotations
