@@ -17,30 +17,13 @@ from typing import Any, Final
 import jinja2
 
 from codegen import table as tbl
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
+from hook.codes import c_int, c_string
+
+__all__ = ["c_int", "c_string", "c_unescape", "parse_header", "render_header"]
 
 TEMPLATE: Final = "ggml-dispatch-table.h.j2"
-_SAFE: Final = frozenset(
-    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -_.,:;()[]{}<>+=@#%&!~^|/"
-)
-
-
-def c_string(value: Any) -> str:
-    """A C string literal (with quotes) for ``value``; unsafe bytes as octal escapes."""
-    if not isinstance(value, str):
-        raise TypeError(f"c_string needs a str, got {type(value).__name__}")
-    out = ['"']
-    for b in value.encode("utf-8"):
-        out.append(chr(b) if b in _SAFE else f"\\{b:03o}")
-    out.append('"')
-    return "".join(out)
-
-
-def c_int(value: Any) -> str:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"c_int needs an int, got {type(value).__name__}")
-    return str(value)
 
 
 @cache
@@ -58,12 +41,16 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _row(rule: Mapping[str, Any]) -> list[int]:
-    return [
-        *tbl.key_codes(rule)[:4],
-        *(int(rule[f]) for f in ("N", "K", "B", "M_lo", "M_hi")),
-        schema.ROUTE_CODES[schema.Route(rule["route"])],
-    ]
+def _row(rule: Mapping[str, Any]) -> dict[str, Any]:
+    codes = tbl.key_codes(rule)
+    config = registry.Config.parse(tbl.rule_config(rule))
+    return {
+        "head": list(codes[:4]),
+        "k": list(codes[4:]),
+        "M_lo": int(rule["M_lo"]),
+        "M_hi": int(rule["M_hi"]),
+        "config": config.code,
+    }
 
 
 def render_header(table: Mapping[str, Any]) -> str:
@@ -84,6 +71,18 @@ def render_header(table: Mapping[str, Any]) -> str:
         "upstream_commit": str(t["upstream_commit"]),
         "rows": [_row(r) for r in t["rules"]],
         "op_codes": [(o.value, c) for o, c in schema.OP_CODES.items()],
+        "key_slots": registry.KEY_SLOTS,
+        "key_slots_doc": [
+            (
+                s.op.value,
+                ", ".join(
+                    [f"type0 = {s.key.TYPE_FIELDS[0]}", f"type1 = {s.key.TYPE_FIELDS[1]}"]
+                    + [f"k[{i}] = {f}" for i, f in enumerate(s.key.INT_FIELDS)]
+                ),
+            )
+            for s in sorted(registry.OPS.values(), key=lambda s: s.code)
+        ],
+        "default_masks": [s.default_mask for s in sorted(registry.OPS.values(), key=lambda s: s.code)],
         "layout_codes": [(lay.value, c) for lay, c in schema.LAYOUT_CODES.items()],
         "route_codes": [(r.value, c) for r, c in schema.ROUTE_CODES.items()],
     }
@@ -101,7 +100,10 @@ _STATIC_STR: Final = re.compile(
 _RULES: Final = re.compile(
     r"ggml_dispatch_table_rules\[GGML_DISPATCH_TABLE_RULE_COUNT\] = \{(.*?)\n\};", re.S
 )
-_ROW: Final = re.compile(r"^\s*\{ ([-\d, ]+) \},\s*$", re.M)
+_ROW: Final = re.compile(
+    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+) \},\s*$",
+    re.M,
+)
 _ESCAPE: Final = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]+|.)", re.S)
 _SIMPLE: Final = {
     b"n": b"\n",
@@ -150,32 +152,39 @@ def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], st
             f"(it knows {schema.TABLE_LAYOUT_VERSION})",
             field="GGML_DISPATCH_TABLE_LAYOUT_VERSION",
         )
-    ops = {c: o.value for o, c in schema.OP_CODES.items()}
+    ops = {s.code: s for s in registry.OPS.values()}
     layouts = {c: lay.value for lay, c in schema.LAYOUT_CODES.items()}
-    routes = {c: r.value for r, c in schema.ROUTE_CODES.items()}
     rules: list[dict[str, Any]] = []
     m = _RULES.search(text)
-    for row in _ROW.finditer(m.group(1) if m else ""):
-        v = [int(x) for x in row.group(1).split(",")]
-        if len(v) != 10:
-            raise InputError(path, f"rule row with {len(v)} values: {row.group(0).strip()}")
+    body = m.group(1) if m else ""
+    n_rows = sum(1 for line in body.splitlines() if line.strip().startswith("{"))
+    found = list(_ROW.finditer(body))
+    if len(found) != n_rows:
+        raise InputError(path, f"{n_rows - len(found)} rule rows are not in the layout this tool reads")
+    for row in found:
+        head = [int(row.group(i)) for i in range(1, 5)]
+        k = [int(x) for x in row.group(5).split(",")]
+        M_lo, M_hi, code = (int(row.group(i)) for i in range(6, 9))
+        if len(k) != registry.KEY_SLOTS:
+            raise InputError(path, f"rule row with {len(k)} key slots: {row.group(0).strip()}")
         try:
-            rules.append(
-                {
-                    "op": ops[v[0]],
-                    "layout": layouts[v[1]],
-                    "src0_type": schema.GGML_TYPES_BY_ID[v[2]].name,
-                    "src1_type": schema.GGML_TYPES_BY_ID[v[3]].name,
-                    "N": v[4],
-                    "K": v[5],
-                    "B": v[6],
-                    "M_lo": v[7],
-                    "M_hi": v[8],
-                    "route": routes[v[9]],
-                }
-            )
-        except KeyError as e:
+            spec = ops[head[0]]
+            key = spec.key
+            config = registry.Config.from_code(code)
+            rule: dict[str, Any] = {
+                "op": spec.op.value,
+                "layout": layouts[head[1]],
+                key.TYPE_FIELDS[0]: schema.GGML_TYPES_BY_ID[head[2]].name,
+                key.TYPE_FIELDS[1]: schema.GGML_TYPES_BY_ID[head[3]].name,
+                **dict(zip(key.INT_FIELDS, k, strict=False)),
+                "M_lo": M_lo,
+                "M_hi": M_hi,
+                "config": str(config),
+                "route": config.route.value,
+            }
+        except (KeyError, registry.ConfigError) as e:
             raise InputError(path, f"unknown code {e} in rule row {row.group(0).strip()}") from None
+        rules.append(rule)
     if len(rules) != ints["GGML_DISPATCH_TABLE_RULE_COUNT"]:
         raise InputError(
             path,

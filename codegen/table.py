@@ -8,9 +8,11 @@ A table is a dict:
 * ``provenance``: source (measured / reference / none), tool version, tuning and census sha256, patch
   hashes, harness versions, drivers, CUDA and cuBLAS versions, the decision parameters, and (only with
   ``--allow-mixed``) every GPU and commit that contributed rows;
-* ``rules``: ``op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route`` plus evidence
-  (``kind``, ``measured_M``, ``min_ratio``, ``shapes`` for defaults). N = K = 0 is a per-type default,
-  used only when no exact (N, K) rule covers the query;
+* ``rules``: the op's shape-key fields (``registry.key_class(op).fields()``; MUL_MAT: ``op, layout,
+  src0_type, src1_type, N, K, B``), ``M_lo, M_hi``, ``config`` (the configuration, canonical text, e.g.
+  ``cublas`` or ``cublas/out=f32,compute=f16``) and ``route`` (the config's route) plus evidence
+  (``kind``, ``measured_M``, ``min_ratio``, ``shapes`` for defaults). The key's default fields at 0
+  (MUL_MAT: N = K = 0) make a per-type default, used only when no exact rule covers the query;
 * ``refused``: every refused candidate with its point and reason.
 
 The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
@@ -27,11 +29,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 
-RULE_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B", "M_lo", "M_hi", "route")
-KEY_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
+# MUL_MAT's rule and key fields; other ops: rule_fields(op) / registry.key_class(op).fields()
+RULE_FIELDS: Final = (
+    "op",
+    "layout",
+    "src0_type",
+    "src1_type",
+    "N",
+    "K",
+    "B",
+    "M_lo",
+    "M_hi",
+    "route",
+    "config",
+)
+KEY_FIELDS: Final = schema.SHAPE_KEY
+# table.json layout versions this tool reads: 1 (route only, MUL_MAT) is upgraded on load (config = route)
+UPGRADABLE_LAYOUT_VERSIONS: Final = frozenset({1})
 SOURCE_NONE: Final = "none"
 SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline), not a measurement
 TABLE_FILENAME: Final = "table.json"
@@ -50,7 +67,6 @@ DECISION_PARAMS: Final = {
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
 _LAYOUTS: Final = {lay.value: code for lay, code in schema.LAYOUT_CODES.items()}
-_ROUTES: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
 _SOURCES: Final = frozenset(
     {schema.Source.MEASURED.value, schema.Source.REFERENCE.value, SOURCE_NONE, SOURCE_DECLARED}
 )
@@ -73,17 +89,28 @@ def empty_table() -> dict[str, Any]:
 # Ordering and canonical text
 
 
+def rule_fields(op: str) -> tuple[str, ...]:
+    """The fields the runtime sees in a rule of ``op`` (a rule without ``config`` has its plain route)."""
+    return (*registry.key_class(op).fields(), "M_lo", "M_hi", "route", "config")
+
+
 def key_codes(rule: Mapping[str, Any]) -> tuple[int, ...]:
-    """(op, layout, src0_type, src1_type, N, K, B) as the integer codes the C array is sorted by."""
-    return (
-        _OPS[rule["op"]],
-        _LAYOUTS[rule["layout"]],
-        schema.GGML_TYPES[rule["src0_type"]].id,
-        schema.GGML_TYPES[rule["src1_type"]].id,
-        int(rule["N"]),
-        int(rule["K"]),
-        int(rule["B"]),
-    )
+    """(op, layout, type0, type1, k[0..KEY_SLOTS-1]) as the integer codes the C array is sorted by."""
+    codes: tuple[int, ...] = registry.shape_key(rule).codes()
+    return codes
+
+
+def rule_config(rule: Mapping[str, Any]) -> str:
+    """The configuration of a rule or refusal (``config``, else its plain ``route``), canonical."""
+    c = rule.get("config")
+    return registry.canonical_config(str(c if c is not None else rule["route"]))
+
+
+def _config_order(text: Any) -> tuple[int, int]:
+    try:
+        return registry.config_order(str(text))
+    except registry.ConfigError:
+        return (99, 0)
 
 
 def rule_sort_key(rule: Mapping[str, Any]) -> tuple[int, ...]:
@@ -91,7 +118,7 @@ def rule_sort_key(rule: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def refusal_sort_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (*key_codes(r), int(r["M"]), _ROUTES.get(r["route"], 99), str(r["reason"]))
+    return (*key_codes(r), int(r["M"]), *_config_order(r.get("config", r["route"])), str(r["reason"]))
 
 
 def _round(x: Any) -> Any:
@@ -203,27 +230,61 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
 def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
     if not isinstance(r, dict):
         raise InputError(path, "a rule is an object", field=where)
-    for f in RULE_FIELDS:
-        if f not in r:
+    if r.get("op") not in _OPS:
+        raise InputError(path, f"unknown op {r.get('op')!r}", field=f"{where}.op")
+    spec = registry.op_spec(r["op"])
+    for f in rule_fields(r["op"]):
+        if f not in r and f != "config":
             raise InputError(path, f"missing {f}", field=where)
-    if r["op"] not in _OPS:
-        raise InputError(path, f"unknown op {r['op']!r}", field=f"{where}.op")
-    if r["layout"] not in _LAYOUTS:
-        raise InputError(path, f"unknown layout {r['layout']!r}", field=f"{where}.layout")
-    for f in ("src0_type", "src1_type"):
+    if r["layout"] not in {lay.value for lay in spec.layouts}:
+        raise InputError(
+            path, f"layout {r['layout']!r} is not a layout of {spec.op.value}", field=f"{where}.layout"
+        )
+    for f in spec.key.TYPE_FIELDS:
         if r[f] not in schema.GGML_TYPES:
             raise InputError(path, f"unknown ggml type {r[f]!r}", field=f"{where}.{f}")
-    if r["route"] not in _ROUTES:
+    text = r.get("config", r["route"])
+    try:
+        config = registry.Config.parse(text) if isinstance(text, str) else None
+    except registry.ConfigError as e:
+        raise InputError(path, f"{e} (stock is never a rule)", field=f"{where}.config") from None
+    if config is None or str(config) != text:
         raise InputError(
-            path, f"unknown route {r['route']!r} (stock is never a rule)", field=f"{where}.route"
+            path, f"config {text!r} is not a canonical configuration string", field=f"{where}.config"
         )
-    for f in ("N", "K", "B", "M_lo", "M_hi"):
+    if r["route"] != config.route.value:
+        raise InputError(
+            path, f"route {r['route']!r} is not the route of config {text!r}", field=f"{where}.route"
+        )
+    if spec.op not in registry.ROUTES[config.route].ops:
+        raise InputError(path, f"route {config.route} does not serve {spec.op.value}", field=f"{where}.route")
+    for f in (*spec.key.INT_FIELDS, "M_lo", "M_hi"):
         if not _is_int(r[f]) or r[f] < 0 or r[f] > 2**62:
             raise InputError(path, "must be a non-negative integer", field=f"{where}.{f}")
-    if (r["N"] == 0) != (r["K"] == 0):
-        raise InputError(path, "N and K are both 0 (a type default) or both positive", field=where)
-    if r["B"] < 1 or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
-        raise InputError(path, "needs B >= 1 and 1 <= M_lo <= M_hi", field=where)
+    zeros = [r[f] == 0 for f in spec.key.DEFAULT_FIELDS]
+    if any(zeros) != all(zeros):
+        names = " and ".join(spec.key.DEFAULT_FIELDS)
+        both = "both" if len(zeros) == 2 else "all"
+        raise InputError(path, f"{names} are {both} 0 (a type default) or {both} positive", field=where)
+    required = [f for f in spec.key.INT_FIELDS if f not in spec.key.DEFAULT_FIELDS and f != "routing"]
+    if any(r[f] < 1 for f in required) or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
+        raise InputError(path, f"needs {', '.join(required)} >= 1 and 1 <= M_lo <= M_hi", field=where)
+
+
+def upgrade(table: Any) -> Any:
+    """A table of an older layout version this tool still reads, in the current layout (else as given)."""
+    if not isinstance(table, dict) or table.get("layout_version") not in UPGRADABLE_LAYOUT_VERSIONS:
+        return table
+    out = dict(table)
+    out["layout_version"] = schema.TABLE_LAYOUT_VERSION
+    for name in ("rules", "refused"):
+        rows = out.get(name)
+        if isinstance(rows, list):
+            out[name] = [
+                {**row, "config": row["route"]} if isinstance(row, dict) and "route" in row else row
+                for row in rows
+            ]
+    return out
 
 
 def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -231,7 +292,7 @@ def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
         table = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(path, f"not JSON: {e.msg}", line=e.lineno) from None
-    return validate(table, path)
+    return validate(upgrade(table), path)
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -285,7 +346,8 @@ def build_table(
             **r.key.as_dict(),
             "M_lo": r.M_lo,
             "M_hi": r.M_hi,
-            "route": r.route,
+            "config": registry.canonical_config(r.route),
+            "route": registry.config_route(r.route),
             "kind": r.kind,
             "measured_M": list(r.measured_M),
             "min_ratio": r.min_ratio,
@@ -294,7 +356,14 @@ def build_table(
             row["shapes"] = [list(s) for s in r.shapes]
         rules.append(row)
     refused = [
-        {**f.key.as_dict(), "M": f.M, "route": f.route, "kind": f.kind, "reason": f.reason}
+        {
+            **f.key.as_dict(),
+            "M": f.M,
+            "config": registry.canonical_config(f.route),
+            "route": registry.config_route(f.route),
+            "kind": f.kind,
+            "reason": f.reason,
+        }
         for f in decisions.refusals
     ]
     table = {
@@ -326,11 +395,24 @@ def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
     return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
 
 
-def _find(rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int) -> str | None:
+def _find(rules: Sequence[Mapping[str, Any]], key: Any, M: int) -> str | None:
+    fields = key.fields()
+    want = tuple(getattr(key, f) for f in fields)
     for r in rules:
-        if tuple(r[f] for f in KEY_FIELDS) == key and r["M_lo"] <= M <= r["M_hi"]:
-            return str(r["route"])
+        if r["op"] == key.op and tuple(r[f] for f in fields) == want and r["M_lo"] <= M <= r["M_hi"]:
+            return rule_config(r)
     return None
+
+
+def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> str | None:
+    """The configuration the table picks for a shape key of any op at M, or None for stock."""
+    if not gpu_matches(table, gpu):
+        return None
+    rules = table["rules"]
+    config = _find(rules, key, M)
+    if config is None and key.DEFAULT_FIELDS and not key.is_default:
+        config = _find(rules, key.group(), M)
+    return config
 
 
 def lookup(
@@ -345,22 +427,17 @@ def lookup(
     K: int,
     B: int,
 ) -> str | None:
-    """The route the table picks, or None for stock. Exact (N, K) rules win over type defaults."""
-    if not gpu_matches(table, gpu):
-        return None
-    rules = table["rules"]
-    route = _find(rules, (op, layout, src0_type, src1_type, N, K, B), M)
-    if route is None and (N != 0 or K != 0):
-        route = _find(rules, (op, layout, src0_type, src1_type, 0, 0, B), M)
-    return route
+    """MUL_MAT: the configuration the table picks (a route name for a plain config), or None for stock.
+    Exact (N, K) rules win over type defaults."""
+    return lookup_key(table, gpu, schema.ShapeKey(op, layout, src0_type, src1_type, N, K, B), M)
 
 
 def rule_label(r: Mapping[str, Any]) -> str:
-    nk = "N=* K=*" if r["N"] == 0 and r["K"] == 0 else f"N={r['N']} K={r['K']}"
     span = f"M={r['M_lo']}" if r["M_lo"] == r["M_hi"] else f"M={r['M_lo']}..{r['M_hi']}"
-    return f"{r['op']} {r['layout']} {r['src0_type']}x{r['src1_type']} {nk} B={r['B']} {span}"
+    label: str = registry.shape_key(r).label()
+    return f"{label} {span}"
 
 
 def core_rules(rules: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rules reduced to the fields the runtime sees (what a header carries)."""
-    return [{f: r[f] for f in RULE_FIELDS} for r in rules]
+    return [{f: (rule_config(r) if f == "config" else r[f]) for f in rule_fields(r["op"])} for r in rules]

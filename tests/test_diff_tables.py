@@ -133,9 +133,9 @@ def test_bad_table_input_names_the_line(tmp_path: Path) -> None:
     code, out = _run("diff", str(p), "empty")
     assert code == 2 and "bad.json:3: not JSON" in out
     newer = copy.deepcopy(A)
-    newer["layout_version"] = 2
+    newer["layout_version"] = 3
     code, out = _run("diff", str(_write(tmp_path, "n.json", newer)), "empty")
-    assert code == 2 and "layout version 2 is not known" in out
+    assert code == 2 and "layout version 3 is not known" in out
 
 
 def test_predicted_change_over_a_census(tmp_path: Path) -> None:
