@@ -317,3 +317,23 @@ def test_census_refuses_a_trace_record_of_an_op_it_does_not_read(tmp_path: Path)
     assert res.exit_code == 2, res.output
     assert f"{trace}:{route + 1}:" in res.output and "unknown op" in res.output
     assert not out.exists()
+
+
+def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> None:
+    from test_codegen_support import frame, trials
+
+    from codegen import decide
+    from ggml_dispatch.errors import InputError
+
+    rows = trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4, N=2880, K=2880, op="MUL_MAT_ID", layout="expert")
+    with pytest.raises(InputError, match="MUL_MAT_ID rows need the columns E, U"):
+        decide.decide(frame(rows), decide.Params())
+    df = frame(rows).assign(E=32, U=4)
+    d = decide.decide(df, decide.Params())
+    (key,) = d.evals
+    assert isinstance(key, registry.MulMatIdKey) and (key.E, key.U, key.routing) == (32, 4, 0)
+    assert [(r.route, r.M_lo, r.M_hi) for r in d.rules] == [("mmvq", 4, 4)]
+    # no route serves FLASH_ATTN_EXT yet: its rows are refused, naming the row
+    fa = trials(speed={"mmq": 1.0}, M=1, op="FLASH_ATTN_EXT", layout="attention")
+    with pytest.raises(InputError, match="row 0: route: route 'mmq' does not serve FLASH_ATTN_EXT"):
+        decide.decide(frame(fa), decide.Params())
