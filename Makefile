@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 OUT ?= out
 CARRY ?= .carry
 CUDA_HOME ?= /usr/local/cuda
-REFERENCE_TSV ?= ../shared/reference/h200-mul-mat-routes.tsv
+REFERENCE_TSV ?= samples/reference/h200-mul-mat-routes.tsv
 REFERENCE_MARGIN ?= 0.10
 MEASURED ?= tables/cuda-sm90-nvidia-h200
 COMMITTED_TABLE ?= $(MEASURED)/table.json
@@ -36,7 +36,7 @@ demo: venv  ## the main job on the embedded default (committed sample trace and 
 	@echo "== diff: stock (empty table) -> committed table, with its predicted effect on the H200 census"
 	$(BIN)/ggml-dispatch diff empty $(COMMITTED_TABLE) --census $(MEASURED)/census.parquet \
 		--tuning $(MEASURED)/tuning.parquet
-	@echo "== the one-sample reference rows (shared/reference, margin $(REFERENCE_MARGIN)) vs the measured table"
+	@echo "== the one-sample reference rows (samples/reference, margin $(REFERENCE_MARGIN)) vs the measured table"
 	$(BIN)/ggml-dispatch census ingest samples/trace-reference-shapes.jsonl -o $(OUT)/census-reference.parquet
 	$(BIN)/ggml-dispatch tune import-reference $(REFERENCE_TSV) --sm-count 132 -o $(OUT)/tuning-reference.parquet
 	$(BIN)/ggml-dispatch codegen $(OUT)/tuning-reference.parquet --census $(OUT)/census-reference.parquet \
@@ -93,11 +93,12 @@ report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABL
 BENCH_RECORDS ?= 5000000
 BENCH_KEYS ?= 5000
 BENCH_ALSO ?= 1000000
+BENCH_MEMORY_KEYS ?= 1000000
 
 .PHONY: bench-ingest
-bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...)
+bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...), and RSS per distinct key
 	$(BIN)/python -m census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
-		$(if $(BENCH_ALSO),--also $(BENCH_ALSO))
+		$(if $(BENCH_ALSO),--also $(BENCH_ALSO)) $(if $(BENCH_MEMORY_KEYS),--memory-keys $(BENCH_MEMORY_KEYS))
 
 # ---- ggml-cuda integration: install into a tree, and the GPU proof (lab/integration.sh)
 .PHONY: install-hook cublas-headers device-integration-carry device-integration
@@ -119,7 +120,7 @@ tuner-harness: venv  ## build the tuning harness against the pinned tree's CPU b
 	$(BIN)/ggml-dispatch tune build --llama-cpp $$($(BIN)/python -m ggml_dispatch.fetch llama-src) --cpu
 
 tune-agreement-carry: llama-tarball  ## what lab/tune-agreement.sh needs in .carry/ (pinned tree, reference TSV)
-	cp ../shared/reference/h200-mul-mat-routes.tsv $(CARRY)/
+	cp $(REFERENCE_TSV) $(CARRY)/h200-mul-mat-routes.tsv
 
 tune-agreement:  ## ON THE GPU MACHINE: harness vs test-backend-ops, cost to a +-1% CI, L2 rotation (OUT=..., BUILD_DIR=...)
 	OUT=$(OUT) $(if $(PARTS),PARTS=$(PARTS)) $(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR)) bash lab/tune-agreement.sh
@@ -127,13 +128,13 @@ tune-agreement:  ## ON THE GPU MACHINE: harness vs test-backend-ops, cost to a +
 device-carry: venv device-integration-carry tune-agreement-carry device-profile-carry  ## build ggml-cuda here (cold: ~1 h on 2 cores) and fill .carry/ for lab/session.sh
 	lab/prebuild.sh patched
 	lab/prebuild.sh stock
-	$(BIN)/python lab/crude_rule.py -o $(OUT)/crude-rule
+	$(BIN)/ggml-dispatch codegen-crude -o $(OUT)/crude-rule
 	lab/prebuild.sh crude $(OUT)/crude-rule/table.json
 	if [ -f $(COMMITTED_TABLE) ]; then lab/prebuild.sh table $(COMMITTED_TABLE); fi
 	if [ -f $(MEASURED)/census.parquet ]; then cp $(MEASURED)/census.parquet $(CARRY)/census.parquet; fi
 	@du -sh $(CARRY)
 
-$(CARRY)/libkernel_timeline.so: lab/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
+$(CARRY)/libkernel_timeline.so: report/native/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
 	mkdir -p $(CARRY)
 	g++ -O2 -shared -fPIC -std=c++17 -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib -L$(CUDA_HOME)/lib64 -lcupti
 	cp -L $$(ls $(CUDA_HOME)/lib/libcupti.so.13 $(CUDA_HOME)/lib64/libcupti.so.13 2>/dev/null | head -1) $(CARRY)/libcupti.so.13

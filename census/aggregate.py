@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from census import estimate, roles
 from census.gguf_meta import GgufModel, GgufTensor
 from census.trace import RouteKey, Tally
-from ggml_dispatch import schema
+from ggml_dispatch import options, schema
 from ggml_dispatch.errors import InputError
 
-Row = dict[str, Any]
+Row = MutableMapping[str, Any]
 
 EST_ROOFLINE = "roofline"
 EST_MEASURED = "measured"
@@ -21,19 +21,84 @@ EST_MEASURED = "measured"
 KEY_COLUMNS: tuple[str, ...] = tuple(
     c for c in schema.CENSUS_COLUMNS if c not in ("calls", "est_us", "est_kind")
 )
+_COLUMN: Final[dict[str, int]] = {c: i for i, c in enumerate(schema.CENSUS_COLUMNS)}
+_KEY_INDEX: Final = tuple(_COLUMN[c] for c in KEY_COLUMNS)
+_CALLS, _EST_US, _EST_KIND = (_COLUMN[c] for c in ("calls", "est_us", "est_kind"))
+
+
+class CensusRow(MutableMapping[str, Any]):
+    """One census row read and written by column name like a dict, its values kept in one list in
+    ``schema.CENSUS_COLUMNS`` order: about a quarter of a 25-key dict's memory (a trace can have
+    millions of distinct keys). Columns cannot be added or removed."""
+
+    __slots__ = ("cells",)
+
+    def __init__(self, cells: list[Any]) -> None:
+        assert len(cells) == len(_COLUMN)
+        self.cells = cells
+
+    def __getitem__(self, column: str) -> Any:
+        return self.cells[_COLUMN[column]]
+
+    def __setitem__(self, column: str, value: Any) -> None:
+        self.cells[_COLUMN[column]] = value
+
+    def __delitem__(self, column: str) -> None:
+        raise TypeError("a census row has every census column")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_COLUMN)
+
+    def __len__(self) -> int:
+        return len(_COLUMN)
+
+    def key(self) -> tuple[Any, ...]:
+        c = self.cells
+        return tuple(c[i] for i in _KEY_INDEX)
+
+    def __repr__(self) -> str:
+        return f"CensusRow({dict(self)!r})"
 
 
 class Aggregator:
-    """Tallies per trace key, across files: identical keys add up, different GPUs stay apart."""
+    """Tallies per trace key, across files: identical keys add up, different GPUs stay apart.
+
+    A key's strings and dimension tuples are shared with every other key that has the same value (one
+    copy of "MUL_MAT", of a GPU identity, of src0_ne (4096, 14336, 1, 1), ...), so a key costs its
+    own tensor name, its tally and two dict entries.
+    """
 
     def __init__(self) -> None:
         self.tallies: dict[RouteKey, Tally] = {}
+        self._pool: dict[Any, Any] = {}
+
+    def shared(self, value: Any) -> Any:
+        """The one stored copy of ``value`` (``value`` itself the first time)."""
+        return self._pool.setdefault(value, value)
 
     def sink(self, key: RouteKey, path: str, line: int) -> Tally:
         t = self.tallies.get(key)
         if t is None:
-            t = self.tallies[key] = Tally(path, line)
+            t = self.tallies[self._canonical(key)] = Tally(path, line)
         return t
+
+    def _canonical(self, key: RouteKey) -> RouteKey:
+        p = self.shared
+        return RouteKey(
+            gpu=p(key.gpu),
+            op=p(key.op),
+            tensor=key.tensor,  # mostly distinct: a pool entry would cost more than it saves
+            src0_type=p(key.src0_type),
+            src1_type=p(key.src1_type),
+            src0_ne=p(key.src0_ne),
+            src0_nb=p(key.src0_nb),
+            src1_ne=p(key.src1_ne),
+            layout=p(key.layout),
+            fused=p(key.fused),
+            route=p(key.route),
+            stock_route=p(key.stock_route),
+            reason=p(key.reason),
+        )
 
 
 @dataclass
@@ -77,13 +142,28 @@ def _find_tensor(
 
 
 def trace_rows(
-    tallies: dict[RouteKey, Tally], models: Sequence[GgufModel] = ()
+    tallies: dict[RouteKey, Tally], models: Sequence[GgufModel] = (), *, consume: bool = False
 ) -> tuple[list[Row], JoinReport]:
+    """One census row per distinct census key (keys that differ only in what the census does not keep
+    add up). ``consume=True`` empties ``tallies`` on the way, so a key's tally is freed as soon as its
+    row exists (the peak memory of a large trace)."""
     report = JoinReport()
-    rows: dict[tuple[Any, ...], Row] = {}
+    rows: list[Row] = []
+    # merge by the hash of the key columns: a bucket is one row or a list of rows whose keys collide
+    buckets: dict[int, CensusRow | list[CensusRow]] = {}
     seen_tensors: set[str] = set()
     not_in_gguf: set[str] = set()
-    for key, tally in tallies.items():
+    pool: dict[Any, Any] = {}
+    shared = pool.setdefault
+    source = schema.Source.TRACE.value
+    keys: list[RouteKey | None] = list(tallies)
+    for i, key in enumerate(keys):
+        assert key is not None
+        if consume:
+            tally = tallies.pop(key)
+            keys[i] = None
+        else:
+            tally = tallies[key]
         gemm = schema.gemm_of(key.op, key.src0_ne, key.src1_ne)
         t0 = schema.ggml_type(key.src0_type)
         n_used = 0
@@ -109,57 +189,69 @@ def trace_rows(
             work = estimate.work_of(key.op, key.src0_type, key.src1_type, key.src0_ne, key.src1_ne, n_used)
             est = tally.calls * estimate.per_call_us(spec, work)
             kind = EST_ROOFLINE
-        row: Row = {
-            "gpu_name": key.gpu.name,
-            "gpu_cc": key.gpu.cc,
-            "gpu_sm_count": key.gpu.sm_count,
-            "op": key.op,
-            "layout": key.layout,
-            "fused": key.fused,
-            "src0_type": key.src0_type,
-            "src1_type": key.src1_type,
-            "M": gemm.M,
-            "N": gemm.N,
-            "K": gemm.K,
-            "B": gemm.B,
-            "E": gemm.E,
-            "U": gemm.U,
-            "src0_contiguous": schema.is_contiguous(key.src0_ne, key.src0_nb, t0),
-            "src0_nb_aligned": _aligned(key.src0_nb),
-            "tensor": key.tensor,
-            "role": roles.role_of(key.tensor, key.layout),
-            "route": key.route,
-            "stock_route": key.stock_route,
-            "reason": key.reason,
-            "calls": tally.calls,
-            "est_us": est,
-            "est_kind": kind,
-            "source": schema.Source.TRACE.value,
-        }
-        _merge(rows, row)
+        row = CensusRow(
+            [
+                key.gpu.name,
+                key.gpu.cc,
+                key.gpu.sm_count,
+                key.op,
+                key.layout,
+                key.fused,
+                key.src0_type,
+                key.src1_type,
+                shared(gemm.M, gemm.M),
+                shared(gemm.N, gemm.N),
+                shared(gemm.K, gemm.K),
+                shared(gemm.B, gemm.B),
+                shared(gemm.E, gemm.E),
+                shared(gemm.U, gemm.U),
+                schema.is_contiguous(key.src0_ne, key.src0_nb, t0),
+                _aligned(key.src0_nb),
+                key.tensor,
+                shared(r := roles.role_of(key.tensor, key.layout), r),
+                key.route,
+                key.stock_route,
+                key.reason,
+                tally.calls,
+                est,
+                kind,
+                source,
+            ]
+        )
+        if _merge(buckets, row):
+            rows.append(row)
     for m in models:
         unseen = [t.name for t in m.matmul_weights() if t.name not in seen_tensors]
         if unseen:
             report.unseen[m.path] = unseen
     report.not_in_gguf = sorted(not_in_gguf)
-    return list(rows.values()), report
+    return rows, report
 
 
-def _merge(rows: dict[tuple[Any, ...], Row], row: Row) -> None:
-    """Keys that differ only in what the census does not keep (strides, KV size) become one row."""
-    k = tuple(row[c] for c in KEY_COLUMNS)
-    have = rows.get(k)
+def _merge(buckets: dict[int, CensusRow | list[CensusRow]], row: CensusRow) -> bool:
+    """Keys that differ only in what the census does not keep (strides, KV size) become one row: add
+    ``row`` into the row with its key and return False, or keep it (True) when it is the first."""
+    k = row.key()
+    h = hash(k)
+    have = buckets.get(h)
     if have is None:
-        rows[k] = row
-        return
-    have["calls"] += row["calls"]
-    have["est_us"] += row["est_us"]
-    if have["est_kind"] != row["est_kind"]:
-        have["est_kind"] = EST_ROOFLINE  # "measured" only when every part was measured
+        buckets[h] = row
+        return True
+    for other in have if isinstance(have, list) else (have,):
+        if other.key() == k:
+            c = other.cells
+            c[_CALLS] += row.cells[_CALLS]
+            c[_EST_US] += row.cells[_EST_US]
+            if c[_EST_KIND] != row.cells[_EST_KIND]:
+                c[_EST_KIND] = EST_ROOFLINE  # "measured" only when every part was measured
+            return False
+    buckets[h] = [*have, row] if isinstance(have, list) else [have, row]
+    return True
 
 
 def parse_m_list(text: str) -> list[int]:
-    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive); ValueError otherwise."""
+    """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive, at most ``MAX_TOKENS``); ValueError
+    otherwise."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
@@ -171,6 +263,8 @@ def parse_m_list(text: str) -> list[int]:
             raise ValueError(f"{part!r} is not an integer") from None
         if v <= 0:
             raise ValueError(f"{v} is not a positive token count")
+        if v > options.MAX_TOKENS:
+            raise ValueError(f"{v} tokens per pass is more than {options.MAX_TOKENS} (a 32-bit n_ubatch)")
         out.add(v)
     if not out:
         raise ValueError("no M values given")

@@ -7,7 +7,12 @@ keys and total calls). pandas runs under an address-space limit so that running 
 with a MemoryError in that child instead of the machine's OOM killer; a pandas run that fails is
 reported as such.
 
-Run: ``make bench-ingest`` or ``python -m census.bench_ingest --records 5000000 --keys 5000``.
+``--memory-keys N`` also measures memory per distinct key: a trace whose N lines are N distinct keys
+(attention at every KV length looks like that) against a trace of one key, both through ``census
+ingest``; (peak RSS of the first - peak RSS of the second) / N is what a distinct key costs.
+
+Run: ``make bench-ingest`` or ``python -m census.bench_ingest --records 5000000 --keys 5000``
+(``--memory-keys 1000000`` for the memory per key).
 This is a measurement, not a test: it prints numbers and exits 0 unless a tool disagrees or crashes.
 """
 
@@ -226,6 +231,30 @@ def bench(path: Path, records: int, keys: int, pandas_limit_gb: float) -> dict[s
     return result
 
 
+def bench_memory(folder: Path, keys: int) -> dict[str, Any]:
+    """Peak RSS of ``census ingest`` on ``keys`` distinct keys, less its peak on one key, per key."""
+    cli = [sys.executable, "-c", "from ggml_dispatch.cli import main; main()"]
+    runs = {}
+    for n in (1, keys):
+        path = folder / f"distinct-{n}.jsonl"
+        generate(path, n, n)
+        run = _run(
+            "census ingest", [*cli, "census", "ingest", str(path), "-o", str(path.with_suffix(".parquet"))]
+        )
+        path.unlink()
+        if not run.ok:
+            raise SystemExit(f"census ingest failed:\n{run.stderr}")
+        runs[n] = run
+    base, big = runs[1], runs[keys]
+    return {
+        "distinct_keys": keys,
+        "peak_rss_mib": round(big.peak_rss_mib, 1),
+        "baseline_peak_rss_mib": round(base.peak_rss_mib, 1),
+        "bytes_per_key": round((big.peak_rss_mib - base.peak_rss_mib) * (1 << 20) / keys),
+        "wall_s": round(big.wall_s, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=5_000_000, help="route lines (default 5,000,000)")
@@ -235,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--pandas-limit-gb", type=float, default=16.0, help="address-space limit of the pandas child"
     )
+    ap.add_argument(
+        "--memory-keys", type=int, default=0, help="also measure peak RSS per distinct key on this many keys"
+    )
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
-    results = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-ingest.", dir=args.dir) as d:
         for n in [*args.also, args.records]:
             path = Path(d) / f"trace-{n}.jsonl"
@@ -246,6 +278,15 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             if not args.json:
                 _print(r)
+        if args.memory_keys > 0:
+            m = bench_memory(Path(d), args.memory_keys)
+            results.append(m)
+            if not args.json:
+                print(
+                    f"{m['distinct_keys']:,} distinct keys (one line each): census ingest peak RSS "
+                    f"{m['peak_rss_mib']:,} MiB, {m['baseline_peak_rss_mib']:,} MiB on one key: "
+                    f"{m['bytes_per_key']:,} bytes per key ({m['wall_s']} s)"
+                )
     if args.json:
         print(json.dumps(results, indent=2))
     return 0

@@ -13,6 +13,7 @@ import click
 from census import aggregate, build, estimate, gguf_meta, show, trace
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int
 
 
 @click.group()
@@ -71,15 +72,19 @@ def _summary(table: Any, meta: dict[str, str], out: Path) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="census.parquet to write.",
 )
-def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) -> None:
+@click.option(
+    "--allow-mixed", is_flag=True, help="accept traces of several upstream commits (stamped as a list)."
+)
+def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
     """Aggregate route traces into a census.
 
     TRACE is a ggml-route-trace/1 file written by a patched ggml-cuda (GGML_CUDA_ROUTE_TRACE=path),
     plain or .gz, or an ordinary llama.cpp log whose trace lines start with "ggml-route-trace: ".
     Identical keys add up across lines and files; different GPUs stay apart. A torn last line or a
     missing footer (a killed run) is read with a warning; any other bad line stops with its file:line
-    and leaves no output behind.
+    and leaves no output behind. Traces of different upstream commits are refused unless --allow-mixed.
     """
+    fileio.check_output(output, [*traces, *ggufs])
     agg = aggregate.Aggregator()
     reports: list[trace.FileReport] = []
     total = 0
@@ -92,11 +97,15 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
         with click.progressbar(length=total, label="reading traces", file=sys.stderr) as bar:
             for p in traces:
                 reports.append(trace.read_trace(p, agg.sink, bar.update))
+                trace.check_counts(agg.tallies, p)
     else:
         for p in traces:
             reports.append(trace.read_trace(p, agg.sink))
+            trace.check_counts(agg.tallies, p)
+    trace.check_commits(reports, allow_mixed=allow_mixed)
     models = [gguf_meta.read_gguf(g) for g in ggufs]
-    rows, join = aggregate.trace_rows(agg.tallies, models)
+    rows, join = aggregate.trace_rows(agg.tallies, models, consume=True)
+    del agg
     if not rows:
         raise InputError(traces[0], "no route records in the input: nothing to census")
 
@@ -132,7 +141,8 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
         warnings=warnings,
         unseen=join.unseen,
     )
-    table = build.write(rows, output, meta)
+    table = build.write(rows, output, meta, source=traces[-1])
+    del rows  # the table has them: the summary reads the table
 
     for r in reports:
         _info(
@@ -167,7 +177,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
     "--output-rows",
     default=1,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_TOKENS),
     help="Rows the LM head computes per pass (logits requested); it runs at this M only, not at every M.",
 )
 @click.option(
@@ -178,13 +188,13 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
 )
 @click.option(
     "--n-kv",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_TOKENS),
     help="Also list attention KQ/KQV matmuls (FlashAttention off) over this many cached tokens; "
     "without it only weight matmuls are declared.",
 )
 @click.option(
     "--n-ctx",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_TOKENS),
     help="KV-cache size in cells for --n-kv (its strides); default: the larger of n_kv and 4096.",
 )
 @click.option(
@@ -196,11 +206,11 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path) 
 )
 @click.option(
     "--cc",
-    type=click.IntRange(min=1),
+    type=Int(1, INT32_MAX),
     help="Compute capability as ggml encodes it (900) for a GPU "
     "not in the list; with --sm-count it gives a rough fallback estimate.",
 )
-@click.option("--sm-count", type=click.IntRange(min=1), help="SM count for a GPU not in the list.")
+@click.option("--sm-count", type=Int(1, INT32_MAX), help="SM count for a GPU not in the list.")
 @click.option(
     "-o",
     "--output",
@@ -226,6 +236,7 @@ def from_gguf_cmd(
     at M = --output-rows; with --n-kv, the attention KQ/KQV of every layer too. Routes are left
     empty: nothing ran.
     """
+    fileio.check_output(output, [model])
     try:
         ms = aggregate.parse_m_list(m_values)
     except ValueError as e:
@@ -248,7 +259,7 @@ def from_gguf_cmd(
         gpu_specs=[spec.as_dict()],
         declared=declared,
     )
-    table = build.write(rows, output, meta)
+    table = build.write(rows, output, meta, source=model)
     hist = aggregate.weight_type_histogram([m])
     _info(
         f"{show.safe(str(model))}: {m.architecture or 'unknown architecture'}, "
@@ -275,17 +286,15 @@ def _declared_spec(gpu: str, cc: int | None, sm_count: int | None) -> estimate.G
 
 
 @census.command("show")
-@click.argument("census_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--top", default=20, show_default=True, type=click.IntRange(min=1), help="Shapes to list per GPU."
-)
+@click.argument("census_file", type=click.Path(path_type=Path))
+@click.option("--top", default=20, show_default=True, type=Int(1), help="Shapes to list per GPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 def show_cmd(census_file: Path, top: int, as_json: bool) -> None:
     """Top shapes by estimated time, quant histogram and coverage of a census file."""
     table, meta = build.read(census_file)
     rep = show.report(table, meta, str(census_file), top=top)
     if as_json:
-        click.echo(json.dumps(rep, indent=2, sort_keys=True))
+        click.echo(show.to_json(rep))
     else:
         click.echo(show.render_text(rep, top=top), nl=False)
 

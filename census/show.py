@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ggml_dispatch import schema
+from ggml_dispatch.text import printable
 
 COVERAGE_LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
 SHAPE_COLUMNS = (
@@ -35,7 +39,7 @@ def _weight_bytes(r: Mapping[str, Any]) -> int:
     return t.row_bytes(int(r["K"])) * int(r["N"]) * int(r["E"])
 
 
-def _shapes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _shapes(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         k = tuple(r[c] for c in SHAPE_COLUMNS)
@@ -72,9 +76,9 @@ def _coverage(values: Sequence[float], total: float) -> dict[str, int]:
     return need
 
 
-def _quant(rows: Sequence[Mapping[str, Any]], total_est: float) -> list[dict[str, Any]]:
+def _quant(rows: Iterable[Mapping[str, Any]], total_est: float) -> list[dict[str, Any]]:
     hist: dict[str, dict[str, Any]] = {}
-    seen: set[tuple[str, str]] = set()
+    seen: dict[str, set[str]] = {}  # tensors counted per label
     for r in rows:
         kv = r["layout"] == schema.Layout.ATTENTION
         label = f"{r['src0_type']} (KV cache)" if kv else r["src0_type"]
@@ -83,8 +87,9 @@ def _quant(rows: Sequence[Mapping[str, Any]], total_est: float) -> list[dict[str
         )
         h["calls"] += r["calls"]
         h["est_us"] += r["est_us"]
-        if not kv and (r["tensor"], label) not in seen:
-            seen.add((r["tensor"], label))
+        counted = seen.setdefault(label, set())
+        if not kv and r["tensor"] not in counted:
+            counted.add(r["tensor"])
             h["tensors"] += 1
             h["weight_bytes"] += _weight_bytes(r)
     wtotal = sum(h["weight_bytes"] for h in hist.values())
@@ -95,21 +100,67 @@ def _quant(rows: Sequence[Mapping[str, Any]], total_est: float) -> list[dict[str
     return out
 
 
+_BATCH_ROWS = 8192  # rows turned into dicts at a time: a census can have millions of rows
+
+
+def _rows(table: pa.Table) -> Iterator[dict[str, Any]]:
+    """The rows of ``table`` as dicts, a batch at a time (never all of them at once)."""
+    for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+        yield from batch.to_pylist()
+
+
+def _gpu_rows(table: pa.Table, gkey: tuple[Any, ...]) -> Callable[[], Iterator[dict[str, Any]]]:
+    """A re-iterable view of the rows of one GPU, in table order."""
+    mask = None
+    for c, v in zip(_GPU_COLUMNS, gkey, strict=True):
+        m = pc.is_null(table[c]) if v is None else pc.equal(table[c], v)
+        mask = m if mask is None else pc.and_(mask, m)
+    sub = table.filter(pc.fill_null(mask, False)) if mask is not None else table
+    return lambda: _rows(sub)
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def to_json(rep: Mapping[str, Any]) -> str:
+    """The report as strict JSON: a value that is not a finite number is written as null, never as
+    Infinity or NaN (which no JSON parser has to accept)."""
+    return json.dumps(_json_safe(dict(rep)), indent=2, sort_keys=True, allow_nan=False)
+
+
 def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -> dict[str, Any]:
     """Everything ``census show`` prints, as plain data (the JSON output)."""
-    rows = table.to_pylist()
-    by_gpu: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in rows:
-        by_gpu.setdefault(tuple(r[c] for c in _GPU_COLUMNS), []).append(r)
+    gkeys: list[tuple[Any, ...]] = []
+    for r in (
+        table.select(list(_GPU_COLUMNS))
+        .group_by(list(_GPU_COLUMNS), use_threads=False)
+        .aggregate([])
+        .to_pylist()
+    ):
+        gkeys.append(tuple(r[c] for c in _GPU_COLUMNS))
+    views = {g: _gpu_rows(table, g) if len(gkeys) > 1 else (lambda: _rows(table)) for g in gkeys}
+    totals = {g: sum(r["est_us"] for r in views[g]()) for g in gkeys}
     specs = {
         (s.get("name"), s.get("cc"), s.get("sm_count")): s for s in meta.get(schema.META_GPU_SPECS) or []
     }
     gpus = []
-    for gkey in sorted(by_gpu, key=lambda k: (-sum(r["est_us"] for r in by_gpu[k]), k)):
-        grows = by_gpu[gkey]
-        total_est = sum(r["est_us"] for r in grows)
-        total_calls = sum(r["calls"] for r in grows)
-        shapes = _shapes(grows)
+    for gkey in sorted(gkeys, key=lambda k: (-totals[k], k)):
+        total_est = totals[gkey]
+        n_rows = 0
+        total_calls = 0
+        kinds: dict[str, int] = {}
+        for r in views[gkey]():
+            n_rows += 1
+            total_calls += r["calls"]
+            kinds[r["est_kind"]] = kinds.get(r["est_kind"], 0) + 1
+        shapes = _shapes(views[gkey]())
         acc = 0.0
         for rank, s in enumerate(shapes, 1):
             acc += s["est_us"]
@@ -117,14 +168,11 @@ def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -
             s["share"] = s["est_us"] / total_est if total_est else 0.0
             s["cum_share"] = acc / total_est if total_est else 0.0
         by_calls = sorted((s["calls"] for s in shapes), reverse=True)
-        kinds: dict[str, int] = {}
-        for r in grows:
-            kinds[r["est_kind"]] = kinds.get(r["est_kind"], 0) + 1
         gpus.append(
             {
                 "gpu": {"name": gkey[0], "cc": gkey[1], "sm_count": gkey[2]},
                 "spec": specs.get(gkey),
-                "rows": len(grows),
+                "rows": n_rows,
                 "calls": total_calls,
                 "est_us": total_est,
                 "est_kinds": kinds,
@@ -134,10 +182,10 @@ def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -
                     "by_est_us": _coverage([s["est_us"] for s in shapes], total_est),
                     "by_calls": _coverage(by_calls, float(total_calls)),
                 },
-                "quant": _quant(grows, total_est),
+                "quant": _quant(views[gkey](), total_est),
             }
         )
-    sources = sorted({r["source"] for r in rows})
+    sources = sorted(s for s in pc.unique(table["source"]).to_pylist() if s is not None)
     return {
         "file": path,
         "schema": meta.get(schema.META_SCHEMA),
@@ -150,7 +198,7 @@ def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -
         "declared": meta.get(schema.META_DECLARED),
         "warnings": meta.get(schema.META_WARNINGS) or [],
         "gguf_unseen": meta.get(schema.META_GGUF_UNSEEN) or {},
-        "rows": len(rows),
+        "rows": table.num_rows,
         "gpus": gpus,
     }
 
@@ -161,12 +209,7 @@ def report(table: pa.Table, meta: Mapping[str, Any], path: str, top: int = 20) -
 
 def safe(s: object, width: int = 0) -> str:
     """A string from a trace or GGUF file, fit for a terminal: control characters escaped, long cut."""
-    text = "".join(
-        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}") for c in str(s)
-    )
-    if width and len(text) > width:
-        text = text[: width - 3] + "..."
-    return text
+    return printable(s, width)
 
 
 def _fmt_table(header: Sequence[str], body: Sequence[Sequence[str]], right: set[int]) -> list[str]:
@@ -184,6 +227,8 @@ def _fmt_table(header: Sequence[str], body: Sequence[Sequence[str]], right: set[
 
 
 def _us(v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"  # a sum past the float range
     if v >= 100:
         return f"{v:,.0f}"
     if v >= 1:
@@ -196,7 +241,7 @@ def _mib(b: int) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
+    return f"{100 * x:.1f}" if math.isfinite(x) else "n/a"
 
 
 def render_text(rep: Mapping[str, Any], top: int = 20) -> str:

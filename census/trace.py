@@ -11,7 +11,10 @@ only matches a key when its cut is at the same position (the same key bytes with
 elsewhere would be invalid JSON). Lines with a measured ``"t_us":<x>`` get the same treatment with
 both members cut.
 
-Memory is proportional to the distinct keys, not to the file: the file is read in chunks.
+Memory is proportional to the distinct keys, not to the file: the file is read in chunks. The fast
+path's cache holds the first ``CACHE_KEYS`` keys of a header (a cached key costs its line's bytes
+again); repeated lines of later keys are parsed in full: slower, the same result. Traces with that
+many distinct keys (attention at every KV length) repeat each key only a few times.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ggml_dispatch import schema
+from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
 
 PREFIX: Final = schema.TRACE_STDERR_PREFIX.encode()
@@ -34,8 +38,11 @@ _PLEN: Final = len(PREFIX)
 _COUNT: Final = b'"count":'
 _TUS: Final = b'"t_us":'
 CHUNK: Final = 4 << 20
+CACHE_KEYS: Final = 1 << 16
 MAX_LINE: Final = 64 << 20  # a record is < 1 KiB; a longer "line" means this is not a trace
 MAX_DIM: Final = 1 << 62
+MAX_T_US: Final = 3.6e9  # one hour for one matmul call: a larger t_us is not a timing
+INT64_MAX: Final = (1 << 63) - 1
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _BOM: Final = b"\xef\xbb\xbf"
 _HEX40: Final = re.compile(r"[0-9a-f]{40}")
@@ -44,7 +51,7 @@ _JSON_NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?
 Dims = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteKey:
     """Every field of a route record except ``count`` and ``t_us``; the device resolved to its GPU."""
 
@@ -90,6 +97,7 @@ class FileReport:
     route_lines: int = 0
     calls: int = 0
     headers: list[dict[str, Any]] = field(default_factory=list)
+    header_lines: list[int] = field(default_factory=list)
     footers: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -272,8 +280,8 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
     if not 0 < count <= MAX_DIM:
         raise RecordError(f"{what}: count must be a positive integer, got {count}")
     t_us = obj.get("t_us")
-    if t_us is not None and t_us < 0:
-        raise RecordError(f"{what}: t_us must not be negative, got {t_us}")
+    if t_us is not None and not 0 <= t_us <= MAX_T_US:
+        raise RecordError(f"{what}: t_us must be a time per call in [0, {MAX_T_US:g}] us, got {t_us!r}")
     if src0_ne[0] != src1_ne[0]:
         raise RecordError(f"{what}: src0_ne[0] = {src0_ne[0]} and src1_ne[0] = {src1_ne[0]} must agree (K)")
     if op == schema.Op.MUL_MAT and (src1_ne[2] % src0_ne[2] or src1_ne[3] % src0_ne[3]):
@@ -319,7 +327,7 @@ def _t_us_of(d: bytes) -> float | None:
     if not _JSON_NUMBER.fullmatch(d):
         return None
     v = float(d)
-    return v if math.isfinite(v) and v >= 0 else None
+    return v if 0 <= v <= MAX_T_US else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,6 +547,7 @@ class _TraceFile:
             self.cache.clear()  # device ids may mean other GPUs now
             self.tcache.clear()
             self.report.headers.append(obj)
+            self.report.header_lines.append(lineno)
         elif kind == "footer":
             if self.devices is None:
                 raise RecordError("footer before any header")
@@ -572,13 +581,13 @@ class _TraceFile:
         if cut is None or cut[1] != str(count).encode():
             return
         if t_us is None:
-            if _TUS not in raw:
+            if _TUS not in raw and len(self.cache) < CACHE_KEYS:
                 self.cache[cut[0]] = (tally, raw.find(_COUNT))
             return
         if raw.count(_TUS) != 1:
             return
         cut2 = cut_member(cut[0], _TUS)
-        if cut2 is not None and _t_us_of(cut2[1]) == t_us:
+        if cut2 is not None and _t_us_of(cut2[1]) == t_us and len(self.tcache) < CACHE_KEYS:
             self.tcache[cut2[0]] = (tally, raw.find(_COUNT), cut[0].find(_TUS))
 
     def _timed_fast(self, raw: bytes) -> bool:
@@ -630,3 +639,35 @@ def read_trace(
     line, missing footer, dropped records) are in the report. ``fast=False`` parses every line in full
     (slow; the reference the fast path is tested against)."""
     return _TraceFile(Path(path), sink, progress, fast).run()
+
+
+def check_counts(tallies: Mapping[RouteKey, Tally], path: str | Path) -> None:
+    """After reading ``path``: a key whose calls no longer fit the census' int64 is refused, naming the
+    file whose counts took it over."""
+    for key, t in tallies.items():
+        if t.calls > INT64_MAX:
+            raise InputError(
+                path,
+                f"tensor {key.tensor!r}: {t.calls} calls (the key first seen at {t.path}:{t.line}) "
+                "do not fit in int64",
+            )
+
+
+def check_commits(reports: Sequence[FileReport], *, allow_mixed: bool) -> None:
+    """Traces of several upstream commits are one census only with ``allow_mixed`` (as tuning and
+    codegen inputs are); a header without a commit says nothing either way."""
+    first: dict[str, tuple[str, int]] = {}
+    for r in reports:
+        for h, line in zip(r.headers, r.header_lines, strict=True):
+            commit = h.get("upstream_commit")
+            if commit:
+                first.setdefault(str(commit), (r.path, line))
+    if len(first) > 1:
+        path, line = list(first.values())[1]  # where the second commit first shows up
+        validators.check_one_commit(
+            {c: f"{p}:{n}" for c, (p, n) in first.items()},
+            path,
+            allow_mixed=allow_mixed,
+            what="traces",
+            line=line,
+        )

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+from collections import Counter
 from pathlib import Path
+from typing import Final
 
 import click
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from codegen import decide, render
 from codegen import diff as dif
 from codegen import table as tbl
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import census as census_artifact
+from ggml_dispatch.artifacts import table as table_artifact
+from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
+from ggml_dispatch.text import printable
 
-
-def _read_parquet(path: Path, want_schema: str) -> pd.DataFrame:
-    try:
-        pf = pq.read_table(path)
-    except (OSError, pa.ArrowException) as e:
-        raise InputError(path, f"cannot read as Parquet: {e}") from None
-    meta = {k.decode(): v.decode() for k, v in (pf.schema.metadata or {}).items()}
-    found = meta.get(schema.META_SCHEMA)
-    if found != want_schema:
-        raise InputError(path, f"schema is {found!r}, expected {want_schema}", field=schema.META_SCHEMA)
-    df: pd.DataFrame = pf.to_pandas()
-    return df
+# bootstrap memory is resamples x trials x 8 bytes
+MAX_RESAMPLES: Final = 1_000_000
 
 
 def _under_tables(path: Path) -> bool:
@@ -35,11 +30,11 @@ def _under_tables(path: Path) -> bool:
 
 
 @click.command("codegen")
-@click.argument("tuning", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("tuning", type=click.Path(path_type=Path))
 @click.option(
     "--census",
     "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="census Parquet: report the predicted change in estimated matmul time for its shapes",
 )
 @click.option(
@@ -54,12 +49,12 @@ def _under_tables(path: Path) -> bool:
     "--theta",
     default=decide.DEFAULT_THETA,
     show_default=True,
-    type=click.FloatRange(min=0.0),
-    help="a route replaces stock only if at least this much faster (0.03 = 3%)",
+    type=FiniteFloat(0.0, 1.0),
+    help="a route replaces stock only if at least this much faster (0.03 = 3%; at most 1 = twice as fast)",
 )
 @click.option(
     "--reference-margin",
-    type=float,
+    type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
     default=None,
     help="declared fixed margin for source=reference rows (one sample, no CI); required for them",
 )
@@ -68,23 +63,38 @@ def _under_tables(path: Path) -> bool:
     "--min-trials",
     default=decide.DEFAULT_MIN_TRIALS,
     show_default=True,
-    type=click.IntRange(min=2),
+    type=Int(2, INT32_MAX),
     help="paired ok trials a measured route needs at a point",
 )
 @click.option(
     "--resamples",
     default=decide.DEFAULT_RESAMPLES,
     show_default=True,
-    type=click.IntRange(min=100),
+    type=Int(100, MAX_RESAMPLES),
     help="bootstrap resamples for the 95% CI",
 )
-@click.option("--seed", default=decide.DEFAULT_SEED, show_default=True, type=int, help="bootstrap seed")
+@click.option("--seed", default=decide.DEFAULT_SEED, show_default=True, type=Int(), help="bootstrap seed")
 @click.option(
     "--min-default-shapes",
     default=decide.DEFAULT_MIN_DEFAULT_SHAPES,
     show_default=True,
-    type=click.IntRange(min=2),
+    type=Int(2),
     help="measured (N, K) a per-type default needs",
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="list every refused candidate and every affected census row"
+)
+@click.option(
+    "--interpolate/--no-interpolate",
+    default=True,
+    show_default=True,
+    help="rules inside gaps between measured M from the fitted crossover (kind interpolated)",
+)
+@click.option(
+    "--class-defaults/--no-class-defaults",
+    default=True,
+    show_default=True,
+    help="size-class defaults (by N*K) for (N, K) without an exact rule",
 )
 def codegen_cmd(
     tuning: Path,
@@ -97,6 +107,9 @@ def codegen_cmd(
     resamples: int,
     seed: int,
     min_default_shapes: int,
+    verbose: bool,
+    interpolate: bool,
+    class_defaults: bool,
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
 
@@ -104,13 +117,20 @@ def codegen_cmd(
     Only ok trials count. At each measured point (shape, M) the route with the lowest median
     replaces stock only if it is >= theta faster with the 95% paired bootstrap CI of the
     stock/route ratio above 1. A rule covers the M range between measured neighbours where the
-    same route passes; unmeasured regions stay stock. Every refused candidate is listed with the
-    point that refused it. The table applies only on the measured GPU (name, cc, SM count).
+    same route passes (kind measured); inside a gap between adjacent measured M a fitted crossover
+    may carry a route where the fitted curve passes with its uncertainty (interpolated); size-class
+    defaults cover unseen (N, K) of a measured type (default). Beyond the measured M range: stock.
+    Refused candidates are counted by reason (--verbose lists each with the point that refused it;
+    table.json keeps them all). The table applies only on the measured GPU (name, cc, SM count).
 
     \b
     Rows with source = reference (one sample) need --reference-margin, and a table built from
     them is never written under tables/.
     """
+    table_out, header_out = out_dir / tbl.TABLE_FILENAME, out_dir / tbl.HEADER_FILENAME
+    inputs = [tuning, *([census_path] if census_path else [])]
+    for out in (table_out, header_out):
+        fileio.check_output(out, inputs)
     params = decide.Params(
         theta=theta,
         reference_margin=reference_margin,
@@ -119,12 +139,13 @@ def codegen_cmd(
         seed=seed,
         min_default_shapes=min_default_shapes,
         allow_mixed=allow_mixed,
+        interpolate=interpolate,
+        class_defaults=class_defaults,
     )
-    df = _read_parquet(tuning, schema.TUNING_SCHEMA)
+    df = tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame()
     census_df = None
     if census_path is not None:
-        census_df = _read_parquet(census_path, schema.CENSUS_SCHEMA)
-        dif.check_census(census_df, str(census_path))
+        census_df = census_artifact.read(census_path).frame()
     decisions = decide.decide(df, params, tuning)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
     if reference and _under_tables(out_dir):
@@ -140,19 +161,16 @@ def codegen_cmd(
     )
     text = tbl.dumps(table)
     header = render.render_header(table)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (
-        fileio.atomic_path(out_dir / tbl.TABLE_FILENAME) as tj,
-        fileio.atomic_path(out_dir / tbl.HEADER_FILENAME) as th,
-    ):
-        tj.write_text(text, encoding="utf-8")
-        th.write_text(header, encoding="utf-8")
+    with fileio.output_set([table_out, header_out], inputs) as outputs:
+        outputs.path(table_out).write_text(text, encoding="utf-8")
+        outputs.path(header_out).write_text(header, encoding="utf-8")
 
     ident = decisions.identity
     g = ident.gpu
     echo = click.echo
     echo(
-        f"table for {g.name} (cc {g.cc}, {g.sm_count} SMs), upstream {ident.upstream_commit[:12]}: "
+        f"table for {printable(g.name)} (cc {g.cc}, {g.sm_count} SMs), "
+        f"upstream {printable(ident.upstream_commit[:12])}: "
         f"{len(table['rules'])} rules from {decisions.n_ok} ok of {decisions.n_rows} tuning rows"
     )
     if reference:
@@ -178,14 +196,24 @@ def codegen_cmd(
         echo(f"  {dif.rule_line(r)}  min ratio {r['min_ratio']:.3f}x at M {r['measured_M']}{extra}")
     if not table["rules"]:
         echo("  (none: stock everywhere)")
-    echo(f"refused candidates ({len(table['refused'])}):")
-    for f in table["refused"]:
-        echo(f"  {f['route']} at {tbl.rule_label({**f, 'M_lo': f['M'], 'M_hi': f['M']})}: {f['reason']}")
+    refused = table["refused"]
+    if verbose:
+        echo(f"refused candidates ({len(refused)}):")
+        for f in refused:
+            where = tbl.rule_label({**f, "M_lo": f["M"], "M_hi": f["M"]})
+            echo(printable(f"  {f['route']} at {where}: {f['reason']}"))
+    else:
+        kinds = Counter(refusal_kind(f["reason"]) for f in refused)
+        by = " by reason (--verbose lists each):" if refused else ""
+        echo(f"refused candidates: {len(refused)}{by}")
+        for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])):
+            echo(f"  {n:>6}  {printable(kind)}")
     if census_df is not None:
-        p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals)
+        p = dif.predict(census_df, tbl.empty_table(), table, decisions.evals, decisions.stock_us)
         echo("predicted change vs stock:")
-        for line in dif.format_prediction(p):
-            echo(f"  {line}")
+        top = len(p.rows) if verbose else 5
+        for line in dif.format_prediction(p, top=top):
+            echo(f"  {line.replace('(--json lists all)', '(--verbose lists all)')}")
     else:
         echo("predicted change vs stock: pass --census to estimate it for your shapes")
     echo(
@@ -194,15 +222,44 @@ def codegen_cmd(
     )
 
 
-def _load_arg(arg: str) -> dif.LoadedTable:
+_RATIO_BELOW: Final = re.compile(r"^ratio [0-9.]+x below ")
+_FEW_TRIALS: Final = re.compile(r"^only [0-9]+ paired ok trials \(< ([0-9]+)\)")
+_CI_LOW: Final = re.compile(r"^ratio [0-9.]+x but the ([0-9]+% CI) low end [0-9.]+ is not above 1")
+_AT_POINT: Final = re.compile(r"^at N=[0-9]+ K=[0-9]+ M=[0-9]+: ")
+
+
+def refusal_kind(reason: str) -> str:
+    """A refusal's reason without the numbers of its point (what the summary counts)."""
+    prefix = ""
+    for head, label in (
+        ("type default (min-max regret choice): ", "type default: "),
+        ("type default cannot join ", "type default cannot join its M neighbour: "),
+    ):
+        if reason.startswith(head):
+            prefix = label
+            reason = reason[len(head) :]
+            if label.startswith("type default cannot"):
+                reason = reason.split(": ", 1)[-1]
+            reason = _AT_POINT.sub("", reason)
+            break
+    if reason.startswith("no ok trial"):
+        reason = "no ok trial"
+    elif reason.startswith("not the fastest"):
+        reason = "not the fastest route"
+    elif m := _FEW_TRIALS.match(reason):
+        reason = f"fewer than {m.group(1)} paired ok trials"
+    elif m := _CI_LOW.match(reason):
+        reason = f"{m.group(1)} low end not above 1"
+    else:
+        reason = _RATIO_BELOW.sub("ratio below ", reason)
+    return prefix + reason
+
+
+def _load_arg(arg: str) -> table_artifact.LoadedTable:
     """A table.json, a rendered header, REV:path (git show), or the word ``empty``."""
     p = Path(arg)
-    if p.is_file():
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(arg, f"cannot read: {e}") from None
-        return dif.load_text(text, arg)
+    if p.exists():
+        return dif.load_file(p)
     if arg == "empty":
         return dif.empty()
     if ":" in arg:
@@ -213,7 +270,7 @@ def _load_arg(arg: str) -> dif.LoadedTable:
             raise InputError(arg, f"cannot run git: {e}") from None
         if res.returncode != 0:
             raise InputError(arg, f"git show failed: {res.stderr.decode(errors='replace').strip()}")
-        return dif.load_text(res.stdout.decode("utf-8", errors="strict"), arg)
+        return dif.load_text(table_artifact.decode_text(res.stdout, arg, table_artifact.ANY_WHAT), arg)
     raise InputError(arg, "no such file (and not REV:path or 'empty')")
 
 
@@ -223,12 +280,12 @@ def _load_arg(arg: str) -> dif.LoadedTable:
 @click.option(
     "--census",
     "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="census Parquet: list affected shapes and predict the change in estimated matmul time",
 )
 @click.option(
     "--tuning",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="tuning Parquet whose stock/route ratios time the routes (needed with --census)",
 )
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -250,14 +307,10 @@ def diff_cmd(
     d = dif.diff_tables(ta, tb)
     pred = None
     if census_path is not None and tuning is not None:
-        census_df = _read_parquet(census_path, schema.CENSUS_SCHEMA)
-        dif.check_census(census_df, str(census_path))
-        tdf = _read_parquet(tuning, schema.TUNING_SCHEMA)
-        missing = [c for c in schema.TUNING_COLUMNS if c not in tdf.columns]
-        if missing:
-            raise InputError(tuning, f"not a tuning file: missing columns {', '.join(missing)}")
-        evals, _ = decide.evaluate(tdf, decide.Params(resamples=0))
-        pred = dif.predict(census_df, ta.table, tb.table, evals)
+        census_df = census_artifact.read(census_path).frame()
+        tdf = tuning_artifact.read(tuning).frame()
+        evals, stock_us = decide.evaluate(tdf, decide.Params(resamples=0))
+        pred = dif.predict(census_df, ta.table, tb.table, evals, stock_us)
     if as_json:
         click.echo(dif.to_json(d, pred), nl=False)
     else:

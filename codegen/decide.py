@@ -28,6 +28,10 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
   shape, and a run of grid M values extends over a gap only when the route also passes at every
   measured M of every shape inside the gap. So a default never covers a measured point where it is not
   faster than stock beyond noise, and the runtime prefers an exact (N, K) rule over a default.
+* Rules that reach past the measured points (:func:`carried_rules`, on by default): ``interpolated``
+  rules inside gaps between adjacent measured M from a fitted crossover (``codegen.crossover``), and
+  size-class defaults for unseen (N, K) by N*K (``codegen.classes``). Every rule carries its kind:
+  ``measured``, ``interpolated`` or ``default``. The full statement is ``codegen/DECISION.md``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
@@ -44,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from ggml_dispatch import registry, schema
+from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.errors import InputError
 
 DEFAULT_THETA: Final = 0.03
@@ -52,6 +57,15 @@ DEFAULT_CONFIDENCE: Final = 0.95
 DEFAULT_SEED: Final = 20261130
 DEFAULT_MIN_TRIALS: Final = 3
 DEFAULT_MIN_DEFAULT_SHAPES: Final = 2
+DEFAULT_STOCK_TOLERANCE: Final = 0.02  # a route within 2% of the anchor at a point is taken to be stock's
+DEFAULT_CLASS_GAP: Final = (
+    4.0  # size classes split where N*K of adjacent measured shapes differ by 4x or more
+)
+
+KIND_MEASURED: Final = "measured"
+KIND_INTERPOLATED: Final = "interpolated"
+KIND_DEFAULT: Final = "default"
+RULE_KINDS: Final = (KIND_MEASURED, KIND_INTERPOLATED, KIND_DEFAULT)
 
 _OPS: Final = frozenset(o.value for o in schema.Op)
 _LAYOUTS: Final = frozenset(lay.value for lay in schema.Layout)
@@ -81,6 +95,10 @@ class Params:
     seed: int = DEFAULT_SEED
     min_default_shapes: int = DEFAULT_MIN_DEFAULT_SHAPES
     allow_mixed: bool = False
+    interpolate: bool = True  # rules between measured M from a fitted crossover (codegen.crossover)
+    class_defaults: bool = True  # size-class defaults for unseen (N, K) (codegen.classes)
+    stock_tolerance: float = DEFAULT_STOCK_TOLERANCE
+    class_gap: float = DEFAULT_CLASS_GAP
 
 
 ShapeKey = schema.ShapeKey  # MUL_MAT's key; every op's key class has the same interface (registry)
@@ -102,6 +120,7 @@ class RouteEval:
     ci_high: float | None
     reference: bool
     is_anchor: bool = False  # reference rows: this sample is the stock anchor itself (stock's own route)
+    ratios: tuple[float, ...] = ()  # the per-trial paired ratios (what the bootstraps resample)
 
 
 @dataclass(frozen=True)
@@ -119,10 +138,17 @@ class Rule:
     measured_M: tuple[int, ...]  # measured M values the rule covers
     min_ratio: float  # smallest stock/route ratio at those points (over every shape, for defaults)
     shapes: tuple[tuple[int, int], ...] = ()  # defaults: the measured (N, K) that admitted it
+    rule_kind: str | None = None  # None: measured (exact N, K) or default (N = K = 0), from the key
+    between: tuple[int, int] | None = None  # interpolated: the measured M on either side of the gap
+    ci_low: float | None = None  # interpolated: smallest lower end of the fitted ratio's interval
+    crossover: tuple[float, float, float] | None = None  # interpolated: M at 1 + theta (point, lo, hi)
+    NK: tuple[int, int] | None = None  # size-class default: N*K range [lo, hi] it applies to
 
     @property
     def kind(self) -> str:
-        return "default" if self.key.is_default else "exact"
+        if self.rule_kind is not None:
+            return self.rule_kind
+        return KIND_DEFAULT if self.key.is_default else KIND_MEASURED
 
 
 @dataclass(frozen=True)
@@ -131,10 +157,13 @@ class Refusal:
     key: ShapeKey  # N = K = 0 for a default candidate
     M: int
     reason: str
+    refusal_kind: str | None = None
 
     @property
     def kind(self) -> str:
-        return "default" if self.key.is_default else "exact"
+        if self.refusal_kind is not None:
+            return self.refusal_kind
+        return KIND_DEFAULT if self.key.is_default else KIND_MEASURED
 
 
 @dataclass
@@ -171,62 +200,39 @@ class Decisions:
 # Input checks
 
 
-def _text(v: Any) -> str | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return str(v)
-
-
-def _distinct(values: Iterable[str | None]) -> list[str]:
-    return sorted({v for v in values if v})
-
-
-def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
-    """Validate tuning rows; return the table's identity. Raises InputError naming the row."""
-    missing = [c for c in schema.TUNING_COLUMNS if c not in df.columns]
-    if missing:
-        raise InputError(path, f"not a tuning file: missing columns {', '.join(missing)}")
-    if df.empty:
-        raise InputError(path, "no tuning rows")
-    records: list[dict[str, Any]] = [{str(k): v for k, v in rec.items()} for rec in df.to_dict("records")]
+def _check_configs(df: pd.DataFrame, path: str | Path) -> None:
+    """Each row's candidate (``config``, else ``route``) is a configuration of its route that its op may
+    run."""
+    has_config = CONFIG_COLUMN in df.columns
+    cols = ["op", "route", *([CONFIG_COLUMN] if has_config else [])]
+    records: list[dict[str, Any]] = [
+        {str(k): v for k, v in rec.items()} for rec in df[cols].to_dict("records")
+    ]
     for i, r in enumerate(records):
         where = f"row {i}"
-        if r["op"] not in _OPS:
-            raise InputError(path, f"unknown op {r['op']!r}", field=f"{where}: op")
-        if r["layout"] not in _LAYOUTS:
-            raise InputError(path, f"unknown layout {r['layout']!r}", field=f"{where}: layout")
-        for col in ("src0_type", "src1_type"):
-            if r[col] not in schema.GGML_TYPES:
-                raise InputError(path, f"unknown ggml type {r[col]!r}", field=f"{where}: {col}")
+        given = r.get(CONFIG_COLUMN)
+        named = isinstance(given, str) or (given is not None and not isinstance(given, float))
+        field = f"{where}: {CONFIG_COLUMN}" if named else f"{where}: route"
         try:
             config = config_of(r)
         except registry.ConfigError as e:
-            raise InputError(path, str(e), field=f"{where}: route") from None
+            raise InputError(path, str(e), field=field) from None
+        if registry.config_route(config) != r["route"]:
+            raise InputError(
+                path, f"config {config!r} is not a configuration of route {r['route']!r}", field=field
+            )
         if not registry.route_allowed(r["op"], config):
             raise InputError(path, f"route {r['route']!r} does not serve {r['op']}", field=f"{where}: route")
-        for col in ("M", "N", "K", "B", "gpu_cc", "gpu_sm_count"):
-            v = r[col]
-            if v is None or (isinstance(v, float) and math.isnan(v)) or int(v) < 1:
-                raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {col}")
-        if not _text(r["gpu_name"]):
-            raise InputError(path, "empty GPU name", field=f"{where}: gpu_name")
-        if "\0" in str(r["gpu_name"]):
-            raise InputError(path, "GPU name contains a NUL byte", field=f"{where}: gpu_name")
-        if not _text(r["upstream_commit"]):
-            raise InputError(path, "empty upstream commit", field=f"{where}: upstream_commit")
-        if r["source"] not in (schema.Source.MEASURED.value, schema.Source.REFERENCE.value):
-            raise InputError(
-                path, f"source must be measured or reference, got {r['source']!r}", field=f"{where}: source"
-            )
-        if r["status"] == schema.TrialStatus.OK.value:
-            us = r["us"]
-            if us is None or not math.isfinite(float(us)) or float(us) <= 0:
-                raise InputError(path, f"ok trial with time {us!r}", field=f"{where}: us")
-            a = r["anchor_us"]
-            if a is not None and not math.isnan(float(a)) and (not math.isfinite(float(a)) or float(a) <= 0):
-                raise InputError(path, f"ok trial with stock anchor {a!r}", field=f"{where}: anchor_us")
 
-    sources = set(df["source"])
+
+def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
+    """Validate tuning rows with the tuning file's own checks (:mod:`ggml_dispatch.artifacts.tuning`),
+    then the evidence rules of a decision; return the table's identity. Raises InputError naming the
+    row."""
+    table = tuning_artifact.from_frame(df, path)
+    _check_configs(df, path)
+    prov = tuning_artifact.provenance(table, path, allow_mixed=params.allow_mixed)
+    sources = set(prov.sources)
     if schema.Source.REFERENCE.value in sources:
         if len(sources) > 1:
             raise InputError(
@@ -241,40 +247,18 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
                 "with --reference-margin X, a declared fixed margin",
                 field="source",
             )
-    gpus = Counter(
-        schema.GpuId(str(n), int(c), int(s))
-        for n, c, s in zip(df["gpu_name"], df["gpu_cc"], df["gpu_sm_count"], strict=True)
-    )
-    commits = Counter(str(c) for c in df["upstream_commit"])
-    if len(gpus) > 1 and not params.allow_mixed:
-        listed = "; ".join(f"{g.name} cc {g.cc} {g.sm_count} SMs ({n} rows)" for g, n in sorted(gpus.items()))
-        raise InputError(
-            path,
-            f"rows come from {len(gpus)} GPUs ({listed}); a table belongs to one GPU "
-            "(name, cc and SM count): split the file, or pass --allow-mixed",
-            field="gpu_name",
-        )
-    if len(commits) > 1 and not params.allow_mixed:
-        listed = "; ".join(f"{c} ({n} rows)" for c, n in sorted(commits.items()))
-        raise InputError(
-            path,
-            f"rows come from {len(commits)} upstream commits ({listed}); pass --allow-mixed to combine them",
-            field="upstream_commit",
-        )
     # With --allow-mixed the table is stamped with the GPU and commit that contributed most rows.
-    gpu = sorted(gpus.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-    commit = sorted(commits.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     return Identity(
-        gpu=gpu,
-        upstream_commit=commit,
-        source=next(iter(sources)),
-        gpus=sorted(gpus.items()),
-        upstream_commits=sorted(commits.items()),
-        patch_hashes=_distinct(_text(v) for v in df["patch_hash"]),
-        harness_versions=_distinct(_text(v) for v in df["harness_version"]),
-        drivers=_distinct(_text(v) for v in df["driver"]),
-        cuda_versions=_distinct(_text(v) for v in df["cuda_version"]),
-        cublas_versions=_distinct(_text(v) for v in df["cublas_version"]),
+        gpu=prov.gpu,
+        upstream_commit=prov.upstream_commit,
+        source=next(iter(sorted(sources))),
+        gpus=list(prov.gpus),
+        upstream_commits=list(prov.upstream_commits),
+        patch_hashes=list(prov.patch_hashes),
+        harness_versions=list(prov.harness_versions),
+        drivers=list(prov.drivers),
+        cuda_versions=list(prov.cuda_versions),
+        cublas_versions=list(prov.cublas_versions),
     )
 
 
@@ -330,6 +314,7 @@ def evaluate_route(key: ShapeKey, M: int, route: str, rows: pd.DataFrame, params
         ci_high=ci_high,
         reference=reference,
         is_anchor=reference and bool(paired.any()) and bool(np.all(anchor[paired] == us[paired])),
+        ratios=tuple(float(x) for x in ratios),
     )
 
 
@@ -569,6 +554,25 @@ def _default_rules(
     return rules, refusals
 
 
+def carried_rules(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], measured: Sequence[Rule], params: Params
+) -> tuple[list[Rule], list[Refusal]]:
+    """The rules that reach past the measured points: interpolated gaps and size-class defaults."""
+    from codegen import classes, crossover  # they build on this module's statistics
+
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    if params.interpolate:
+        r, f = crossover.interpolated_rules(evals, measured, params)
+        rules += r
+        refusals += f
+    if params.class_defaults:
+        r, f = classes.class_rules(evals, params)
+        rules += r
+        refusals += f
+    return rules, refusals
+
+
 def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
     """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
     if params.theta < 0:
@@ -583,10 +587,12 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
     evals, stock = evaluate(df, params, path)
     exact, refused_exact = _exact_rules(evals, params)
     defaults, refused_defaults = _default_rules(evals, params)
+    carried, refused_carried = carried_rules(evals, exact, params)
     refusals = sorted(
-        refused_exact + refused_defaults, key=lambda r: (r.key.codes(), r.M, _order(r.route), r.reason)
+        refused_exact + refused_defaults + refused_carried,
+        key=lambda r: (r.key.codes(), r.M, _order(r.route), r.reason),
     )
-    rules = sorted(exact + defaults, key=lambda r: (r.key.codes(), r.M_lo))
+    rules = sorted(exact + defaults + carried, key=lambda r: (r.key.codes(), r.NK or (0, 0), r.M_lo))
     return Decisions(
         identity=identity,
         params=params,

@@ -41,16 +41,28 @@ def _env() -> jinja2.Environment:
     return env
 
 
+def _kind(rule: Mapping[str, Any]) -> str | None:
+    """The rule's kind for the row comment (validated to one of table.RULE_KINDS, so safe in a comment)."""
+    kind = tbl.rule_kind(rule)
+    if kind is not None and kind not in tbl.RULE_KINDS:
+        raise AssertionError(f"rule kind {kind!r}")
+    return kind
+
+
 def _row(rule: Mapping[str, Any]) -> dict[str, Any]:
     codes = tbl.key_codes(rule)
     config = registry.Config.parse(tbl.rule_config(rule))
-    return {
+    row = {
         "head": list(codes[:4]),
         "k": list(codes[4:]),
         "M_lo": int(rule["M_lo"]),
         "M_hi": int(rule["M_hi"]),
         "config": config.code,
+        "kind": _kind(rule),
     }
+    if tbl.is_class(rule):
+        row["NK_lo"], row["NK_hi"] = (int(rule[f]) for f in tbl.CLASS_FIELDS)
+    return row
 
 
 def render_header(table: Mapping[str, Any]) -> str:
@@ -69,7 +81,8 @@ def render_header(table: Mapping[str, Any]) -> str:
         "table_hash": tbl.table_hash(t),
         "tuning_sha256": str(prov.get("tuning_sha256") or ""),
         "upstream_commit": str(t["upstream_commit"]),
-        "rows": [_row(r) for r in t["rules"]],
+        "rows": [_row(r) for r in t["rules"] if not tbl.is_class(r)],
+        "class_rows": [_row(r) for r in t["rules"] if tbl.is_class(r)],
         "op_codes": [(o.value, c) for o, c in schema.OP_CODES.items()],
         "key_slots": registry.KEY_SLOTS,
         "key_slots_doc": [
@@ -98,10 +111,21 @@ _STATIC_STR: Final = re.compile(
     r'^static const char (ggml_dispatch_table_[a-z_]+)\[\] = ("(?:[^"\\\n]|\\.)*");$', re.M
 )
 _RULES: Final = re.compile(
-    r"ggml_dispatch_table_rules\[GGML_DISPATCH_TABLE_RULE_COUNT\] = \{(.*?)\n\};", re.S
+    r"ggml_dispatch_table_rules\[GGML_DISPATCH_TABLE_(?:KEY_)?RULE_COUNT\] = \{(.*?)\n\};", re.S
 )
+_CLASS_RULES: Final = re.compile(
+    r"ggml_dispatch_table_class_rules\[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT\] = \{(.*?)\n\};", re.S
+)
+_KIND_COMMENT: Final = r"(?: /\* ([a-z]+) \*/)?"
 _ROW: Final = re.compile(
-    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+) \},\s*$",
+    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+) \},"
+    + _KIND_COMMENT
+    + r"\s*$",
+    re.M,
+)
+_CLASS_ROW: Final = re.compile(
+    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+), (-?\d+), "
+    r"(-?\d+) \}," + _KIND_COMMENT + r"\s*$",
     re.M,
 )
 _ESCAPE: Final = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]+|.)", re.S)
@@ -132,6 +156,48 @@ def c_unescape(literal: str) -> str:
     return _ESCAPE.sub(sub, body).decode("utf-8")
 
 
+def _parse_rows(body: str, pattern: re.Pattern[str], what: str, path: str | None) -> list[dict[str, Any]]:
+    """Rule rows of one array: (op, layout, type0, type1, {k}, [NK_lo, NK_hi,] M_lo, M_hi, config) and the
+    kind comment."""
+    ops = {s.code: s for s in registry.OPS.values()}
+    layouts = {c: lay.value for lay, c in schema.LAYOUT_CODES.items()}
+    n_rows = sum(1 for line in body.splitlines() if line.strip().startswith("{"))
+    found = list(pattern.finditer(body))
+    if len(found) != n_rows:
+        raise InputError(path, f"{n_rows - len(found)} {what} rows are not in the layout this tool reads")
+    rules = []
+    for row in found:
+        g = row.groups()
+        head = [int(x) for x in g[:4]]
+        k = [int(x) for x in g[4].split(",")]
+        ints = [int(x) for x in g[5:-1]]
+        kind = g[-1]
+        if len(k) != registry.KEY_SLOTS:
+            raise InputError(path, f"{what} row with {len(k)} key slots: {row.group(0).strip()}")
+        try:
+            spec = ops[head[0]]
+            key = spec.key
+            config = registry.Config.from_code(ints[-1])
+            rule: dict[str, Any] = {
+                "op": spec.op.value,
+                "layout": layouts[head[1]],
+                key.TYPE_FIELDS[0]: schema.GGML_TYPES_BY_ID[head[2]].name,
+                key.TYPE_FIELDS[1]: schema.GGML_TYPES_BY_ID[head[3]].name,
+                **dict(zip(key.INT_FIELDS, k, strict=False)),
+                **(dict(zip(tbl.CLASS_FIELDS, ints[:2], strict=True)) if len(ints) == 5 else {}),
+                "M_lo": ints[-3],
+                "M_hi": ints[-2],
+                "config": str(config),
+                "route": config.route.value,
+            }
+        except (KeyError, registry.ConfigError) as e:
+            raise InputError(path, f"unknown code {e} in {what} row {row.group(0).strip()}") from None
+        if kind is not None:
+            rule["kind"] = kind
+        rules.append(rule)
+    return rules
+
+
 def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], str]:
     """A header rendered by :func:`render_header` -> (table dict with the runtime fields, embedded hash)."""
     ints = {m[1]: int(m[2]) for m in _DEFINE_INT.finditer(text)}
@@ -152,39 +218,11 @@ def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], st
             f"(it knows {schema.TABLE_LAYOUT_VERSION})",
             field="GGML_DISPATCH_TABLE_LAYOUT_VERSION",
         )
-    ops = {s.code: s for s in registry.OPS.values()}
-    layouts = {c: lay.value for lay, c in schema.LAYOUT_CODES.items()}
     rules: list[dict[str, Any]] = []
     m = _RULES.search(text)
-    body = m.group(1) if m else ""
-    n_rows = sum(1 for line in body.splitlines() if line.strip().startswith("{"))
-    found = list(_ROW.finditer(body))
-    if len(found) != n_rows:
-        raise InputError(path, f"{n_rows - len(found)} rule rows are not in the layout this tool reads")
-    for row in found:
-        head = [int(row.group(i)) for i in range(1, 5)]
-        k = [int(x) for x in row.group(5).split(",")]
-        M_lo, M_hi, code = (int(row.group(i)) for i in range(6, 9))
-        if len(k) != registry.KEY_SLOTS:
-            raise InputError(path, f"rule row with {len(k)} key slots: {row.group(0).strip()}")
-        try:
-            spec = ops[head[0]]
-            key = spec.key
-            config = registry.Config.from_code(code)
-            rule: dict[str, Any] = {
-                "op": spec.op.value,
-                "layout": layouts[head[1]],
-                key.TYPE_FIELDS[0]: schema.GGML_TYPES_BY_ID[head[2]].name,
-                key.TYPE_FIELDS[1]: schema.GGML_TYPES_BY_ID[head[3]].name,
-                **dict(zip(key.INT_FIELDS, k, strict=False)),
-                "M_lo": M_lo,
-                "M_hi": M_hi,
-                "config": str(config),
-                "route": config.route.value,
-            }
-        except (KeyError, registry.ConfigError) as e:
-            raise InputError(path, f"unknown code {e} in rule row {row.group(0).strip()}") from None
-        rules.append(rule)
+    rules += _parse_rows(m.group(1) if m else "", _ROW, "rule", path)
+    m = _CLASS_RULES.search(text)
+    rules += _parse_rows(m.group(1) if m else "", _CLASS_ROW, "class rule", path)
     if len(rules) != ints["GGML_DISPATCH_TABLE_RULE_COUNT"]:
         raise InputError(
             path,

@@ -10,9 +10,14 @@ A table is a dict:
   ``--allow-mixed``) every GPU and commit that contributed rows;
 * ``rules``: the op's shape-key fields (``registry.key_class(op).fields()``; MUL_MAT: ``op, layout,
   src0_type, src1_type, N, K, B``), ``M_lo, M_hi``, ``config`` (the configuration, canonical text, e.g.
-  ``cublas`` or ``cublas/out=f32,compute=f16``) and ``route`` (the config's route) plus evidence
-  (``kind``, ``measured_M``, ``min_ratio``, ``shapes`` for defaults). The key's default fields at 0
-  (MUL_MAT: N = K = 0) make a per-type default, used only when no exact rule covers the query;
+  ``cublas`` or ``cublas/out=f32,compute=f16``) and ``route`` (the config's route) plus evidence:
+  ``kind`` (``measured``: M between measured neighbours that pass; ``interpolated``: M inside a gap
+  between two measured M, from the fitted crossover, with ``between``, ``ci_low`` and ``crossover``;
+  ``default``: the key's default fields at 0 (MUL_MAT and MUL_MAT_ID: N = K = 0), for keys without an
+  exact rule; ``declared``: hand-written), ``measured_M``, ``min_ratio``, ``shapes`` (what a default was
+  fitted on). A default with ``NK_lo``/``NK_hi`` is a size-class default: it applies only where the
+  product of the key's default fields (N*K) lies in that range, and it is looked up after the exact
+  rules and before the per-type default (default fields 0 without a range);
 * ``refused``: every refused candidate with its point and reason.
 
 The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ggml_dispatch import registry, schema
+from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.errors import InputError
 
 # MUL_MAT's rule and key fields; other ops: rule_fields(op) / registry.key_class(op).fields()
@@ -47,8 +53,14 @@ RULE_FIELDS: Final = (
     "config",
 )
 KEY_FIELDS: Final = schema.SHAPE_KEY
-# table.json layout versions this tool reads: 1 (route only, MUL_MAT) is upgraded on load (config = route)
-UPGRADABLE_LAYOUT_VERSIONS: Final = frozenset({1})
+# a size-class default's range of the product of its key's default fields (N*K): both or neither
+CLASS_FIELDS: Final = ("NK_lo", "NK_hi")
+# "declared": a hand-written rule (the crude-rule baseline), never produced by decide
+RULE_KINDS: Final = ("measured", "interpolated", "default", "declared")
+LEGACY_KINDS: Final = {"exact": "measured"}  # tables written before interpolation called measured rules exact
+# table.json layout versions this tool reads and upgrades on load: 1 (route only, MUL_MAT; config =
+# route) and 2 (config, no size classes): their rules are rules of the current layout
+UPGRADABLE_LAYOUT_VERSIONS: Final = frozenset({1, 2})
 SOURCE_NONE: Final = "none"
 SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline), not a measurement
 TABLE_FILENAME: Final = "table.json"
@@ -63,6 +75,10 @@ DECISION_PARAMS: Final = {
     "confidence": "confidence",
     "seed": "seed",
     "min_default_shapes": "min_default_shapes",
+    "interpolate": "interpolate",
+    "class_defaults": "class_defaults",
+    "stock_tolerance": "stock_tolerance",
+    "class_gap": "class_gap",
 }
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
@@ -113,8 +129,26 @@ def _config_order(text: Any) -> tuple[int, int]:
         return (99, 0)
 
 
+def is_class(rule: Mapping[str, Any]) -> bool:
+    """A size-class default (default fields 0 with an N*K range)."""
+    return "NK_lo" in rule
+
+
+def class_fields(rule: Mapping[str, Any]) -> tuple[str, ...]:
+    return CLASS_FIELDS if is_class(rule) else ()
+
+
+def key_size(key: Any) -> int:
+    """What a size class ranges over: the product of the key's default fields (N*K)."""
+    return math.prod(int(getattr(key, f)) for f in key.DEFAULT_FIELDS)
+
+
+def class_codes(rule: Mapping[str, Any]) -> tuple[int, int]:
+    return (int(rule["NK_lo"]), int(rule["NK_hi"])) if is_class(rule) else (0, 0)
+
+
 def rule_sort_key(rule: Mapping[str, Any]) -> tuple[int, ...]:
-    return (*key_codes(rule), int(rule["M_lo"]))
+    return (*key_codes(rule), *class_codes(rule), int(rule["M_lo"]))
 
 
 def refusal_sort_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -213,7 +247,20 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         )
     by_key: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
     for i, r in enumerate(rules):
-        by_key.setdefault(key_codes(r), []).append((r["M_lo"], r["M_hi"], i))
+        if not is_class(r):
+            by_key.setdefault(key_codes(r), []).append((r["M_lo"], r["M_hi"], i))
+    classes: dict[tuple[int, ...], list[tuple[int, int, int, int, int]]] = {}
+    for i, r in enumerate(rules):
+        if is_class(r):
+            classes.setdefault(key_codes(r), []).append((*class_codes(r), r["M_lo"], r["M_hi"], i))
+    for boxes in classes.values():
+        for (a_lo, a_hi, am_lo, am_hi, i), (b_lo, b_hi, bm_lo, bm_hi, j) in itertools.combinations(boxes, 2):
+            if a_lo <= b_hi and b_lo <= a_hi and am_lo <= bm_hi and bm_lo <= am_hi:
+                raise InputError(
+                    path,
+                    f"rules[{j}] overlaps rules[{i}] (same type, N*K and M ranges intersect)",
+                    field="rules",
+                )
     for spans in by_key.values():
         spans.sort()
         for (_, hi, i), (lo2, _, j) in itertools.pairwise(spans):
@@ -269,6 +316,21 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
     required = [f for f in spec.key.INT_FIELDS if f not in spec.key.DEFAULT_FIELDS and f != "routing"]
     if any(r[f] < 1 for f in required) or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
         raise InputError(path, f"needs {', '.join(required)} >= 1 and 1 <= M_lo <= M_hi", field=where)
+    if "kind" in r and r["kind"] not in RULE_KINDS and r["kind"] not in LEGACY_KINDS:
+        raise InputError(
+            path, f"kind must be one of {', '.join(RULE_KINDS)}, got {r['kind']!r}", field=f"{where}.kind"
+        )
+    if ("NK_lo" in r) != ("NK_hi" in r):
+        raise InputError(path, "NK_lo and NK_hi go together (a size-class default)", field=where)
+    if "NK_lo" in r:
+        for f in CLASS_FIELDS:
+            if not _is_int(r[f]) or r[f] < 1 or r[f] > 2**62:
+                raise InputError(path, "must be a positive integer", field=f"{where}.{f}")
+        names = " = ".join(spec.key.DEFAULT_FIELDS)
+        if not spec.key.DEFAULT_FIELDS:
+            raise InputError(path, f"{spec.op.value} has no size-class defaults", field=where)
+        if r["NK_hi"] < r["NK_lo"] or not all(zeros):
+            raise InputError(path, f"a size-class default has {names} = 0 and NK_lo <= NK_hi", field=where)
 
 
 def upgrade(table: Any) -> Any:
@@ -281,7 +343,9 @@ def upgrade(table: Any) -> Any:
         rows = out.get(name)
         if isinstance(rows, list):
             out[name] = [
-                {**row, "config": row["route"]} if isinstance(row, dict) and "route" in row else row
+                {**row, "config": row["route"]}
+                if isinstance(row, dict) and "route" in row and "config" not in row
+                else row
                 for row in rows
             ]
     return out
@@ -296,11 +360,8 @@ def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"cannot read: {e}") from None
-    return loads(text, path)
+    """A table.json file: the file checks are the one table reader's (ggml_dispatch.artifacts.table)."""
+    return loads(table_artifact.read_text(path, table_artifact.TABLE_WHAT), path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,6 +415,12 @@ def build_table(
         }
         if r.shapes:
             row["shapes"] = [list(s) for s in r.shapes]
+        if r.NK is not None:
+            row["NK_lo"], row["NK_hi"] = r.NK
+        if r.between is not None:
+            row["between"] = list(r.between)
+            row["ci_low"] = r.ci_low
+            row["crossover"] = list(r.crossover) if r.crossover is not None else None
         rules.append(row)
     refused = [
         {
@@ -395,11 +462,18 @@ def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
     return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
 
 
-def _find(rules: Sequence[Mapping[str, Any]], key: Any, M: int) -> str | None:
+def _find(rules: Sequence[Mapping[str, Any]], key: Any, M: int, size: int | None = None) -> str | None:
+    """``size`` None: a rule without a size class; else a size-class rule whose N*K range holds it."""
     fields = key.fields()
     want = tuple(getattr(key, f) for f in fields)
     for r in rules:
-        if r["op"] == key.op and tuple(r[f] for f in fields) == want and r["M_lo"] <= M <= r["M_hi"]:
+        if r["op"] != key.op or registry.key_class(r["op"]) is not type(key):
+            continue  # another op, or a key of another class (a MUL_MAT key asked with a MUL_MAT_ID op)
+        if tuple(r[f] for f in fields) != want or not r["M_lo"] <= M <= r["M_hi"]:
+            continue
+        if size is None and not is_class(r):
+            return rule_config(r)
+        if size is not None and is_class(r) and r["NK_lo"] <= size <= r["NK_hi"]:
             return rule_config(r)
     return None
 
@@ -410,6 +484,8 @@ def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) ->
         return None
     rules = table["rules"]
     config = _find(rules, key, M)
+    if config is None and key.DEFAULT_FIELDS and not key.is_default:
+        config = _find(rules, key.group(), M, size=key_size(key))
     if config is None and key.DEFAULT_FIELDS and not key.is_default:
         config = _find(rules, key.group(), M)
     return config
@@ -428,16 +504,33 @@ def lookup(
     B: int,
 ) -> str | None:
     """MUL_MAT: the configuration the table picks (a route name for a plain config), or None for stock.
-    Exact (N, K) rules win over type defaults."""
+    Exact (N, K) rules win over size-class defaults, and those over per-type defaults."""
     return lookup_key(table, gpu, schema.ShapeKey(op, layout, src0_type, src1_type, N, K, B), M)
 
 
 def rule_label(r: Mapping[str, Any]) -> str:
     span = f"M={r['M_lo']}" if r["M_lo"] == r["M_hi"] else f"M={r['M_lo']}..{r['M_hi']}"
-    label: str = registry.shape_key(r).label()
-    return f"{label} {span}"
+    key = registry.shape_key(r)
+    if not is_class(r):
+        return f"{key.label()} {span}"
+    hi = "inf" if r["NK_hi"] >= 2**62 else str(r["NK_hi"])
+    t0, t1 = (r[f] for f in key.TYPE_FIELDS)
+    parts = [f"{'*'.join(key.DEFAULT_FIELDS)}={r['NK_lo']}..{hi}"]
+    parts += [f"{f}={r[f]}" for f in key.INT_FIELDS if f not in key.DEFAULT_FIELDS]
+    return f"{r['op']} {r['layout']} {t0}x{t1} {' '.join(parts)} {span}"
+
+
+def rule_kind(r: Mapping[str, Any]) -> str | None:
+    """measured / interpolated / default; None when the source does not say (a parsed header's exact rule)."""
+    k = r.get("kind")
+    if isinstance(k, str):
+        return LEGACY_KINDS.get(k, k)
+    return "default" if registry.shape_key(r).is_default else None
 
 
 def core_rules(rules: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rules reduced to the fields the runtime sees (what a header carries)."""
-    return [{f: (rule_config(r) if f == "config" else r[f]) for f in rule_fields(r["op"])} for r in rules]
+    return [
+        {f: (rule_config(r) if f == "config" else r[f]) for f in (*rule_fields(r["op"]), *class_fields(r))}
+        for r in rules
+    ]

@@ -26,9 +26,13 @@ _COMMANDS: Final[dict[str, str]] = {
     "census": "census.cli:census",
     "tune": "tuner.cli:tune",
     "codegen": "codegen.cli:codegen_cmd",
+    "codegen-crude": "codegen.crude:crude_cmd",
     "install": "hook.cli:install_cmd",
     "diff": "codegen.cli:diff_cmd",
     "report": "report.cli:report_cmd",
+    "ab": "report.abrun:ab_cmd",
+    "autotune": "autotune.cli:autotune_cmd",
+    "status": "autotune.cli:status_cmd",
 }
 
 
@@ -49,6 +53,9 @@ class _Root(click.Group):
         try:
             return super().invoke(ctx)
         except InputError as e:
+            if e.path is None:  # about an option's value, not a file: a usage error naming the option
+                hint = e.field if e.field is None or e.field.startswith("-") else f"--{e.field}"
+                raise click.BadParameter(e.message, param_hint=hint) from None
             raise _InputFailure(e.render()) from None
 
 
@@ -63,7 +70,11 @@ def main() -> None:
       census   trace / GGUF  -> census.parquet (which shapes run, how often)
       tune     census        -> tuning.parquet (every trial of every eligible route, on the GPU)
       codegen  tuning        -> table.json + ggml-dispatch-table.h (no-harm decisions)
+      codegen-crude          -> the one-threshold crude rule as a table (the A/B baseline)
       install  table         -> patched llama.cpp tree (hook, trace, lookup)
       diff     two tables    -> what changed and what it should do to time
       report   Parquet files -> Markdown + PNG plots
+      ab       two builds    -> stock-vs-table A/B records with provenance (on the GPU)
+      autotune GPU + model   -> every stage above in order, resumable (on the GPU)
+      status   a tree        -> hooked? which table is compiled in, does it apply here
     """

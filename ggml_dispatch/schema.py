@@ -34,7 +34,7 @@ CENSUS_SCHEMA: Final = "ggml-dispatch-census/1"
 TUNING_SCHEMA: Final = "ggml-dispatch-tuning/1"
 TABLE_SCHEMA: Final = "ggml-dispatch-table/1"
 # Bumped whenever the C layout of the generated header changes; the runtime lookup checks it.
-TABLE_LAYOUT_VERSION: Final = 2
+TABLE_LAYOUT_VERSION: Final = 3
 
 # The pinned upstream tree (DESIGN.md "Where things run").
 PINNED_LLAMA_CPP_PYTHON: Final = "0.3.36"
@@ -79,7 +79,7 @@ class Source(StrEnum):
     TRACE = "trace"  # census rows from a route trace
     DECLARED = "declared"  # census rows from a GGUF plus declared M values
     MEASURED = "measured"  # tuning rows from the harness
-    REFERENCE = "reference"  # tuning rows converted from shared/reference (one sample, no CI)
+    REFERENCE = "reference"  # tuning rows converted from samples/reference (one sample, no CI)
 
 
 class TrialStatus(StrEnum):
@@ -87,10 +87,12 @@ class TrialStatus(StrEnum):
     INELIGIBLE = "ineligible"
     WRONG = "wrong"
     DRIFTED = "drifted"
+    PRUNED = "pruned"  # a racing tuner stopped timing the route; decisions skip it like drifted
     # failures are written as "failed:<msg>"
 
 
 FAILED_PREFIX: Final = "failed:"
+TRIAL_STATUSES: Final = frozenset(s.value for s in TrialStatus)
 
 
 # --------------------------------------------------------------------------------------------

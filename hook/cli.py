@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ggml_dispatch import fileio
+from ggml_dispatch.text import printable
 from hook import install as inst
 
 
@@ -83,15 +85,21 @@ def install_cmd(
                 allow_upstream_mismatch=allow_upstream_mismatch,
             )
     except inst.InstallError as e:
-        raise _Refused(str(e)) from None
+        raise _Refused(printable(e)) from None
     for msg in plan.messages[:-1]:
-        click.echo(msg, err=True)
+        click.echo(printable(msg), err=True)
     changed = sorted(plan.writes)
     if dry_run:
         for rel in changed:
             click.echo(("remove " if plan.writes[rel] is None else "write ") + rel)
         click.echo(f"dry run: {len(changed)} file(s) would change, {len(plan.unchanged)} unchanged", err=True)
         return
-    inst.execute(plan, progress=lambda rel: click.echo(rel))
+    for rel in changed:
+        if plan.writes[rel] is not None:
+            fileio.check_output(plan.tree / rel, [table_path] if table_path else [])
+    try:
+        inst.execute(plan, progress=lambda rel: click.echo(rel))
+    except OSError as e:
+        raise _Refused(f"{e.filename or plan.tree}: cannot write: {e.strerror or e}") from None
     summary = f"{len(changed)} file(s) changed, {len(plan.unchanged)} unchanged"
-    click.echo(f"{plan.messages[-1]}: {summary}", err=True)
+    click.echo(f"{printable(plan.messages[-1])}: {summary}", err=True)

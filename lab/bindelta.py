@@ -1,3 +1,4 @@
+# Lab module: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 """Binary deltas between builds of one library, so several builds travel to the GPU machine at once.
 
 Builds of ggml-cuda that differ in one or two objects (stock, hooked, a table compiled in) share

@@ -1,3 +1,4 @@
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # Sourced on the GPU machine: put the CUDA runtime and cuBLAS 13 libraries that the carried builds link
 # against on LD_LIBRARY_PATH (the image has them in the CUDA toolkit or in PyTorch's nvidia wheels).
 _dirs="/usr/local/cuda/lib64 $(python3 -c 'import glob, site

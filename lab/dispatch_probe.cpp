@@ -1,3 +1,4 @@
+// Lab program: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 // On the GPU: the harness interface of the ggml-dispatch hook, end to end.
 //
 // Four MUL_MAT nodes (q4_0 weights, then F16 weights; M = 8) computed repeatedly on CUDA0 so that

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end on the GPU machine (issue 6), with the project's own commands only:
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
+# End-to-end on the GPU machine, with the project's own commands only:
 #   models  real-dimension models: SmolLM2 rebuilt from its metadata; llama at Llama-3-8B dimensions,
 #           4 and 16 layers, Q4_K_M; qwen3 at the seed workload's dense shapes (hidden 5120, FFN 17408,
 #           head dim 256, 24/4 heads), 4 layers, a Q5_K/Q6_K/Q8_0 mix (random weights, llama-quantize);
@@ -9,19 +10,21 @@
 #   tune    ggml-dispatch tune run on the census (prebuilt ggml, --max-seconds TUNE_SECONDS);
 #   ab      llama-bench A/B, interleaved pairs: stock (GGML_CUDA_DISPATCH=off), the measured table,
 #           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
-#           llama-bench repetitions each;
-#   profile kernel timelines (CUPTI, lab/kernel_timeline.cpp, carried prebuilt as
+#           llama-bench repetitions each, run by `ggml-dispatch ab` (ggml-dispatch-ab/1 records with
+#           each run's command, start-up line, library sha256, GPU and time);
+#   profile kernel timelines (CUPTI, report/native/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
 #           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
 #           read by `ggml-dispatch report --profile` (matmul share, other kernels, idle gaps).
 #
 # Run from the repository root on the device machine:
-#   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] device/e2e.sh
-#   OUT=<dir> PARTS=models,ab,profile [AB_PAIRS=5] [AB_REPS=1] [E2E_MODELS="llama8b-L4 llama8b-L16"] device/e2e.sh
+#   OUT=<dir> PARTS=models,trace,census,tune [TUNE_SECONDS=240] lab/e2e.sh
+#   OUT=<dir> PARTS=models,ab,profile [AB_PAIRS=5] [AB_REPS=1] [E2E_MODELS="llama8b-L4 llama8b-L16"] lab/e2e.sh
 #   (A/B knobs: AB_MODELS, AB_PP=1 with AB_PROMPTS=512,2048 and AB_UBATCH=128,256,512,2048, AB_TG=1 for tg128)
-# Inputs in .carry/ (make device-e2e-carry): llama.cpp.tar.xz (trimmed pinned tree),
-# smollm2.meta.gguf, bin-patched.tar.xz (patched build: no table), and for ab bin-table.tar.xz and
-# bin-crude.tar.xz (the same tree with the measured table / the crude rule compiled in).
+# Inputs in .carry/ (make device-carry): llama.cpp.tar.xz (trimmed pinned tree) or gguf-py.tar.xz,
+# smollm2.meta.gguf, bin-patched.tar.xz (patched build: no table), and for ab/profile table.delta and
+# crude.delta (the same tree with the measured table / `ggml-dispatch codegen-crude`'s table compiled
+# in, as binary deltas: lab/prebuild.sh, lab/prebuilt.sh).
 # Writes under $OUT (<= 8 files) and prints summary.md last.
 set -euo pipefail
 
@@ -171,38 +174,26 @@ if has_part ab || has_part profile; then
 fi
 
 if has_part ab; then
+    # the package runner (ggml-dispatch ab, report/abrun.py): interleaved pairs, one ggml-dispatch-ab/1
+    # record per test of each run, with its command, GGML_* environment, start-up line, library, GPU, time
     AB=$OUT/ab.jsonl
-    : >"$AB"
-    PAIRS=${AB_PAIRS:-5}
-    for name in ${AB_MODELS:-llama8b-L4 llama8b-L16}; do
-        for pair in $(seq 1 "$PAIRS"); do
-            order="stock table crude"
-            case $((pair % 3)) in 1) order="table crude stock" ;; 2) order="crude stock table" ;; esac
-            for arm in $order; do
-                read -r dir mode <<<"$(arm_env "$arm")"
-                : >"$WORK/ab-pp.jsonl"
-                [ "${AB_PP:-1}" = 1 ] && GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" \
-                    -m "$M/$name.gguf" -ngl 99 -fa on -r "${AB_REPS:-1}" -b 2048 -o jsonl -p "${AB_PROMPTS:-512,2048}" \
-                    -ub "${AB_UBATCH:-128,256,512,2048}" -n 0 2>>"$LOG" >"$WORK/ab-pp.jsonl"
-                : >"$WORK/ab-tg.jsonl"
-                [ "${AB_TG:-1}" = 1 ] && GGML_CUDA_DISPATCH=$mode LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH "$dir/llama-bench" \
-                    -m "$M/$name.gguf" -ngl 99 -fa on -r "${AB_REPS:-1}" -o jsonl -p 0 -n 128 2>>"$LOG" >"$WORK/ab-tg.jsonl"
-                cat "$WORK/ab-pp.jsonl" "$WORK/ab-tg.jsonl" | $PY -c '
-import json, sys
-model, arm, pair = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for line in sys.stdin:
-    if not line.strip():
-        continue
-    d = json.loads(line)
-    test = f"pp{d['"'"'n_prompt'"'"']}" if d["n_gen"] == 0 else f"tg{d['"'"'n_gen'"'"']}"
-    if test == "pp512" and d["n_ubatch"] != 512:
-        continue
-    print(json.dumps({"model": model, "test": test, "ubatch": d["n_ubatch"], "arm": arm, "pair": pair,
-                      "tps": d["avg_ts"]}))' "$name" "$arm" "$pair" >>"$AB"
-            done
-            log "ab $name pair $pair"
+    rm -f "$AB"
+    bench=()
+    if [ "${AB_PP:-1}" = 1 ]; then
+        IFS=, read -r -a prompts <<<"${AB_PROMPTS:-512,2048}"
+        for p in "${prompts[@]}"; do  # pp512 at ubatch 512 only, longer prompts at every AB_UBATCH
+            ub=${AB_UBATCH:-128,256,512,2048}
+            [ "$p" = 512 ] && ub=512
+            bench+=(--bench "-ngl 99 -fa on -b 2048 -p $p -ub $ub -n 0")
         done
-    done
+    fi
+    [ "${AB_TG:-1}" = 1 ] && bench+=(--bench "-ngl 99 -fa on -p 0 -n 128")
+    models=()
+    for name in ${AB_MODELS:-llama8b-L4 llama8b-L16}; do models+=(--model "$name=$M/$name.gguf"); done
+    dispatch ab --arm "stock=$TABLE/llama-bench:off" --arm "table=$TABLE/llama-bench:table" \
+        --arm "crude=$CRUDE/llama-bench:table" "${models[@]}" "${bench[@]}" \
+        --pairs "${AB_PAIRS:-5}" --reps "${AB_REPS:-1}" --log "$WORK/ab-runs.log" -o "$AB" 2>>"$LOG"
+    log "ab: $(wc -l <"$AB") records"
 fi
 
 if has_part profile; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ggml-cuda integration proof on the GPU machine (issue 3):
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
+# ggml-cuda integration proof on the GPU machine:
 #   probe  the harness interface: proc-address functions, counts incl. CUDA-graph replays, override
 #          with graph invalidation, ineligible override -> stock (lab/dispatch_probe.cpp);
 #   tbo    test-backend-ops test -o MUL_MAT with stock and with each GGML_CUDA_DISPATCH=force:<route>,
@@ -47,7 +48,7 @@ SRC=$WORK/llama.cpp
 BUILD=$WORK/build
 PATCHED=$WORK/patched   # binaries + shared libs of the patched build
 STOCK=$WORK/stock       # the same configure, ggml-cuda.cu without the hook
-PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from codegen import install as i; print(i.patch_hash(i.native_sources(), i.load_hunks()))')
+PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_hunks()))')
 
 install_hook() {  # $1 = install|uninstall
     local flag=""

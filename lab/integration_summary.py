@@ -1,3 +1,4 @@
+# Lab module: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 """Summary of lab/integration.sh (stdlib only: it runs on the GPU machine).
 
 Reads the probe output, the test-backend-ops logs and traces, the llama-bench route trace and the A/B

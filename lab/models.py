@@ -1,7 +1,8 @@
+# Lab module: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 """Models for measuring: real-dimension GGUF files with random weights and a real tokenizer.
 
-DESIGN.md: larger real-dimension models are written with the ``gguf`` package (real architecture metadata and
-shapes, random weights, a tokenizer copied from the SmolLM2 file) and quantized with the tree's
+ARCHITECTURE.md: larger real-dimension models are written with the ``gguf`` package (real architecture
+metadata and shapes, random weights, a tokenizer copied from the SmolLM2 file) and quantized with the tree's
 ``llama-quantize``. The GPU machine cannot receive the 98 MB SmolLM2 file (its transfer limit is 64 MiB), so
 ``meta`` extracts the file's metadata and tensor list (a few MB) and ``clone`` rebuilds a file with the same
 metadata, tensor names, types and shapes there, the weights drawn at random and quantized by ``gguf``.
@@ -37,7 +38,7 @@ class Dims:
 
 
 PRESETS: dict[str, Dims] = {
-    # Llama-3-8B dimensions (the configuration of shared/reference/h200-e2e-crude-rule.md)
+    # Llama-3-8B dimensions (the configuration of samples/reference/h200-e2e-crude-rule.md)
     "llama8b": Dims("llama", hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, layers=32),
     # the seed workload's dense shapes: hidden 5120, FFN 17408, head dim 256, 24 query and 4 KV heads
     "qwen27b": Dims("qwen3", hidden=5120, ffn=17408, heads=24, kv_heads=4, head_dim=256, layers=64),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # Build ggml-cuda (sm_90, FlashAttention on, what users run) HERE, on a machine without a GPU, and pack
 # the builds for the GPU machine, which starts bare on every call and would spend ~4 of its minutes
 # rebuilding. One base build travels whole (.carry/bin-patched.tar.xz, ~42 MB); every other variant

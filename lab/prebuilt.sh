@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # On the GPU machine: unpack a build made by lab/prebuild.sh into DEST and print nothing else.
 #   lab/prebuilt.sh NAME DEST      NAME = patched | stock | table | crude
 # The base (.carry/bin-patched.tar.xz) is unpacked whole; another variant is the base with its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # One call on the GPU machine: run the named steps in order ('a+b' runs a and b side by side), skip a
 # step whose expected seconds no longer fit before the deadline, and pack each step's outputs into one
 # file under $OUT (the transfer takes at most 8 files back). Prints every step's summary last.
@@ -41,8 +42,8 @@ run_step() {  # $1 = step; output folder $W/$1
     case $s in
         probe-bench-ab) OUT=$o PARTS=probe,bench,ab WORK=$W/integration bash lab/integration.sh ;;
         tbo) OUT=$o PARTS=tbo TBO_JOBS=${TBO_JOBS:-7} TBO_TIMEOUT=${TBO_TIMEOUT:-220} WORK=$W/integration bash lab/integration.sh ;;
-        models) OUT=$o PARTS=models WORK=$W/e2e bash device/e2e.sh ;;
-        trace-census) OUT=$o PARTS=trace,census WORK=$W/e2e bash device/e2e.sh ;;
+        models) OUT=$o PARTS=models WORK=$W/e2e bash lab/e2e.sh ;;
+        trace-census) OUT=$o PARTS=trace,census WORK=$W/e2e bash lab/e2e.sh ;;
         tune)
             local census=$W/trace-census/census.parquet
             [ -f "$census" ] || census=$REPO/.carry/census.parquet
@@ -51,7 +52,7 @@ run_step() {  # $1 = step; output folder $W/$1
             [ -f .carry/tuning.journal.jsonl ] && cp .carry/tuning.journal.jsonl "$o/tuning.journal.jsonl"
             # the sweep gets what is left before the deadline (it resumes from its journal in a later call)
             OUT=$o PARTS=tune WORK=$W/e2e CENSUS=$W/e2e/tune-in/census.parquet \
-                TUNE_SECONDS=${TUNE_SECONDS:-$(( DEADLINE - $(date +%s) - 45 ))} bash device/e2e.sh ;;
+                TUNE_SECONDS=${TUNE_SECONDS:-$(( DEADLINE - $(date +%s) - 45 ))} bash lab/e2e.sh ;;
         agree1 | agree2 | l2)
             local part=${s#agree}
             [ "$s" = l2 ] && part=3
@@ -66,8 +67,8 @@ run_step() {  # $1 = step; output folder $W/$1
             fi
             OUT=$o BUILD_DIR=$W/prebuilt LLAMA_CPP_DIR=$W/agree-tree/llama.cpp REFERENCE_TSV=.carry/h200-mul-mat-routes.tsv \
                 PARTS=$part WORK=$W/tuner bash lab/tune-agreement.sh ;;
-        ab) OUT=$o PARTS=ab WORK=$W/e2e bash device/e2e.sh ;;
-        profile) OUT=$o PARTS=profile WORK=$W/e2e bash device/e2e.sh ;;
+        ab) OUT=$o PARTS=ab WORK=$W/e2e bash lab/e2e.sh ;;
+        profile) OUT=$o PARTS=profile WORK=$W/e2e bash lab/e2e.sh ;;
         *) log "unknown step $s"; return 2 ;;
     esac
     local rc=$?

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # Harness vs test-backend-ops on the GPU machine (tuner proof, points 1-3):
 #   1. agreement: reference shapes with M >= 64, harness medians vs test-backend-ops perf (--output sql,
 #      cases through --test-file), within 10% where the weights do not fit in L2;
@@ -6,7 +7,7 @@
 #   3. L2: M = 1 shapes with and without weight rotation.
 #
 # Run from the repository root on the device machine (carry .carry/ with llama.cpp.tar.xz from
-# `make llama-tarball` and a copy of shared/reference/h200-mul-mat-routes.tsv):
+# `make llama-tarball` and a copy of samples/reference/h200-mul-mat-routes.tsv: make tune-agreement-carry):
 #   OUT=<dir> [BUILD_DIR=<patched CUDA build: libggml*.so in bin/ or the folder>] [LLAMA_CPP_DIR=<tree>]
 #   [LLAMA_TARBALL=.carry/llama.cpp.tar.xz] [REFERENCE_TSV=...] [PARTS=1,2,3] lab/tune-agreement.sh
 #
@@ -36,8 +37,7 @@ DEVICE=${DEVICE:-CUDA0}  # CPU runs the same steps on ggml's CPU backend (how CI
 T0=$(date +%s)
 
 TSV=${REFERENCE_TSV:-}
-for cand in "$TSV" shared/reference/h200-mul-mat-routes.tsv ../shared/reference/h200-mul-mat-routes.tsv \
-    .carry/h200-mul-mat-routes.tsv; do
+for cand in "$TSV" samples/reference/h200-mul-mat-routes.tsv .carry/h200-mul-mat-routes.tsv; do
     if [ -n "$cand" ] && [ -f "$cand" ]; then TSV=$cand; break; fi
 done
 [ -f "$TSV" ] || { log "reference TSV not found (set REFERENCE_TSV)"; exit 2; }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 # A tuning sweep on the GPU machine: census -> tuning.parquet with `ggml-dispatch tune run`, resumable
 # over several calls (the journal stays in $WORK on a warm machine; carry it to resume on a new one).
 #

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
 import click
 
 from ggml_dispatch import fileio
-from report import report, timeline
+from ggml_dispatch.options import FiniteFloat
+from report import ab, markdown, timeline
+from report import inputs as inputs_mod
+from report.output import write_report
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
@@ -32,7 +34,7 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
 )
 @click.option(
     "--reference-margin",
-    type=float,
+    type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
     help="Declared fixed margin for tuning rows with source = reference (one sample, no CI); "
     "a table's own decision parameters are used when --table is given.",
 )
@@ -41,7 +43,7 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
     "profile_path",
     type=click.Path(path_type=Path),
     help="Kernel timelines (a folder or .tar.gz of <arm>.<test>.ktl + llama-bench .jsonl, what "
-    "device/e2e.sh's profile part writes): adds where a step's time goes per arm.",
+    "lab/e2e.sh's profile part writes): adds where a step's time goes per arm.",
 )
 @click.option("--notes", "notes_path", type=_FILE, help="Markdown appended verbatim as a Notes section.")
 @click.option(
@@ -66,12 +68,15 @@ def report_cmd(
 
     \b
     Writes OUT/REPORT.md and OUT/plots/*.png:
+      - first, a one-screen summary: the end-to-end gain per workload (with --ab), where the
+        table ties the crude rule, every loss beyond noise, the predicted matmul-time gain;
       - time vs M per route for each shape key (median, IQR bars, min-max band, stock anchor,
         table rule ranges), and the fastest route's speed-up per type;
       - trial counts by status (ok, ineligible, wrong, drifted, failed) - nothing hidden;
       - census weights (est_us share by shape key, role and quant type), with --census;
-      - predicted speed-up per census point and, with --ab, measured end-to-end ratios with
-        95% bootstrap CIs;
+      - predicted speed-up per census point (the model `diff` uses: measured stock time where
+        tuned, census est_us elsewhere) and, with --ab, measured end-to-end ratios with 95%
+        bootstrap CIs;
       - losing cases: candidates slower than stock beyond noise, A/B CIs below 1;
       - with --profile: each arm's GPU time per run by kernel category (matmul routes, cuBLAS
         conversions, attention, other, idle) and what the matmul savings alone predict.
@@ -88,55 +93,43 @@ def report_cmd(
       ggml-dispatch report --tuning tuning.parquet --census census.parquet \\
           --table table.json --ab ab.jsonl -o tables/cuda-sm90-nvidia-h200
     """
+    given = [
+        p
+        for p in (tuning_path, census_path, table_path, profile_path, notes_path, *ab_paths)
+        if p is not None
+    ]
+    plots = out_dir / markdown.PLOTS_DIR
+    fileio.check_output(out_dir / markdown.REPORT_NAME, given)
+    fileio.check_output_folder(plots)
     table = None
     files = []
     if table_path is not None:
-        table, table_file = report.load_table(table_path)
+        table, table_file = inputs_mod.load_table(table_path)
         files.append(table_file)
-    params = report.params_from_table(table, reference_margin)
-    tuning, tuning_file = report.load_tuning(tuning_path, params)
+    params = inputs_mod.params_from_table(table, reference_margin)
+    tuning, tuning_file = inputs_mod.load_tuning(tuning_path, params)
     files.insert(0, tuning_file)
-    inputs = report.Inputs(tuning=tuning, files=files, params=params, table=table)
+    inputs = inputs_mod.Inputs(tuning=tuning, files=files, params=params, table=table)
     if census_path is not None:
-        inputs.census, census_file = report.load_census(census_path)
+        inputs.census, census_file = inputs_mod.load_census(census_path)
         files.insert(1, census_file)
     if ab_paths:
-        inputs.ab, ab_files = report.load_ab(ab_paths)
-        files.extend(ab_files)
+        inputs.ab, ab_files = ab.load_ab(ab_paths)
+        files.extend(ab.provenance_details(ab_paths, ab_files, table_path))
     if profile_path is not None:
         inputs.profile = timeline.load_profile(profile_path)
-        files.append(
-            report.InputFile(
-                "profile",
-                profile_path.name,
-                fileio.sha256_file(profile_path) if profile_path.is_file() else "-",
-                (("timelines", str(len(inputs.profile.rows))),),
-            )
-        )
+        files.append(inputs_mod.profile_file(profile_path, inputs.profile))
     if notes_path is not None:
         try:
             inputs.notes = notes_path.read_text(encoding="utf-8")
         except OSError as e:
             raise click.BadParameter(str(e), param_hint="--notes") from None
 
-    with click.progressbar(length=report.figure_count(inputs), label="plots", file=sys.stderr) as bar:
+    with click.progressbar(length=markdown.figure_count(inputs), label="plots", file=sys.stderr) as bar:
 
         def tick(n: int) -> None:
             bar.update(n)
 
-        result = report.build_report(inputs, progress=tick)
+        result = markdown.build_report(inputs, progress=tick)
 
-    plots = out_dir / report.PLOTS_DIR
-    plots.mkdir(parents=True, exist_ok=True)
-    for name, png in sorted(result.figures.items()):
-        with fileio.atomic_path(plots / name) as tmp:
-            tmp.write_bytes(png)
-            tmp.chmod(0o644)
-    for stale in sorted(plots.glob("*.png")):
-        if stale.name not in result.figures:
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-    with fileio.atomic_path(out_dir / report.REPORT_NAME) as tmp:
-        tmp.write_text(result.markdown, encoding="utf-8")
-        tmp.chmod(0o644)
-    click.echo(out_dir / report.REPORT_NAME)
+    click.echo(write_report(out_dir, result, given))

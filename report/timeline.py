@@ -1,6 +1,6 @@
 """Kernel timelines of llama-bench runs -> where a step's time goes, per A/B arm.
 
-A profile is a set of ``<arm>.<test>.ktl`` files (``lab/kernel_timeline.cpp``: every kernel, memcpy
+A profile is a set of ``<arm>.<test>.ktl`` files (``report/native/kernel_timeline.cpp``: every kernel, memcpy
 and memset the GPU ran in one llama-bench process, GPU timestamps from CUPTI) each with the llama-bench
 JSON Lines output of that same process beside it (``<arm>.<test>.jsonl``). ``<test>`` is the ubatch of
 a pp run (``512``: pp2048 at ubatch 512) or ``tg128``.
@@ -334,7 +334,7 @@ def profile_from_files(files: Mapping[str, tuple[Path, str]], source: str) -> Pr
 
 
 def load_profile(path: Path) -> Profile:
-    """A profile folder or a ``.tar.gz`` of one (what ``device/e2e.sh`` packs)."""
+    """A profile folder or a ``.tar.gz`` of one (what ``lab/e2e.sh`` packs)."""
     files: dict[str, tuple[Path, str]] = {}
     if path.is_dir():
         for f in sorted(path.iterdir()):

@@ -1,11 +1,11 @@
 """Write ``samples/trace-reference-shapes.jsonl``: a route trace assembled from the shapes of
-``shared/reference/h200-mul-mat-routes.tsv`` (not captured), so the demo's census and its reference
-tuning rows describe the same shapes.
+``samples/reference/h200-mul-mat-routes.tsv`` (not captured), so the demo's census and its reference
+tuning rows describe the same shapes. (The trace's ``note`` names the file where it was copied from.)
 
 Two runs on one NVIDIA H200, each a header ... footer block of ``ggml-route-trace/1``:
 
 1. a 4-layer model with Llama-3-8B dimensions in Q4_K_M style types (the model of
-   ``shared/reference/h200-e2e-crude-rule.md``): attn_q/attn_output 4096x4096 q4_K, attn_k 1024x4096
+   ``samples/reference/h200-e2e-crude-rule.md``): attn_q/attn_output 4096x4096 q4_K, attn_k 1024x4096
    q4_K, attn_v 1024x4096 q6_K, ffn_gate/ffn_up 14336x4096 q4_K, ffn_down 4096x14336 q6_K; workload
    pp512 + pp2048 (ubatch 512) + a 1280-token prompt (512 + 512 + 256) + tg128. At M = 1 gate and up
    run as a fused GLU group (fused = glu), as upstream's graph evaluation does.

@@ -378,7 +378,7 @@ def _error(b: TraceBuilder, records: list[Any], **kw: Any) -> InputError:
         ({"fused": "add"}, 3, "unknown fused"),
         ({"route": "magic"}, 3, "unknown route"),
         ({"reason": "ineligible:"}, 3, "unknown reason"),
-        ({"t_us": -1}, 3, "t_us must not be negative"),
+        ({"t_us": -1}, 3, "t_us must be a time per call in [0, 3.6e+09] us, got -1"),
         ({"t_us": "fast"}, 3, "field 't_us' must be a number"),
         ({"src1_ne": [64, 1, 1, 1]}, 3, "must agree (K)"),
         ({"tensor": None}, 3, "field 'tensor' must be a string"),

@@ -33,7 +33,18 @@ def _loaded_after(*args: str) -> set[str]:
 def test_every_stage_command_resolves() -> None:
     ctx = click.Context(main)
     names = main.list_commands(ctx)
-    assert names == ["census", "codegen", "diff", "install", "report", "tune"]
+    assert names == [
+        "ab",
+        "autotune",
+        "census",
+        "codegen",
+        "codegen-crude",
+        "diff",
+        "install",
+        "report",
+        "status",
+        "tune",
+    ]
     for name in names:
         assert isinstance(main.get_command(ctx, name), click.Command), name
     result = CliRunner().invoke(main, ["--help"])

@@ -38,9 +38,15 @@ def test_codegen_writes_table_and_header_deterministically(tmp_path: Path) -> No
     header = (tmp_path / "out" / "ggml-dispatch-table.h").read_text()
     assert render.parse_header(header)[1] == tbl.table_hash(t)
     assert "MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 M=256..512 -> cublas" in out
-    assert "mmq at MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 M=8: not the fastest: mmvq" in out
-    assert "refused candidates (4):" in out
+    # by default refusals are counted by reason; --verbose lists each
+    assert "refused candidates: 5 by reason (--verbose lists each):" in out
+    assert "not the fastest route" in out
+    assert "not the fastest: mmvq" not in out
     assert "pass --census" in out
+    code, verbose = _run("codegen", str(tuning), "-o", str(tmp_path / "verbose"), "--verbose")
+    assert code == 0, verbose
+    assert "mmq at MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 M=8: not the fastest: mmvq" in verbose
+    assert "refused candidates (5):" in verbose
     first = (tmp_path / "out" / "table.json").read_bytes(), header
     code, _ = _run("codegen", str(tuning), "-o", str(tmp_path / "out"))
     assert code == 0
@@ -54,9 +60,9 @@ def test_codegen_writes_table_and_header_deterministically(tmp_path: Path) -> No
 def test_codegen_predicts_the_gain_for_a_census(tmp_path: Path) -> None:
     census = write_census(
         [
-            census_row(M=512, calls=10, est_us=1000.0),  # measured: cublas is 2x -> 500 us
-            census_row(M=300, calls=5, est_us=400.0),  # between measured 256 and 512 -> 200 us
-            census_row(M=8, calls=100, est_us=50.0),  # no rule: unchanged
+            census_row(M=512, calls=10, est_us=900.0),  # measured stock 10 x 100 us; cublas 2x -> 500 us
+            census_row(M=300, calls=5, est_us=400.0),  # not tuned: est_us; between 256 and 512 -> 200 us
+            census_row(M=64, calls=100, est_us=50.0),  # no rule: unchanged
             census_row(M=512, calls=10, est_us=1000.0, fused="glu"),  # fused: never overridden
         ],
         tmp_path / "census.parquet",
@@ -65,8 +71,10 @@ def test_codegen_predicts_the_gain_for_a_census(tmp_path: Path) -> None:
     assert code == 0, out
     assert "census: 4 rows, 2 affected, 0 without timing" in out
     assert "2,450.0 us -> 1,750.0 us (-700.0 us, -28.57%)" in out
-    assert "M=512 x10: stock -> cublas: 1,000.0 -> 500.0 us (-500.0; measured)" in out
-    assert "M=300 x5: stock -> cublas: 400.0 -> 200.0 us (-200.0; interpolated)" in out
+    assert "M=512 x10: stock -> cublas: 1,000.0 -> 500.0 us (-500.0; measured; baseline measured stock)" in (
+        out
+    )
+    assert "M=300 x5: stock -> cublas: 400.0 -> 200.0 us (-200.0; interpolated; baseline est_us)" in out
     assert json.loads((tmp_path / "o" / "table.json").read_text())["provenance"]["census_sha256"] == (
         fileio.sha256_file(census)
     )
@@ -110,13 +118,13 @@ def test_bad_tuning_input(what: str, tmp_path: Path) -> None:
     p = tmp_path / "t.parquet"
     if what == "garbage":
         p.write_text("not parquet")
-        expect = "cannot read as Parquet"
+        expect = "not a readable Parquet file"
     elif what == "census":
         write_census([census_row(M=1)], p)
-        expect = f"expected {schema.TUNING_SCHEMA}"
+        expect = f"expected {schema.TUNING_SCHEMA!r}"
     else:
         write_tuning([], p)
-        expect = "no tuning rows"
+        expect = "no rows: an empty tuning file"
     code, out = _run("codegen", str(p), "-o", str(tmp_path / "o"))
     assert code == 2 and out.startswith(f"ggml-dispatch: error: {p}") and expect in out
     assert not (tmp_path / "o").exists()

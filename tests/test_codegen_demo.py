@@ -1,5 +1,5 @@
 """The demo's codegen/diff stage on its real inputs: the committed reference-shape trace through
-``census ingest``, the shared reference TSV through ``tune import-reference``, then codegen and diff."""
+``census ingest``, samples/reference's TSV through ``tune import-reference``, then codegen and diff."""
 
 from __future__ import annotations
 

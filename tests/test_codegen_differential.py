@@ -5,6 +5,7 @@ answers 10,000 queries exactly as the Python lookup does. At least half the quer
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import subprocess
 from pathlib import Path
@@ -87,12 +88,15 @@ def rich_table() -> tuple[dict[str, Any], decide.Decisions]:
                 gpu=GPU,
                 n=3,
             )
-    for M, speed in ((4, {"mmq": 1.0, "mmvq": 1.5}), (512, {"mmq": 1.0, "mmf": 1.5})):
+    # two MUL_MAT_ID shapes of one type and size class: exact rules, a per-type default and a class default
+    for (N, K), (M, speed) in itertools.product(
+        ((2880, 2880), (4096, 2880)), ((4, {"mmq": 1.0, "mmvq": 1.5}), (512, {"mmq": 1.0, "mmf": 1.5}))
+    ):
         id_rows = trials(
             speed=speed,
             M=M,
-            N=2880,
-            K=2880,
+            N=N,
+            K=K,
             op="MUL_MAT_ID",
             layout="expert",
             src0_type="mxfp4",
@@ -123,6 +127,10 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
         keys = [key]
         if r.get("shapes"):
             keys += [dataclasses.replace(key, N=n, K=k) for n, k in [*r["shapes"], (5120, 5120)]]
+        if tbl.is_class(r):  # the edges of a size class's N*K range
+            hi = min(r["NK_hi"], 1 << 40)
+            nks = [(1, r["NK_lo"] - 1), (1, r["NK_lo"]), (1, hi), (1, hi + 1), (2, r["NK_lo"] // 2)]
+            keys += [dataclasses.replace(key, N=n, K=k) for n, k in nks]
         for k in keys:
             near = [k, _bump(k, k.INT_FIELDS[-1], 1), _bump(k, "N", 1), _bump(k, "K", -1)]
             for M in (r["M_lo"] - 1, r["M_lo"], r["M_hi"], r["M_hi"] + 1):
@@ -197,7 +205,9 @@ def _python(t: dict[str, Any], q: Query) -> str:
 def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path: Path) -> None:
     t, d = rich_table()
     assert len(t["rules"]) >= 30 and any(r["N"] == 0 for r in t["rules"])
+    assert any(tbl.is_class(r) for r in t["rules"]) and any(r["kind"] == "interpolated" for r in t["rules"])
     assert {r["layout"] for r in t["rules"]} == {"weight", "attention", "expert"}
+    assert any(tbl.is_class(r) and r["op"] == "MUL_MAT_ID" for r in t["rules"])
     qs, n_edge = queries(t, d, random.Random(20261130))
     assert len(qs) == N_QUERIES and n_edge >= N_QUERIES // 2
     (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(t))
@@ -223,6 +233,10 @@ def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path:
         q for q, o in zip(qs, out, strict=True) if o.split()[2] != "0" and q[1].N not in dims_of(d)
     ]
     assert default_hits  # some answers came from a per-type default (an (N, K) never measured)
+    # and some from size-class defaults, of both ops (the answer differs without the class rules)
+    no_class = {**t, "rules": [r for r in t["rules"] if not tbl.is_class(r)]}
+    class_hits = {q[1].op for q in qs if tbl.lookup_key(t, *q) != tbl.lookup_key(no_class, *q)}
+    assert class_hits == {"MUL_MAT", "MUL_MAT_ID"}
 
 
 @pytest.mark.slow

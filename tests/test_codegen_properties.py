@@ -87,24 +87,44 @@ def test_emitted_rules_are_safe(data: tuple[list[dict[str, Any]], decide.Params]
     t = tbl.build_table(d, tuning_sha256="0" * 64)  # validate(): no overlaps within a key
     by_key: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for r in t["rules"]:
-        by_key.setdefault(tbl.key_codes(r), []).append((r["M_lo"], r["M_hi"]))
+        # size-class rules may share M with other classes of the type (validate() checks their boxes)
+        by_key.setdefault((*tbl.key_codes(r), *tbl.class_codes(r)), []).append((r["M_lo"], r["M_hi"]))
     for spans in by_key.values():
         spans.sort()
         assert all(a_hi < b_lo for (_, a_hi), (b_lo, _) in itertools.pairwise(spans))
 
     for rule in d.rules:
         shapes = [k for k in d.evals if k.group() == rule.key] if rule.key.is_default else [rule.key]
+        if rule.NK is not None:  # a size-class default stands on the shapes it was fitted on
+            shapes = [k for k in shapes if (k.N, k.K) in rule.shapes]
         assert shapes
+        if rule.between is not None:
+            # inside one gap between adjacent measured M of every shape it stands on, never beyond them,
+            # and its fitted curve passes with its lower end above 1
+            a, b = rule.between
+            for s in shapes:
+                measured = sorted(d.evals[s])
+                assert a in measured and b in measured and measured.index(b) == measured.index(a) + 1
+            assert a < rule.M_lo <= rule.M_hi < b
+            assert rule.min_ratio >= 1 + params.theta and rule.ci_low is not None and rule.ci_low > 1
+            continue
         for s in shapes:
             measured = sorted(d.evals[s])
-            # the ends are measured points of every shape the rule stands on: never beyond neighbours
-            assert rule.M_lo in measured and rule.M_hi in measured
+            # the ends are measured points of the shapes the rule stands on: never beyond neighbours
+            if rule.NK is None:
+                assert rule.M_lo in measured and rule.M_hi in measured
+            else:
+                assert rule.M_lo in rule.measured_M and rule.M_hi in rule.measured_M
             covered = [m for m in measured if rule.M_lo <= m <= rule.M_hi]
             for m in covered:
                 # ok trials there, at least theta (or the margin) faster, CI above 1, not slower beyond noise
                 assert _passes(d, s, m, rule.route), (rule, s, m)
                 if not rule.key.is_default:
                     assert decide.winner(d.evals[s][m]) == rule.route
+    # interpolation never reaches outside a shape's measured M range
+    for rule in d.rules:
+        if rule.kind == "interpolated":
+            assert min(d.evals[rule.key]) < rule.M_lo and rule.M_hi < max(d.evals[rule.key])
 
     # and the lookup, at every measured point, picks stock or a route that passes there
     for key, by_m in d.evals.items():

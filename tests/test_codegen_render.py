@@ -183,7 +183,10 @@ def test_parse_header_round_trips() -> None:
     parsed, h = render.parse_header(render.render_header(t))
     assert h == tbl.table_hash(t)
     assert parsed["gpu"] == t["gpu"] and parsed["upstream_commit"] == t["upstream_commit"]
-    assert parsed["rules"] == tbl.core_rules(t["rules"])
+    assert tbl.core_rules(parsed["rules"]) == tbl.core_rules(t["rules"])
+    # each row's comment carries its rule kind back
+    assert [r["kind"] for r in parsed["rules"]] == [tbl.rule_kind(r) for r in t["rules"]]
+    assert {r["kind"] for r in parsed["rules"]} >= {"measured", "default"}
     assert parsed["provenance"]["tuning_sha256"] == "cd" * 32
     assert render.parse_header(render.render_header(tbl.empty_table()))[0]["rules"] == []
 
@@ -221,3 +224,10 @@ def test_filters_refuse_what_is_not_their_type() -> None:
         render.c_string(5)
     assert render.c_string('a"b\\c?') == '"a\\042b\\134c\\077"'
     assert render.c_string("1\x002") == '"1\\0002"'  # octal escapes are 3 digits: never swallow a digit
+
+
+def test_the_hook_reads_the_layout_version_codegen_writes() -> None:
+    source = (Path(__file__).parent.parent / "hook" / "native" / "ggml-dispatch.cu").read_text()
+    v = schema.TABLE_LAYOUT_VERSION
+    assert f"#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION {v}\n" in source
+    assert f"#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != {v}\n" in source

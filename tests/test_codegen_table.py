@@ -97,7 +97,7 @@ def test_empty_table() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda t: t.update(layout_version=3), "layout version 3 is not known to this tool"),
+        (lambda t: t.update(layout_version=4), "layout version 4 is not known to this tool"),
         (lambda t: t.update(schema="ggml-dispatch-table/9"), "unknown table schema"),
         (lambda t: t["rules"].append(_rule(route="stock")), "unknown route 'stock'"),
         (lambda t: t["rules"].append(_rule(N=0)), "both 0"),

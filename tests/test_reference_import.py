@@ -1,4 +1,4 @@
-"""tuner.reference + ``tune import-reference``: the real shared reference TSV -> tuning rows."""
+"""tuner.reference + ``tune import-reference``: the real reference TSV (samples/reference) -> tuning rows."""
 
 from __future__ import annotations
 

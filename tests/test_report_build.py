@@ -276,12 +276,13 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
     # status counts, nothing hidden
     n_rows = len(rows)
     assert (
-        f"{n_rows} trial rows: ok {n_rows - 5 - 5 - 1 - 1}, ineligible 5, wrong 5, drifted 1, failed 1." in md
+        f"{n_rows} trial rows: ok {n_rows - 5 - 5 - 1 - 1}, ineligible 5, wrong 5, drifted 1, "
+        "pruned 0, failed 1." in md
     )
-    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | cublas | 15 | 9 | 5 | 0 | 0 | 1 |" in md
-    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | mmvq | 15 | 10 | 0 | 5 | 0 | 0 |" in md
-    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | mmq | 15 | 14 | 0 | 0 | 1 | 0 |" in md
-    assert f"| **all** |  | {n_rows} | {n_rows - 12} | 5 | 5 | 1 | 1 |" in md
+    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | cublas | 15 | 9 | 5 | 0 | 0 | 0 | 1 |" in md
+    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | mmvq | 15 | 10 | 0 | 5 | 0 | 0 | 0 |" in md
+    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | mmq | 15 | 14 | 0 | 0 | 1 | 0 | 0 |" in md
+    assert f"| **all** |  | {n_rows} | {n_rows - 12} | 5 | 5 | 1 | 0 | 1 |" in md
     assert "| cudaErrorIllegalAddress | 1 | MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1, M=8, cublas |" in md
 
     # per-point rows: medians, IQR, min-max, ratio and CI computed here
@@ -361,11 +362,18 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
     pair_ratios = ", ".join(f"{p}: {f:.3f}" for p, f in enumerate(CRUDE_FACTORS))
     assert f"| llama-8b q4_K_M | pp512 | 512 | crude/stock | {pair_ratios} |" in md
 
-    # predicted gains: Amdahl over census est_us, uncovered and fused points at 1
-    speedup = 1100.0 / (300.0 + 500.0 / 2.0 + 150.0 / 1.1 + 50.0 + 100.0)
-    assert f"predicted matmul-time speed-up with the table: {speedup:.3f}x." in md
-    covered = (300 + 500 + 150) / 1100
-    assert f"census: {100 * covered:.1f}% of est_us has tuning data" in md
+    # predicted gains (the model diff uses): Amdahl over each census row's baseline, which is calls x the
+    # point's median stock anchor where the point was tuned and est_us elsewhere; fused rows stay at est_us
+    b1 = 100 * statistics.median(stock_anchors(rows, Q4, 1))
+    b512 = 10 * statistics.median(stock_anchors(rows, Q4, 512))
+    b6 = 100 * statistics.median(stock_anchors(rows, Q6, 8))
+    total = b1 + b512 + b6 + 50.0 + 100.0
+    speedup = total / (b1 + b512 / 2.0 + b6 / 1.1 + 50.0 + 100.0)
+    assert f"predicted matmul-time speed-up with the table: {speedup:.3f}x (2 census rows change route" in md
+    measured = (b1 + b512 + b6) / total
+    assert f"census: baseline: measured stock time for {100 * measured:.1f}% of it, census est_us" in md
+    summary = md[md.index("## Summary") : md.index("## Data provenance")]
+    assert f"table over the whole census: {speedup:.3f}x (baseline: measured stock time for" in summary
     # pp512 -> M = 512: only the q4_K M=512 point (cublas 2x); implied matmul share (1-1/1.2)/(1-1/2)
     share = (1 - 1 / 1.2) / (1 - 1 / 2.0)
     assert (
@@ -373,12 +381,19 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
         f"{100 * share:.1f}% |" in md
     )
     assert "| llama-8b q4_K_M | tg128 | 512 | table/stock | 1 | 0.950 | 1.000 | 1.000 |" in md
-    assert "| MUL_MAT weight q8_0xf32 N=576 K=576 B=1 | 1 | 9.1% | 100 | – | not measured |" in md
     assert (
-        "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 (fused) | 1 | 4.5% | 100 | – | fused: not tunable |"
-        in md
+        f"| MUL_MAT weight q8_0xf32 N=576 K=576 B=1 | 1 | {100 * 100 / total:.1f}% | est_us | 100 | – "
+        "| not measured |" in md
     )
-    assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | 512 | 45.5% | 10 |" in md
+    assert (
+        "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 (fused) | 1 | "
+        f"{100 * 50 / total:.1f}% | est_us | 100 | – | fused: not tunable |" in md
+    )
+    assert (
+        f"| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | 512 | {100 * b512 / total:.1f}% | measured stock "
+        "| 10 |" in md
+    )
+    assert "| cublas | 2.000 | measured |" in md  # the table's route, its ratio and where it comes from
 
     # census shares by role and by type
     assert "| attn_q | 800.0 | 72.7% |" in md
@@ -388,7 +403,7 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
 
     # every referenced plot exists and is a real PNG of a real size
     links = [line.split("](")[1].rstrip(")") for line in md.splitlines() if line.startswith("![")]
-    assert len(links) == len(set(links)) == 2 + 2 + 1 + 3  # 2 shapes, 2 types, gain, 3 census
+    assert len(links) == len(set(links)) == 2 + 2 + 1 + 1 + 3  # 2 shapes, 2 types, A/B, gain, 3 census
     files = sorted(p.name for p in (out / "plots").iterdir())
     assert sorted(Path(link).name for link in links) == files
     for link in links:
@@ -465,9 +480,7 @@ def test_notes_and_reference_rows(inputs: dict[str, Path], tmp_path: Path) -> No
     assert "| 1 | mmq | 1 | 1 |" in md and "| 0.500 | n/a | slower |" in md
 
 
-REFERENCE_TSV = (
-    Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "h200-mul-mat-routes.tsv"
-)
+REFERENCE_TSV = Path(__file__).resolve().parent.parent / "samples" / "reference" / "h200-mul-mat-routes.tsv"
 SAMPLE_TRACE = Path(__file__).resolve().parent.parent / "samples" / "trace-reference-shapes.jsonl"
 
 
@@ -475,8 +488,6 @@ def test_reference_pipeline(tmp_path: Path) -> None:
     """The real reference timings through import-reference, codegen and the report, with the census of
     the committed sample trace: rules are drawn where the table covers them, no table rule loses, and a
     reference sample shows up verbatim."""
-    if not REFERENCE_TSV.is_file():
-        pytest.skip(f"{REFERENCE_TSV} is not here (CI checks it out beside the repository)")
     runner = CliRunner()
     tuning, census, table_dir, out = (
         tmp_path / "ref.parquet",

@@ -231,8 +231,9 @@ def test_ab_files_are_separate_runs(tmp_path: Path, out: Path) -> None:
     assert result.exit_code == 0, result.output
     md = (out / "REPORT.md").read_text()
     model = AB_OK["model"]
-    assert f"A/B {model} [run1] {AB_OK['test']} ubatch {AB_OK['ubatch']}: table/stock 1.200" in md
-    assert f"[run2] {AB_OK['test']} ubatch {AB_OK['ubatch']}: table/stock" not in md
+    summary = md[md.index("## Summary") : md.index("## Data provenance")]
+    assert f"| {model} [run1] {AB_OK['test']} ub{AB_OK['ubatch']} | 1.200 n/a | n/a (<2 pairs) |" in summary
+    assert "[run2]" not in summary  # its stock run has no table partner in its own file
 
 
 def test_good_minimal_input_writes_report(tmp_path: Path, out: Path) -> None:

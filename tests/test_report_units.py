@@ -7,30 +7,31 @@ import statistics
 from pathlib import Path
 
 import pytest
-from test_codegen_support import rule
+from test_codegen_support import H200, rule
 
 from codegen import decide
-from ggml_dispatch import schema
+from codegen import table as tbl
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
-from report import report
+from report import ab, analysis, inputs, markdown
 
 
 def test_spread_matches_statistics_module() -> None:
     xs = [3.0, 1.0, 4.0, 1.5, 5.0, 9.0, 2.5]
-    s = report.spread(xs)
+    s = analysis.spread(xs)
     q = statistics.quantiles(xs, n=4, method="inclusive")
     assert (s.n, s.min, s.max) == (7, 1.0, 9.0)
     assert s.median == pytest.approx(statistics.median(xs))
     assert (s.q1, s.q3) == (pytest.approx(q[0]), pytest.approx(q[2]))
-    empty = report.spread([])
+    empty = analysis.spread([])
     assert empty.n == 0 and math.isnan(empty.median)
 
 
 def test_weighted_speedup_is_amdahl() -> None:
     # half the time 2x faster, half unchanged: 1 / (0.5 + 0.25)
-    assert report.weighted_speedup([5.0, 5.0], [2.0, 1.0]) == pytest.approx(4 / 3)
-    assert report.weighted_speedup([1.0], [0.5]) == pytest.approx(0.5)
-    assert math.isnan(report.weighted_speedup([0.0], [2.0]))
+    assert analysis.weighted_speedup([5.0, 5.0], [2.0, 1.0]) == pytest.approx(4 / 3)
+    assert analysis.weighted_speedup([1.0], [0.5]) == pytest.approx(0.5)
+    assert math.isnan(analysis.weighted_speedup([0.0], [2.0]))
 
 
 @pytest.mark.parametrize(
@@ -38,22 +39,22 @@ def test_weighted_speedup_is_amdahl() -> None:
     [("pp512", 512, 512), ("pp2048", 512, 512), ("pp2048", 2048, 2048), ("pp64", 512, 64), ("tg128", 512, 1)],
 )
 def test_effective_M(test: str, ubatch: int, M: int) -> None:
-    assert report.effective_M(test, ubatch) == M
+    assert analysis.effective_M(test, ubatch) == M
 
 
 def test_effective_M_unknown() -> None:
-    assert report.effective_M("pp512+tg128", 512) is None
+    assert analysis.effective_M("pp512+tg128", 512) is None
 
 
 def test_paired_ratio() -> None:
     params = decide.Params()
-    r = report.paired_ratio([2.0, 4.0, 6.0], [1.0, 2.0, 3.0], params)
+    r = analysis.paired_ratio([2.0, 4.0, 6.0], [1.0, 2.0, 3.0], params)
     assert (r.point, r.lo, r.hi, r.n) == (2.0, 2.0, 2.0, 3)
     assert r.above and not r.below
-    one = report.paired_ratio([1.0], [2.0], params)
+    one = analysis.paired_ratio([1.0], [2.0], params)
     assert (one.point, one.lo, one.hi, one.n) == (0.5, None, None, 1)
     assert not one.below  # one pair is never beyond noise
-    slower = report.paired_ratio([0.9, 0.91, 0.89, 0.9], [1.0, 1.0, 1.0, 1.0], params)
+    slower = analysis.paired_ratio([0.9, 0.91, 0.89, 0.9], [1.0, 1.0, 1.0, 1.0], params)
     assert slower.below and slower.hi is not None and slower.hi < 1
 
 
@@ -61,7 +62,7 @@ def key(N: int, K: int, t: str = "q4_K") -> decide.ShapeKey:
     return decide.ShapeKey("MUL_MAT", "weight", t, "f32", N, K, 1)
 
 
-def table_view(rules: list[dict[str, object]]) -> report.TableView:
+def table_view(rules: list[dict[str, object]]) -> inputs.TableView:
     data = {
         "schema": schema.TABLE_SCHEMA,
         "layout_version": schema.TABLE_LAYOUT_VERSION,
@@ -71,7 +72,7 @@ def table_view(rules: list[dict[str, object]]) -> report.TableView:
         "rules": rules,
         "refused": [],
     }
-    return report.TableView(data)
+    return inputs.TableView(data)
 
 
 def test_table_lookup_prefers_exact_rules_then_type_defaults() -> None:
@@ -89,7 +90,7 @@ def test_table_lookup_prefers_exact_rules_then_type_defaults() -> None:
 
 def test_params_from_table() -> None:
     t = table_view([])
-    assert report.params_from_table(t) == decide.Params()
+    assert inputs.params_from_table(t) == decide.Params()
     t.data["provenance"]["decision"] = {  # type: ignore[index]
         "theta": 0.05,
         "bootstrap_resamples": 500,
@@ -97,7 +98,7 @@ def test_params_from_table() -> None:
         "reference_margin": None,
         "ratio_statistic": "text",
     }
-    p = report.params_from_table(t, reference_margin=0.2)
+    p = inputs.params_from_table(t, reference_margin=0.2)
     assert (p.theta, p.resamples, p.seed, p.reference_margin) == (0.05, 500, 7, 0.2)
 
 
@@ -127,26 +128,26 @@ def test_census_points_sum_per_point_and_keep_fused_apart() -> None:
         census_row(1, 4.0, 2, fused="glu"),
         census_row(512, 100.0, 1),
     ]
-    pts = report.census_points(rows)
+    pts = analysis.census_points(rows)
     assert [(p.M, p.fused, p.calls, p.est_us) for p in pts] == [
         (1, False, 12, 40.0),
         (1, True, 2, 4.0),
         (512, False, 1, 100.0),
     ]
-    shares = report.census_shares(rows, lambda r: str(r["role"]))
+    shares = analysis.census_shares(rows, lambda r: str(r["role"]))
     assert shares == [("attn_q", 114.0), ("attn_k", 30.0)]
 
 
 def test_ab_pairs_by_pair_id_and_counts_unpaired() -> None:
     recs = [
-        report.AbRecord("m", "pp512", 512, "stock", 0, 100.0),
-        report.AbRecord("m", "pp512", 512, "table", 0, 120.0),
-        report.AbRecord("m", "pp512", 512, "stock", 1, 200.0),
-        report.AbRecord("m", "pp512", 512, "table", 1, 220.0),
-        report.AbRecord("m", "pp512", 512, "table", 2, 999.0),
-        report.AbRecord("m", "pp512", 512, "crude", 0, 110.0),
+        ab.AbRecord("m", "pp512", 512, "stock", 0, 100.0),
+        ab.AbRecord("m", "pp512", 512, "table", 0, 120.0),
+        ab.AbRecord("m", "pp512", 512, "stock", 1, 200.0),
+        ab.AbRecord("m", "pp512", 512, "table", 1, 220.0),
+        ab.AbRecord("m", "pp512", 512, "table", 2, 999.0),
+        ab.AbRecord("m", "pp512", 512, "crude", 0, 110.0),
     ]
-    comps = report.ab_comparisons(recs, decide.Params())
+    comps = analysis.ab_comparisons(recs, decide.Params())
     by = {(c.arm, c.baseline): c for c in comps}
     assert set(by) == {("table", "stock"), ("crude", "stock"), ("table", "crude")}
     ts = by[("table", "stock")]
@@ -161,24 +162,57 @@ def test_parse_ab_lines_ignores_blank_lines_and_extra_keys() -> None:
         "",
         '{"model": "m", "test": "tg128", "ubatch": 512, "arm": "crude", "pair": 3, "tps": 50, "note": "x"}',
     ]
-    [(lineno, rec)] = report.parse_ab_lines(lines, Path("ab.jsonl"))
-    assert lineno == 2 and rec == report.AbRecord("m", "tg128", 512, "crude", 3, 50.0)
+    [(lineno, rec)] = ab.parse_ab_lines(lines, Path("ab.jsonl"))
+    assert lineno == 2 and rec == ab.AbRecord("m", "tg128", 512, "crude", 3, 50.0)
     with pytest.raises(InputError, match=r"ab.jsonl:1: model: expected a str"):
-        report.parse_ab_lines(
+        ab.parse_ab_lines(
             ['{"model": "", "test": "t", "ubatch": 1, "arm": "stock", "pair": 0, "tps": 1}'], Path("ab.jsonl")
         )
 
 
 def test_status_kind() -> None:
-    assert [report.status_kind(s) for s in ("ok", "drifted", "failed:trap", "wrong", "ineligible")] == [
+    assert [inputs.status_kind(s) for s in ("ok", "drifted", "failed:trap", "wrong", "ineligible")] == [
         "ok",
         "drifted",
         "failed",
         "wrong",
         "ineligible",
     ]
-    assert report.status_kind("fail") is None
+    assert inputs.status_kind("fail") is None
 
 
 def test_md_escape_keeps_table_cells_intact() -> None:
-    assert report.md_escape("a|b\nc") == "a\\|b c"
+    assert markdown.md_escape("a|b\nc") == "a\\|b c"
+
+
+def test_table_view_finds_mul_mat_id_rules_and_class_defaults() -> None:
+    def id_rule(N: int, K: int, lo: int, hi: int, config: str, **extra: object) -> dict[str, object]:
+        key = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", N, K, 32, 4, 0)
+        return {
+            **key.as_dict(),
+            "M_lo": lo,
+            "M_hi": hi,
+            "config": config,
+            "route": config.split("/")[0],
+            **extra,
+        }
+
+    t = tbl.empty_table()
+    t["gpu"] = {"name": H200.name, "cc": H200.cc, "sm_count": H200.sm_count}
+    t["provenance"] = {"source": "measured"}
+    t["rules"] = [
+        rule(4096, 4096, 8, 8, "mmq"),
+        id_rule(2880, 2880, 1, 8, "mmq/j=16"),
+        id_rule(0, 0, 1, 8, "mmvq", kind="default", NK_lo=1, NK_hi=10_000_000),
+        id_rule(0, 0, 1, 64, "mmq", kind="default"),
+    ]
+    view = inputs.TableView(tbl.validate(tbl.canonicalize(t)))
+    seen = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", 2880, 2880, 32, 4, 0)
+    unseen = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", 3000, 2880, 32, 4, 0)
+    big = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", 8192, 8192, 32, 4, 0)
+    assert [view.route_at(k, 4) for k in (seen, unseen, big)] == ["mmq/j=16", "mmvq", "mmq"]
+    assert view.route_at(big, 100) is None
+    own, *defaults = view.rules_for(seen)  # its own rule, then its type's defaults
+    assert own["config"] == "mmq/j=16" and sorted(r["config"] for r in defaults) == ["mmq", "mmvq"]
+    assert not inputs.is_default_rule(t["rules"][1]) and inputs.is_default_rule(t["rules"][3])
+    assert analysis.shape_slug(seen) == "mul_mat_id-expert-mxfp4-f32-n2880-k2880-e32-u4-routing0"

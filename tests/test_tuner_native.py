@@ -483,7 +483,7 @@ def test_bad_input_is_one_clear_error(tree: Path, harness: Path, small_census: P
     out = tmp_path / "o.parquet"
     p = tune(*run_args(notcensus, tree, out, harness=harness))
     assert p.returncode == 2 and p.stderr.startswith(
-        f"ggml-dispatch: error: {notcensus}: schema: not a census"
+        f"ggml-dispatch: error: {notcensus}: {schema.META_SCHEMA}: not a census"
     )
     garbage = tmp_path / "g.parquet"
     garbage.write_text("nope")
@@ -525,7 +525,7 @@ def test_real_census_from_the_smollm2_gguf_selects_cases(
 # the agreement experiment, run on the CPU backend
 
 
-TINY_TSV = """# a reference in the format of shared/reference/h200-mul-mat-routes.tsv
+TINY_TSV = """# a reference in the format of samples/reference/h200-mul-mat-routes.tsv
 type\tm\tn\tk\troute\truns\tus_per_run
 q4_0\t64\t64\t256\tmmq\t100\t10.0
 q4_0\t64\t64\t256\tcublas\t100\t12.0

@@ -59,7 +59,7 @@ class RefRow:
 
 
 def parse_reference_tsv(path: Path) -> list[RefRow]:
-    """shared/reference/h200-mul-mat-routes.tsv: ``type m n k route runs us_per_run`` (m = N, n = M)."""
+    """samples/reference/h200-mul-mat-routes.tsv: ``type m n k route runs us_per_run`` (m = N, n = M)."""
     rows: list[RefRow] = []
     header: list[str] | None = None
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m tuner.agreement", description=__doc__.split("\n\n")[0])
     p.add_argument("--harness", type=Path, required=True, help="ggml-dispatch-harness binary")
     p.add_argument("--tbo", type=Path, required=True, help="test-backend-ops binary of the same ggml build")
-    p.add_argument("--tsv", type=Path, required=True, help="shared/reference/h200-mul-mat-routes.tsv")
+    p.add_argument("--tsv", type=Path, required=True, help="samples/reference/h200-mul-mat-routes.tsv")
     p.add_argument("--out", type=Path, required=True, help="folder for raw results and the summary")
     p.add_argument("--work", type=Path, default=None, help="scratch folder (default: OUT/../agreement-work)")
     p.add_argument("--parts", default="1,2,3", help="which parts to run (default 1,2,3)")

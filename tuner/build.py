@@ -168,7 +168,8 @@ def _run(cmd: Sequence[str], log: Path) -> None:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
-        raise BuildError(f"{cmd[0]} failed (exit {proc.returncode}); log {log}:\n" + "\n".join(tail))
+        ends = "\n".join(tail)
+        raise BuildError(f"{log}: {cmd[0]} failed (exit {proc.returncode}); the log ends:\n{ends}")
 
 
 def build_harness(
@@ -190,7 +191,7 @@ def build_harness(
         raise BuildError(f"{build_dir}: no libggml-base.so in bin/, lib/ or the folder (a llama.cpp build?)")
     for tool in ("cmake",):
         if shutil.which(tool) is None:
-            raise BuildError(f"{tool} is not on PATH")
+            raise BuildError(f"{tree}: cannot build the harness: {tool} is not on PATH")
     root = cache_root or default_cache_root()
     key = build_key(tree, build_dir=build_dir, cuda=cuda, cuda_arch=cuda_arch)
     out = root / key
@@ -226,6 +227,6 @@ def build_harness(
             logfile,
         )
         if not binary.is_file():
-            raise BuildError(f"the build finished but {binary} is missing; log {logfile}")
+            raise BuildError(f"{binary}: missing after the build finished (log {logfile})")
         (out / ".ok").write_text(key + "\n")
     return binary

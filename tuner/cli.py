@@ -12,13 +12,22 @@ from typing import Any, TypeVar
 
 import click
 
+from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
 from tuner import build, results
 from tuner.reference_cli import import_reference_cmd
 from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
 from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard, select_cases, shard_cases
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Failed(click.ClickException):
+    """A build or run that failed (not bad input): the same ``ggml-dispatch: error:`` form, exit 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"ggml-dispatch: error: {self.format_message()}", err=True)
 
 
 def _echo(msg: str) -> None:
@@ -29,10 +38,9 @@ def _routes(text: str) -> tuple[str, ...]:
     routes = tuple(r.strip() for r in text.split(",") if r.strip())
     bad = [r for r in routes if r not in ALL_ROUTES]
     if bad or not routes:
-        raise InputError(
-            None,
+        raise click.BadParameter(
             f"unknown route(s) {', '.join(bad) or '(none)'}; choose from {', '.join(ALL_ROUTES)}",
-            field="routes",
+            param_hint="--routes",
         )
     return routes
 
@@ -71,7 +79,7 @@ def _build_options(f: F) -> F:
                 show_default=True,
                 help="CMAKE_CUDA_ARCHITECTURES for a CUDA build.",
             ),
-            click.option("--jobs", type=click.IntRange(min=1), default=None, help="build parallelism."),
+            click.option("--jobs", type=Int(1, INT32_MAX), default=None, help="build parallelism."),
         )
     ):
         f = option(f)
@@ -87,7 +95,7 @@ def _build_harness(
             tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
         )
     except build.BuildError as e:
-        raise click.ClickException(str(e)) from None
+        raise _Failed(str(e)) from None
 
 
 @click.group()
@@ -96,7 +104,7 @@ def tune() -> None:
 
 
 @tune.command("run")
-@click.argument("census", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("census", type=click.Path(path_type=Path))
 @_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
 @click.option(
     "-o",
@@ -114,7 +122,7 @@ def tune() -> None:
 )
 @click.option(
     "--coverage",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloat(0, 1, min_open=True),
     default=0.95,
     show_default=True,
     help="measure the census points that make up this share of the tunable est_us.",
@@ -137,21 +145,21 @@ def tune() -> None:
 )
 @click.option(
     "--trials",
-    type=click.IntRange(min=1),
+    type=Int(1, INT32_MAX),
     default=DEFAULT_TRIALS,
     show_default=True,
     help="trials per case; every trial times every candidate and stock.",
 )
 @click.option(
     "--nmse-max",
-    type=click.FloatRange(0, min_open=True),
+    type=FiniteFloat(0, min_open=True),
     default=DEFAULT_NMSE_MAX,
     show_default=True,
     help="NMSE threshold against the CPU reference, declared before measuring.",
 )
 @click.option(
     "--max-seconds",
-    type=click.FloatRange(0, min_open=True),
+    type=FiniteFloat(0, min_open=True),
     default=None,
     help="start no case that would end after this many seconds; re-run to continue.",
 )
@@ -170,13 +178,13 @@ def tune() -> None:
 @click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
 @click.option(
     "--l2-bytes",
-    type=click.IntRange(min=0),
+    type=Int(0),
     default=None,
     help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
 )
 @click.option(
     "--case-timeout",
-    type=click.FloatRange(1),
+    type=FiniteFloat(1),
     default=900,
     show_default=True,
     help="seconds before a case's child process is killed and the case recorded as failed.",
@@ -230,6 +238,11 @@ def run_cmd(
           --shard 1/2 -o tuning.1.parquet
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
     """
+    journal = journal_path or default_journal(output)
+    if not dry_run:
+        others = [census, *([harness_bin] if harness_bin else [])]
+        fileio.check_output(output, [*others, journal])
+        fileio.check_output(journal, [*others, output])
     route_list = _routes(routes)
     layout_list = tuple(x.strip() for x in layouts.split(",") if x.strip())
     shard_t = parse_shard(shard)
@@ -260,7 +273,6 @@ def run_cmd(
         args += ["--l2-bytes", str(l2_bytes)]
     for a in harness_extra:
         args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
-    journal = journal_path or default_journal(output)
     if not stamp.patch_hash:
         _echo(
             f"{tree}: no ggml-dispatch install stamp; upstream commit from {stamp.source}, patch hash empty"
@@ -295,7 +307,7 @@ def run_cmd(
         _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")
         sys.exit(128 + e.signum)
     except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
+        raise _Failed(str(e)) from None
     for w in result.warnings:
         _echo(w)
     _echo(
@@ -323,9 +335,7 @@ def build_cmd(
 
 
 @tune.command("merge")
-@click.argument(
-    "inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",
@@ -345,8 +355,170 @@ def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None
     Example:
       ggml-dispatch tune merge tuning.0.parquet tuning.1.parquet -o tuning.parquet
     """
+    fileio.check_output(output, inputs)
     n = results.merge_tuning(list(inputs), output, allow_mixed=allow_mixed)
     _echo(f"{n} rows from {len(inputs)} files -> {output}")
+
+
+@tune.command("verify")
+@click.argument("table_path", metavar="TABLE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--llama-cpp",
+    "tree",
+    envvar="LLAMA_CPP_DIR",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).",
+)
+@click.option(
+    "--recorded",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="summarize these recorded trials (a verify or tuning Parquet) instead of measuring.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Parquet file of the verify trials (tuning schema; written atomically from the journal).",
+)
+@click.option(
+    "--census",
+    "census_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="census whose MUL_MAT weight shapes to verify (at its own M, weighted by calls, unless --m).",
+)
+@click.option("--m", "m_text", default=None, help="M values to verify at, e.g. 5,6,7,384,488 or 5-7,384.")
+@click.option(
+    "--shape",
+    "shape_text",
+    multiple=True,
+    help="a shape to verify that no census has, TYPE:NxK (e.g. q4_K:28672x8192); repeatable; needs --m.",
+)
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Markdown summary to write [default: OUTPUT with .md].",
+)
+@_build_options
+@click.option(
+    "--harness",
+    "harness_bin",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="use this harness binary instead of building one.",
+)
+@click.option("--trials", type=click.IntRange(min=2), default=DEFAULT_TRIALS, show_default=True)
+@click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
+@click.option("--case-timeout", type=click.FloatRange(1), default=900, show_default=True)
+@click.option(
+    "--l2-bytes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
+)
+@click.option("--harness-arg", "harness_extra", multiple=True, help="extra harness option, repeatable.")
+@click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
+def verify_cmd(
+    table_path: Path,
+    tree: Path | None,
+    recorded: Path | None,
+    output: Path | None,
+    census_path: Path | None,
+    m_text: str | None,
+    shape_text: tuple[str, ...],
+    summary_path: Path | None,
+    build_dir: Path | None,
+    cuda: bool | None,
+    cuda_arch: str,
+    jobs: int | None,
+    harness_bin: Path | None,
+    trials: int,
+    device: str | None,
+    case_timeout: float,
+    l2_bytes: int | None,
+    harness_extra: tuple[str, ...],
+    dry_run: bool,
+) -> None:
+    """Measure TABLE's choices against stock and the best route on chosen points; TABLE is not changed.
+
+    \b
+    Every route and stock are timed at each point (the sweep's harness path and journal; the
+    output is a tuning Parquet file). The summary lists, per point, the table's route, the best
+    measured one, table/oracle, and flags points where the table is slower than stock beyond noise
+    or where the best route beats its choice by theta with the 95% CI above 1; it ends with the
+    time-weighted table/oracle and stock/oracle ratios.
+
+    \b
+    Examples:
+      ggml-dispatch tune verify tables/x/table.json --census census.parquet --m 5,6,7,384,488 \\
+          --llama-cpp ~/llama.cpp -o verify.parquet
+      ggml-dispatch tune verify table.json --shape q4_K:28672x8192 --shape q6_K:8192x28672 \\
+          --m 1,8,384,512 --llama-cpp ~/llama.cpp -o verify-70b.parquet
+    """
+    from codegen import table as tbl
+    from tuner import verify
+
+    table = tbl.load(table_path)
+    if recorded is not None:
+        df, _ = results.read_tuning(recorded)
+        summary = verify.summarize(df.to_pandas(), table)
+        lines = verify.format_markdown(summary, str(table_path))
+        if summary_path is not None:
+            with fileio.atomic_path(summary_path) as tmp:
+                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for line in lines:
+            click.echo(line)
+        return
+    ms = verify.parse_m_list(m_text) if m_text is not None else None
+    shapes = [verify.parse_shape(t) for t in shape_text]
+    census_rows = read_census(census_path) if census_path is not None else None
+    points = verify.verify_points(census_rows, shapes, ms)
+    cases = verify.cases_for(points, trials=trials)
+    if dry_run:
+        for c in cases:
+            click.echo(json.dumps(c.spec()))
+        _echo(f"{len(cases)} cases")
+        return
+    if output is None:
+        raise click.UsageError("-o/--output is required (unless --recorded)")
+    if tree is None:
+        raise click.UsageError("--llama-cpp (or LLAMA_CPP_DIR) is required to measure")
+    stamp = build.tree_stamp(tree)
+    if harness_bin is None:
+        harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
+    args = ["--device", device] if device else []
+    if l2_bytes is not None:
+        args += ["--l2-bytes", str(l2_bytes)]
+    for a in harness_extra:
+        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
+    identity = {"table_sha256": tbl.table_hash(table), "cases": sorted(c.id for c in cases), "trials": trials}
+    try:
+        n = verify.run_verify(
+            cases,
+            output,
+            harness=harness_bin,
+            stamp=stamp,
+            journal_path=default_journal(output),
+            identity=identity,
+            harness_args=args,
+            case_timeout=case_timeout,
+            log=_echo,
+        )
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+    df, _ = results.read_tuning(output)
+    summary = verify.summarize(df.to_pandas(), table, points)
+    lines = verify.format_markdown(summary, str(table_path))
+    out_md = summary_path or output.with_suffix(".md")
+    if out_md == output or out_md.resolve() == table_path.resolve():
+        raise InputError(out_md, "the summary would replace an input or the trials file", field="--summary")
+    with fileio.atomic_path(out_md) as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for line in lines[:6]:
+        if line:
+            click.echo(line)
+    _echo(f"{n} rows -> {output}; summary -> {out_md}")
 
 
 tune.add_command(import_reference_cmd)

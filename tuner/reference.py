@@ -1,4 +1,4 @@
-"""Convert ``shared/reference/h200-mul-mat-routes.tsv`` into tuning rows (``source = reference``).
+"""Convert ``samples/reference/h200-mul-mat-routes.tsv`` into tuning rows (``source = reference``).
 
 The reference file holds one sample per (shape, route) from test-backend-ops ``perf`` with the route
 forced at the top of ``ggml_cuda_mul_mat``. It has no trials, no stock anchor and no numerical check, so
@@ -33,6 +33,7 @@ from ggml_dispatch.errors import InputError
 
 REFERENCE_HARNESS: Final = "test-backend-ops perf (reference, route forced, one sample)"
 MMVQ_MAX_BATCH_SIZE: Final = 8  # ggml-cuda/mmvq.cuh at the pinned tree
+MAX_INT: Final = 1 << 62  # dimensions and run counts (as traces bound them); tuning columns are int64
 
 STOCK_ASSUMPTION: Final = (
     "cc 900 stock: quantized src0 with mmq support -> mmvq for M <= 8 (MMVQ_MAX_BATCH_SIZE), mmq above; "
@@ -161,8 +162,10 @@ def parse_samples(text: str, path: str | Path) -> list[ReferenceSample]:
                 ints[col] = int(row[col])
             except ValueError:
                 raise InputError(path, f"{row[col]!r} is not an integer", line=lineno, field=col) from None
-            if ints[col] <= 0:
-                raise InputError(path, f"must be positive, got {ints[col]}", line=lineno, field=col)
+            if not 0 < ints[col] <= MAX_INT:
+                raise InputError(
+                    path, f"must be an integer in [1, 2^62], got {row[col]}", line=lineno, field=col
+                )
         try:
             us = float(row["us_per_run"])
         except ValueError:

@@ -7,12 +7,14 @@ from pathlib import Path
 import click
 
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import INT32_MAX, Int
 from tuner import reference
 
 
 @click.command("import-reference")
-@click.argument("tsv", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("tsv", type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",
@@ -22,18 +24,18 @@ from tuner import reference
 )
 @click.option(
     "--sm-count",
-    type=click.IntRange(min=1),
+    type=Int(1, INT32_MAX),
     default=None,
     help="SM count of the GPU that was measured; the TSV does not record it (NVIDIA H200: 132)",
 )
 @click.option("--gpu-name", default=None, help="override the GPU name read from the TSV's first comment")
 @click.option(
-    "--cc", type=click.IntRange(min=1), default=None, help="override the compute capability (ggml: 900)"
+    "--cc", type=Int(1, INT32_MAX), default=None, help="override the compute capability (ggml: 900)"
 )
 def import_reference_cmd(
     tsv: Path, output: Path, sm_count: int | None, gpu_name: str | None, cc: int | None
 ) -> None:
-    """Convert reference per-route timings (e.g. shared/reference/h200-mul-mat-routes.tsv) into
+    """Convert reference per-route timings (e.g. samples/reference/h200-mul-mat-routes.tsv) into
     tuning rows with `source = reference`.
 
     \b
@@ -42,7 +44,8 @@ def import_reference_cmd(
     M <= 8, mmq above), written into anchor_us. Reference rows carry no confidence interval:
     `ggml-dispatch codegen` accepts them only with --reference-margin and never under tables/.
     """
-    text = tsv.read_text(encoding="utf-8")
+    fileio.check_output(output, [tsv])
+    text = validators.read_text(tsv, "a reference TSV (test-backend-ops perf timings)")
     samples = reference.parse_samples(text, tsv)
     identity = reference.parse_identity(text.splitlines())
     if identity is None:

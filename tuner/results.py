@@ -12,25 +12,26 @@ process loaded) and from the tree's install stamp (upstream commit, patch hash).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import tuning as artifact
+from ggml_dispatch.artifacts import validators
+from ggml_dispatch.artifacts.tuning import (
+    META_TUNER,
+    META_TUNER_CASES,
+    ROW_KEY,
+    TABLE_ROUTES,
+    TUNING_ARROW_SCHEMA,
+)
 from ggml_dispatch.errors import InputError
 
-META_TUNER: Final = schema.META_PREFIX + "tuner"  # sweep settings (JSON)
-META_TUNER_CASES: Final = schema.META_PREFIX + "tuner_cases"  # per-case details (JSON)
-TABLE_ROUTES: Final = frozenset(r.value for r in schema.Route)
-ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "trial")
-
-_ARROW: Final = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
-TUNING_ARROW_SCHEMA: Final = pa.schema([pa.field(n, _ARROW[t]) for n, t in schema.TUNING_COLUMNS.items()])
+__all__ = ["META_TUNER", "META_TUNER_CASES", "ROW_KEY", "TABLE_ROUTES", "TUNING_ARROW_SCHEMA"]
 
 
 def _num(v: Any) -> float | None:
@@ -83,18 +84,24 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     for line in rec.get("trials", []):
         if line.get("route") not in TABLE_ROUTES:
             continue  # stock's own rows: carried as anchor_us
+        us = _num(line.get("us"))
+        anchor = _num(line.get("anchor_us"))
+        status = str(line["status"])
+        if status == schema.TrialStatus.OK.value and (us is None or us <= 0):
+            # an ok row needs a time (the tuning reader refuses one without): record what came instead
+            status = f"{schema.FAILED_PREFIX}ok trial without a positive finite time (us = {line.get('us')})"
         out.append(
             {
                 **base,
                 "route": str(line["route"]),
                 "trial": int(line["trial"]),
-                "us": _num(line.get("us")),
+                "us": us,
                 "replays": int(line.get("replays") or 0),
                 "weight_copies": int(line.get("weight_copies") or 0),
-                "anchor_us": _num(line.get("anchor_us")),
+                "anchor_us": anchor if anchor is None or anchor > 0 else None,
                 "nmse": _num(line.get("nmse")),
                 "route_ran": str(line.get("route_ran") or ""),
-                "status": str(line["status"]),
+                "status": status,
             }
         )
     return out
@@ -131,8 +138,7 @@ def case_details(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    cols = {name: [r.get(name) for r in rows] for name in schema.TUNING_COLUMNS}
-    return pa.Table.from_pydict(cols, schema=TUNING_ARROW_SCHEMA)
+    return artifact.to_table(rows)
 
 
 def write_tuning(
@@ -166,67 +172,47 @@ def write_tuning(
 
 
 def read_tuning(path: str | Path) -> tuple[pa.Table, dict[str, str]]:
-    p = Path(path)
-    try:
-        meta = fileio.read_parquet_metadata(p)
-        table = pq.read_table(p)
-    except (OSError, pa.ArrowInvalid) as e:
-        raise InputError(p, f"not a readable Parquet file: {e}") from None
-    if meta.get(schema.META_SCHEMA) != schema.TUNING_SCHEMA:
-        raise InputError(p, f"not a tuning file (schema {meta.get(schema.META_SCHEMA)!r})", field="schema")
-    missing = [c for c in schema.TUNING_COLUMNS if c not in table.column_names]
-    if missing:
-        raise InputError(p, f"missing columns {', '.join(missing)}")
-    return table.select(list(schema.TUNING_COLUMNS)).cast(TUNING_ARROW_SCHEMA), meta
+    """A tuning file through the one reader (:func:`ggml_dispatch.artifacts.tuning.read`)."""
+    t = artifact.read(path)
+    return t.table, t.raw_meta
 
 
 def merge_tuning(paths: Sequence[Path], out: Path, *, allow_mixed: bool = False) -> int:
     """Concatenate shard files. Refuses rows from several GPUs or upstream commits (unless
-    ``allow_mixed``) and a (shape, route, trial) present twice."""
+    ``allow_mixed``) and a trial (GPU, commit, shape, route, trial) present twice."""
     if not paths:
-        raise InputError(None, "nothing to merge", field="inputs")
+        raise InputError(out, "nothing to merge: no input files", field="inputs")
     tables: list[pa.Table] = []
     cases: dict[str, Any] = {}
     settings: list[Any] = []
     hashes: dict[str, str] = {}
     seen: dict[tuple[Any, ...], Path] = {}
-    gpus: dict[tuple[str, int, int], Path] = {}
+    gpus: dict[schema.GpuId, Path] = {}
     commits: dict[str, Path] = {}
     for p in paths:
-        table, meta = read_tuning(p)
-        for i, row in enumerate(table.select(list(ROW_KEY)).to_pylist()):
-            key = tuple(row[k] for k in ROW_KEY)
+        t = artifact.read(p, allow_mixed=allow_mixed)
+        for i, key in enumerate(artifact.row_keys(t.table)):
             if key in seen:
                 raise InputError(
                     p, f"row {i} duplicates a row of {seen[key]} ({', '.join(map(str, key))})", field="route"
                 )
             seen[key] = p
-        for name, cc, sm, commit in zip(
-            table["gpu_name"].to_pylist(),
-            table["gpu_cc"].to_pylist(),
-            table["gpu_sm_count"].to_pylist(),
-            table["upstream_commit"].to_pylist(),
-            strict=True,
-        ):
-            gpus.setdefault((name, cc, sm), p)
-            commits.setdefault(commit, p)
-        tables.append(table)
-        cases.update(json.loads(meta.get(META_TUNER_CASES, "{}")))
-        settings.append(json.loads(meta.get(META_TUNER, "null")))
-        hashes[str(p)] = fileio.sha256_file(p)
-    if not allow_mixed and len(gpus) > 1:
-        listed = "; ".join(f"{n} cc {c} {s} SMs ({gpus[(n, c, s)]})" for n, c, s in sorted(gpus))
-        raise InputError(
-            None, f"inputs come from {len(gpus)} GPUs: {listed}; pass --allow-mixed", field="gpu_name"
+        for g, _ in t.provenance.gpus:
+            gpus.setdefault(g, p)
+        for c, _ in t.provenance.upstream_commits:
+            commits.setdefault(c, p)
+        # the first input that brings a second GPU or commit is the one named
+        validators.check_one_gpu(
+            {g: str(q) for g, q in gpus.items()}, p, allow_mixed=allow_mixed, what="inputs"
         )
-    if not allow_mixed and len(commits) > 1:
-        listed = "; ".join(f"{c or '(none)'} ({commits[c]})" for c in sorted(commits))
-        raise InputError(
-            None,
-            f"inputs come from {len(commits)} upstream commits: {listed}; pass --allow-mixed",
-            field="upstream_commit",
+        validators.check_one_commit(
+            {c: str(q) for c, q in commits.items()}, p, allow_mixed=allow_mixed, what="inputs"
         )
-    merged = pa.concat_tables(tables) if tables else to_table([])
+        tables.append(t.table)
+        cases.update(t.cases)
+        settings.append(t.settings)
+        hashes[str(p)] = t.sha256
+    merged = artifact.concat(tables)
     commit = next(iter(commits)) if len(commits) == 1 else ""
     meta = fileio.base_metadata(
         schema.TUNING_SCHEMA,
@@ -235,5 +221,5 @@ def merge_tuning(paths: Sequence[Path], out: Path, *, allow_mixed: bool = False)
         tuner={"merged": settings},
         tuner_cases=cases,
     )
-    fileio.write_parquet(merged, out, meta)
+    artifact.write(merged, out, meta)
     return int(merged.num_rows)

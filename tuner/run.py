@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import pyarrow.parquet as pq
-
 from ggml_dispatch import fileio, schema
-from ggml_dispatch.errors import InputError
+from ggml_dispatch.artifacts import census as census_artifact
 from tuner import results
 from tuner.build import TreeStamp
 from tuner.journal import Journal
@@ -41,23 +39,8 @@ class SweepInterrupted(Exception):
 
 
 def read_census(path: Path) -> list[dict[str, Any]]:
-    """Census rows as dicts; refuses a file that is not a census or lacks a needed column."""
-    try:
-        meta = fileio.read_parquet_metadata(path)
-        table = pq.read_table(path)
-    except OSError as e:
-        raise InputError(path, f"not a readable Parquet file: {e}") from None
-    except Exception as e:  # pyarrow raises several exception types for non-Parquet input
-        raise InputError(path, f"not a readable Parquet file: {e}") from None
-    got = meta.get(schema.META_SCHEMA)
-    if got is not None and got != schema.CENSUS_SCHEMA:
-        raise InputError(
-            path, f"not a census file (schema {got!r}, expected {schema.CENSUS_SCHEMA})", field="schema"
-        )
-    missing = [c for c in NEEDED_COLUMNS if c not in table.column_names]
-    if missing:
-        raise InputError(path, f"not a census file: missing columns {', '.join(missing)}")
-    rows: list[dict[str, Any]] = table.select(list(NEEDED_COLUMNS)).to_pylist()
+    """Census rows as dicts (the columns case selection needs), through the one census reader."""
+    rows: list[dict[str, Any]] = census_artifact.read(path).table.select(list(NEEDED_COLUMNS)).to_pylist()
     return rows
 
 

@@ -7,7 +7,7 @@
 #include "ggml-dispatch-hook.cuh"
 #include "ggml-dispatch-eligibility.cuh"
 #include "ggml-dispatch-core.h"
-#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 2
+#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 3
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
 #include "fwht.cuh"
@@ -26,8 +26,8 @@
 #    define GGML_DISPATCH_GETPID getpid
 #endif
 
-#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 2
-#    error "ggml-dispatch-table.h has another layout version than this hook reads (2): run ggml-dispatch install again"
+#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 3
+#    error "ggml-dispatch-table.h has another layout version than this hook reads (3): run ggml-dispatch install again"
 #endif
 #if GGML_DISPATCH_TABLE_KEY_SLOTS != GGML_DISPATCH_KEY_SLOTS || GGML_DISPATCH_TABLE_OP_COUNT != GGML_DISPATCH_OP_COUNT
 #    error "ggml-dispatch-table.h and ggml-dispatch-codes.h come from different registries: run ggml-dispatch install again"

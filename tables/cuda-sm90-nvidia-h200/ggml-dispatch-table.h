@@ -10,15 +10,20 @@
  *   MUL_MAT: type0 = src0_type, type1 = src1_type, k[0] = N, k[1] = K, k[2] = B
  *   MUL_MAT_ID: type0 = src0_type, type1 = src1_type, k[0] = N, k[1] = K, k[2] = E, k[3] = U, k[4] = routing
  *   FLASH_ATTN_EXT: type0 = k_type, type1 = v_type, k[0] = D_K, k[1] = D_V, k[2] = gqa, k[3] = kv
- * A per-type default has the op's default fields 0; it is used only where no exact rule applies. */
+ * A per-type default has the op's default fields 0; it is used only where no exact rule applies. A size-class
+ * default (ggml_dispatch_table_class_rules) is a per-type default key whose rule applies only where the
+ * product of the query's default fields (N*K) is in [NK_lo, NK_hi]; it is looked up after the exact rules and
+ * before the per-type default. Each row's comment is its rule kind (measured, interpolated, default, declared). */
 #ifndef GGML_DISPATCH_TABLE_H
 #define GGML_DISPATCH_TABLE_H
 
 #include <stdint.h>
 #include <string.h>
 
-#define GGML_DISPATCH_TABLE_LAYOUT_VERSION 2
-#define GGML_DISPATCH_TABLE_RULE_COUNT 20
+#define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
+#define GGML_DISPATCH_TABLE_RULE_COUNT 45
+#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 36
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 9
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
@@ -32,13 +37,18 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "ec5a5888f4f8c92c189c4ce4f81dc550da7e2075ce2b17129f64f6e7d55e3808";
+static const char ggml_dispatch_table_hash[] = "57ec40fa41f2eeae2180dcc9f3fbb1f0f1ead554fee1b15b6c0854d264982cf9";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
 #define GGML_DISPATCH_TABLE_OP_COUNT 3
 
 #if GGML_DISPATCH_TABLE_RULE_COUNT > 0
+/* Per op: bit i set = slot k[i] is 0 in a per-type default (and a size class ranges over their product). */
+static const int32_t ggml_dispatch_table_default_mask_[GGML_DISPATCH_TABLE_OP_COUNT] = { 3, 3, 0 };
+#endif
+
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
 struct ggml_dispatch_table_rule {
     int32_t op, layout, type0, type1;
     int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS];
@@ -47,32 +57,45 @@ struct ggml_dispatch_table_rule {
 };
 
 /* Sorted by (op, layout, type0, type1, k[0..], M_lo); M ranges of one key never overlap. */
-static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_RULE_COUNT] = {
+static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_KEY_RULE_COUNT] = {
     /* op, layout, type0, type1, { k }, M_lo, M_hi, config */
-    { 0, 0, 3, 0, { 1536, 576, 1, 0, 0 }, 32, 4096, 5 },
-    { 0, 0, 8, 0, { 1024, 5120, 1, 0, 0 }, 16, 4096, 5 },
-    { 0, 0, 8, 0, { 5120, 6144, 1, 0, 0 }, 128, 4096, 5 },
-    { 0, 0, 8, 0, { 6144, 5120, 1, 0, 0 }, 128, 4096, 5 },
-    { 0, 0, 8, 0, { 49152, 576, 1, 0, 0 }, 2, 2, 4 },
-    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 512, 4096, 5 },
-    { 0, 0, 12, 0, { 1024, 4096, 1, 0, 0 }, 128, 4096, 5 },
-    { 0, 0, 12, 0, { 4096, 4096, 1, 0, 0 }, 8, 8, 4 },
-    { 0, 0, 12, 0, { 4096, 4096, 1, 0, 0 }, 256, 4096, 5 },
-    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 8, 8, 4 },
-    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 256, 4096, 5 },
-    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 8, 8, 4 },
-    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 512, 4096, 5 },
-    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 8, 8, 4 },
-    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 512, 4096, 5 },
-    { 0, 0, 14, 0, { 1024, 4096, 1, 0, 0 }, 128, 4096, 5 },
-    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 8, 8, 4 },
-    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 256, 4096, 5 },
-    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 8, 8, 4 },
-    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 256, 4096, 5 },
+    { 0, 0, 3, 0, { 1536, 576, 1, 0, 0 }, 23, 31, 5 }, /* interpolated */
+    { 0, 0, 3, 0, { 1536, 576, 1, 0, 0 }, 32, 4096, 5 }, /* measured */
+    { 0, 0, 8, 0, { 1024, 5120, 1, 0, 0 }, 16, 4096, 5 }, /* measured */
+    { 0, 0, 8, 0, { 5120, 6144, 1, 0, 0 }, 106, 127, 5 }, /* interpolated */
+    { 0, 0, 8, 0, { 5120, 6144, 1, 0, 0 }, 128, 4096, 5 }, /* measured */
+    { 0, 0, 8, 0, { 6144, 5120, 1, 0, 0 }, 107, 127, 5 }, /* interpolated */
+    { 0, 0, 8, 0, { 6144, 5120, 1, 0, 0 }, 128, 4096, 5 }, /* measured */
+    { 0, 0, 8, 0, { 49152, 576, 1, 0, 0 }, 2, 2, 4 }, /* measured */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 512, 4096, 5 }, /* default */
+    { 0, 0, 12, 0, { 1024, 4096, 1, 0, 0 }, 80, 127, 5 }, /* interpolated */
+    { 0, 0, 12, 0, { 1024, 4096, 1, 0, 0 }, 128, 4096, 5 }, /* measured */
+    { 0, 0, 12, 0, { 4096, 4096, 1, 0, 0 }, 8, 8, 4 }, /* measured */
+    { 0, 0, 12, 0, { 4096, 4096, 1, 0, 0 }, 215, 255, 5 }, /* interpolated */
+    { 0, 0, 12, 0, { 4096, 4096, 1, 0, 0 }, 256, 4096, 5 }, /* measured */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 6, 7, 4 }, /* interpolated */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 8, 8, 4 }, /* measured */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 244, 255, 5 }, /* interpolated */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 256, 4096, 5 }, /* measured */
+    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 5, 7, 4 }, /* interpolated */
+    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 8, 8, 4 }, /* measured */
+    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 258, 511, 5 }, /* interpolated */
+    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 512, 4096, 5 }, /* measured */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 5, 7, 4 }, /* interpolated */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 8, 8, 4 }, /* measured */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 315, 511, 5 }, /* interpolated */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 512, 4096, 5 }, /* measured */
+    { 0, 0, 14, 0, { 1024, 4096, 1, 0, 0 }, 71, 127, 5 }, /* interpolated */
+    { 0, 0, 14, 0, { 1024, 4096, 1, 0, 0 }, 128, 4096, 5 }, /* measured */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 6, 7, 4 }, /* interpolated */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 8, 8, 4 }, /* measured */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 206, 255, 5 }, /* interpolated */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 256, 4096, 5 }, /* measured */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 6, 7, 4 }, /* interpolated */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 8, 8, 4 }, /* measured */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 216, 255, 5 }, /* interpolated */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 256, 4096, 5 }, /* measured */
 };
-
-/* Per op: bit i set = slot k[i] is 0 in a per-type default. */
-static const int32_t ggml_dispatch_table_default_mask_[GGML_DISPATCH_TABLE_OP_COUNT] = { 3, 3, 0 };
 
 /* Does rule r order before the query key with M_hi < M (the binary search predicate)? */
 static inline int ggml_dispatch_table_rule_before_(const struct ggml_dispatch_table_rule * r, int op, int layout,
@@ -89,7 +112,7 @@ static inline int ggml_dispatch_table_rule_before_(const struct ggml_dispatch_ta
 
 static inline int ggml_dispatch_table_find_(int op, int layout, int type0, int type1, const int64_t * k, int64_t M) {
     size_t lo = 0;
-    size_t hi = (size_t) GGML_DISPATCH_TABLE_RULE_COUNT;
+    size_t hi = (size_t) GGML_DISPATCH_TABLE_KEY_RULE_COUNT;
     while (lo < hi) {
         const size_t mid = lo + (hi - lo) / 2;
         if (ggml_dispatch_table_rule_before_(&ggml_dispatch_table_rules[mid], op, layout, type0, type1, k, M)) {
@@ -98,7 +121,7 @@ static inline int ggml_dispatch_table_find_(int op, int layout, int type0, int t
             hi = mid;
         }
     }
-    if (lo < (size_t) GGML_DISPATCH_TABLE_RULE_COUNT) {
+    if (lo < (size_t) GGML_DISPATCH_TABLE_KEY_RULE_COUNT) {
         const struct ggml_dispatch_table_rule * r = &ggml_dispatch_table_rules[lo];
         int same = r->op == op && r->layout == layout && r->type0 == type0 && r->type1 == type1 && r->M_lo <= M &&
                    M <= r->M_hi;
@@ -111,7 +134,47 @@ static inline int ggml_dispatch_table_find_(int op, int layout, int type0, int t
     }
     return 0;
 }
-#endif /* GGML_DISPATCH_TABLE_RULE_COUNT > 0 */
+#endif /* GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0 */
+
+#if GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0
+struct ggml_dispatch_table_class_rule {
+    int32_t op, layout, type0, type1;
+    int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS]; /* a per-type default key: the op's default slots are 0 */
+    int64_t NK_lo, NK_hi, M_lo, M_hi;
+    int32_t config;
+};
+
+/* Size-class defaults: (default key, N*K range, M range) boxes that never overlap; a short linear scan. */
+static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rules[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT] = {
+    /* op, layout, type0, type1, { k }, NK_lo, NK_hi, M_lo, M_hi, config */
+    { 0, 0, 8, 0, { 0, 0, 1, 0, 0 }, 31457280, 31457280, 107, 127, 5 }, /* default */
+    { 0, 0, 8, 0, { 0, 0, 1, 0, 0 }, 31457280, 31457280, 128, 4096, 5 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 512, 4096, 5 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 16777216, 58720256, 258, 511, 5 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 16777216, 234881024, 8, 8, 4 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 8, 8, 4 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 256, 4096, 5 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 58720256, 89128960, 6, 7, 4 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 58720256, 89128960, 216, 255, 5 }, /* default */
+};
+
+/* kd: the query's per-type default key; NK: the product of the default slots of the query's key. */
+static inline int ggml_dispatch_table_find_class_(int op, int layout, int type0, int type1, const int64_t * kd,
+                                                  int64_t NK, int64_t M) {
+    for (size_t i = 0; i < (size_t) GGML_DISPATCH_TABLE_CLASS_RULE_COUNT; ++i) {
+        const struct ggml_dispatch_table_class_rule * r = &ggml_dispatch_table_class_rules[i];
+        int same = r->op == op && r->layout == layout && r->type0 == type0 && r->type1 == type1 && r->NK_lo <= NK &&
+                   NK <= r->NK_hi && r->M_lo <= M && M <= r->M_hi;
+        for (int j = 0; same && j < GGML_DISPATCH_TABLE_KEY_SLOTS; ++j) {
+            same = r->k[j] == kd[j];
+        }
+        if (same) {
+            return (int) r->config;
+        }
+    }
+    return 0;
+}
+#endif /* GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0 */
 
 /* 1 when this table was measured on this GPU (name, cc and SM count all equal); 0 otherwise or with no table. */
 static inline int ggml_dispatch_table_gpu_matches(const char * name, int cc, int sm_count) {
@@ -127,22 +190,38 @@ static inline int ggml_dispatch_table_gpu_matches(const char * name, int cc, int
 }
 
 /* Configuration code for one node (0 = stock): its op, layout, the two types and the op's key slots k[] (see
- * the key list above), M the rule interval variable. An exact rule wins over a type default.
- * No allocation, no I/O. Call it only after ggml_dispatch_table_gpu_matches said yes for the device. */
+ * the key list above), M the rule interval variable. An exact rule wins over a size-class default, which wins
+ * over a per-type default. No allocation, no I/O. Call it only after ggml_dispatch_table_gpu_matches said yes
+ * for the device. */
 static inline int ggml_dispatch_table_lookup(int op, int layout, int type0, int type1,
                                              const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS], int64_t M) {
 #if GGML_DISPATCH_TABLE_RULE_COUNT > 0
-    int config = ggml_dispatch_table_find_(op, layout, type0, type1, k, M);
+    int config = 0;
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+    config = ggml_dispatch_table_find_(op, layout, type0, type1, k, M);
+#endif
     const int32_t mask = op >= 0 && op < GGML_DISPATCH_TABLE_OP_COUNT ? ggml_dispatch_table_default_mask_[op] : 0;
     int64_t kd[GGML_DISPATCH_TABLE_KEY_SLOTS];
+    int64_t NK      = 1;
     int     differs = 0;
     for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_SLOTS; ++i) {
-        kd[i] = (mask >> i) & 1 ? 0 : k[i];
+        const int in_default = (mask >> i) & 1;
+        kd[i]   = in_default ? 0 : k[i];
+        NK      = in_default ? NK * k[i] : NK;
         differs = differs || kd[i] != k[i];
     }
+#if GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0
+    if (config == 0 && differs) {
+        config = ggml_dispatch_table_find_class_(op, layout, type0, type1, kd, NK, M);
+    }
+#else
+    (void) NK;
+#endif
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
     if (config == 0 && differs) {
         config = ggml_dispatch_table_find_(op, layout, type0, type1, kd, M);
     }
+#endif
     return config;
 #else
     (void) op;

@@ -1,0 +1,188 @@
+"""Leave-one-out checks of the rules that reach past the measured points, on recorded tuning rows.
+
+* Interpolation: for every shape and every measured M with measured neighbours on both sides, drop
+  that M's rows, build the rules from the rest (that shape's rows; no class defaults), look M up, and
+  compare the route with what the dropped measurements say: the measured decision there (the passing
+  winner, else stock) and the oracle (the fastest measured route, stock included).
+* Size classes: for every shape of a type with at least three measured shapes, drop the shape, build
+  the rules from the type's other shapes, and look up each of its measured M (only defaults can answer).
+
+Each prediction is scored with the dropped point's own measurements: its time over the oracle's, and
+whether it is slower than stock beyond noise there (harm).
+
+``python -m codegen.loo tables/cuda-sm90-nvidia-h200/tuning.parquet``
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from codegen import decide
+from codegen import table as tbl
+from ggml_dispatch import schema
+
+ShapeKey = schema.ShapeKey
+
+
+@dataclass(frozen=True)
+class Held:
+    check: str  # "interpolation" or "class"
+    key: ShapeKey
+    M: int
+    predicted: str | None  # None = stock
+    measured: str | None  # the measured decision at the dropped point
+    oracle: str | None
+    predicted_us: float | None
+    oracle_us: float
+    stock_us: float
+    harm: bool  # predicted route slower than stock beyond noise at the dropped point
+    via: str  # the kind of rule that answered, or "stock"
+
+
+def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> str:
+    if route is None:
+        return "stock"
+    rules = table["rules"]
+    assert isinstance(rules, list)
+    for r in rules:
+        if r["op"] != key.op or tbl.rule_config(r) != route or not r["M_lo"] <= M <= r["M_hi"]:
+            continue
+        if (r["N"], r["K"]) == (key.N, key.K) or (
+            tbl.is_class(r) and r["NK_lo"] <= key.N * key.K <= r["NK_hi"]
+        ):
+            return str(tbl.rule_kind(r))
+        if r["N"] == 0 and not tbl.is_class(r):
+            return "type default"
+    return "?"
+
+
+def _score(
+    check: str, key: ShapeKey, M: int, table: dict[str, object], full: decide.Decisions, params: decide.Params
+) -> Held:
+    gpu = full.identity.gpu
+    route = tbl.lookup_key(table, gpu, key, M)
+    point = full.evals[key][M]
+    stock_us = full.stock_us[key][M]
+    medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}
+    best = min(medians, key=lambda r: medians[r]) if medians else None
+    oracle = best if best is not None and medians[best] < stock_us else None
+    oracle_us = min(stock_us, *medians.values()) if medians else stock_us
+    pred_us = stock_us if route is None else medians.get(route)
+    harm = route is not None and route in point and decide.slower_beyond_noise(point[route], params)
+    return Held(
+        check,
+        key,
+        M,
+        route,
+        decide.passing_route(point, params),
+        oracle,
+        pred_us,
+        oracle_us,
+        stock_us,
+        harm,
+        _via(table, key, M, route),
+    )
+
+
+def _table(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, decide.RouteEval]]],
+    full: decide.Decisions,
+    params: decide.Params,
+) -> dict[str, object]:
+    """The table the decision rule builds from these per-point statistics (a point's statistics do not
+    depend on the other points, so held-out sets reuse the full file's)."""
+    exact, _ = decide._exact_rules(evals, params)
+    defaults, _ = decide._default_rules(evals, params)
+    carried, _ = decide.carried_rules(evals, exact, params)
+    d = replace(full, params=params, rules=exact + defaults + carried, refusals=[])
+    return tbl.build_table(d, tuning_sha256="0" * 64)
+
+
+def interpolation_loo(df: pd.DataFrame, params: decide.Params) -> list[Held]:
+    p = replace(params, class_defaults=False)
+    full = decide.decide(df, p)
+    out: list[Held] = []
+    for key in sorted(full.evals, key=ShapeKey.codes):
+        ms = sorted(full.evals[key])
+        for M in ms[1:-1]:
+            if M not in full.stock_us.get(key, {}):
+                continue
+            held = {key: {m: v for m, v in full.evals[key].items() if m != M}}
+            out.append(_score("interpolation", key, M, _table(held, full, p), full, p))
+    return out
+
+
+def class_loo(df: pd.DataFrame, params: decide.Params) -> list[Held]:
+    full = decide.decide(df, replace(params, interpolate=False))
+    groups: dict[ShapeKey, list[ShapeKey]] = {}
+    for key in full.evals:
+        groups.setdefault(key.group(), []).append(key)
+    out: list[Held] = []
+    for group in sorted(groups, key=ShapeKey.codes):
+        shapes = sorted(groups[group], key=ShapeKey.codes)
+        if len(shapes) < 3:
+            continue
+        for held in shapes:
+            rest = {s: full.evals[s] for s in shapes if s != held}
+            t = _table(rest, full, replace(params, interpolate=False))
+            for M in sorted(full.evals[held]):
+                if M in full.stock_us.get(held, {}):
+                    out.append(_score("class", held, M, t, full, params))
+    return out
+
+
+def report(held: Sequence[Held]) -> list[str]:
+    lines = []
+    for check in ("interpolation", "class"):
+        hs = [h for h in held if h.check == check]
+        if not hs:
+            continue
+        agree = sum(h.predicted == h.measured for h in hs)
+        oracle_agree = sum(h.predicted == h.oracle for h in hs)
+        harm = [h for h in hs if h.harm]
+        scored = [h for h in hs if h.predicted_us is not None]
+        t = sum(h.predicted_us or 0.0 for h in scored)
+        o = sum(h.oracle_us for h in scored)
+        s = sum(h.stock_us for h in scored)
+        claimed = [h for h in hs if h.predicted is not None]
+        lines.append(
+            f"{check}: {len(hs)} held-out points; route = measured decision at {agree} "
+            f"({100 * agree / len(hs):.1f}%), = oracle at {oracle_agree}; {len(claimed)} claimed a route, "
+            f"{len(harm)} of them slower than stock "
+            f"beyond noise; time-weighted predicted/oracle {t / o:.3f}, stock/oracle {s / o:.3f}"
+        )
+        by_via: dict[str, list[Held]] = {}
+        for h in hs:
+            by_via.setdefault(h.via, []).append(h)
+        for via, vs in sorted(by_via.items()):
+            ok = sum(h.predicted == h.measured for h in vs)
+            lines.append(f"  via {via}: {len(vs)} points, {ok} agree with the measured decision")
+        for h in hs:
+            if h.predicted != h.measured:
+                ratio = (h.predicted_us or float("nan")) / h.oracle_us
+                lines.append(
+                    f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: "
+                    f"predicted {h.predicted or 'stock'} "
+                    f"({h.via}), measured {h.measured or 'stock'}, oracle {h.oracle or 'stock'}; "
+                    f"predicted/oracle {ratio:.3f}" + (" HARM" if h.harm else "")
+                )
+    return lines
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m codegen.loo TUNING.parquet", file=sys.stderr)
+        return 2
+    df = pd.read_parquet(argv[0])
+    params = decide.Params()
+    for line in report(interpolation_loo(df, params) + class_loo(df, params)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

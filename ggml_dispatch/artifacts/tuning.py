@@ -1,0 +1,288 @@
+"""The tuning Parquet file (``schema.TUNING_SCHEMA``): its writer and the one reader every command uses.
+
+One row per (shape, route, trial) with exactly ``schema.TUNING_COLUMNS``. A row's ``status`` is one of
+``schema.TrialStatus`` or ``failed:<msg>``; an ``ok`` row carries a finite positive ``us`` and, where
+stock was measured, a finite positive ``anchor_us``. The provenance columns (GPU identity, driver,
+CUDA and cuBLAS versions, upstream commit, patch hash, harness version) are per row; a file (or a set
+of files) from several GPUs or upstream commits is refused unless the caller allows mixing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ggml_dispatch import fileio, schema
+from ggml_dispatch.artifacts import columns as col
+from ggml_dispatch.artifacts import validators as v
+from ggml_dispatch.artifacts.census import describe, distinct
+from ggml_dispatch.errors import InputError
+
+TUNING_ARROW_SCHEMA: Final = v.arrow_schema(schema.TUNING_COLUMNS)
+WHAT: Final = "tuning"
+META_TUNER: Final = schema.META_PREFIX + "tuner"  # sweep settings (JSON)
+META_TUNER_CASES: Final = schema.META_PREFIX + "tuner_cases"  # per-case details (JSON)
+TABLE_ROUTES: Final = frozenset(r.value for r in schema.Route)
+SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENCE.value})
+# What identifies one trial row: the shape, M, route and trial, measured on one GPU at one commit.
+ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "trial")
+ROW_IDENTITY: Final = ("gpu_name", "gpu_cc", "gpu_sm_count", "upstream_commit")
+
+_OPS: Final = frozenset(o.value for o in schema.Op)
+_LAYOUTS: Final = frozenset(x.value for x in schema.Layout)
+_REQUIRED: Final = ("op", "layout", "src0_type", "src1_type", "route", "M", "N", "K", "B")
+
+
+def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    cols = {name: [r.get(name) for r in rows] for name in schema.TUNING_COLUMNS}
+    return pa.Table.from_pydict(cols, schema=TUNING_ARROW_SCHEMA)
+
+
+def write(table: pa.Table, path: str | Path, meta: Mapping[str, str]) -> None:
+    fileio.write_parquet(table, path, meta)
+
+
+# --------------------------------------------------------------------------------------------
+# Row checks
+
+
+def status_ok_mask(table: pa.Table) -> pa.ChunkedArray:
+    return pc.fill_null(pc.equal(table.column("status"), schema.TrialStatus.OK.value), False)
+
+
+def _check_status(table: pa.Table, path: str | Path) -> None:
+    s = table.column("status")
+    known = pc.is_in(s, value_set=pa.array(sorted(schema.TRIAL_STATUSES), pa.string()))
+    failed = pc.and_(
+        pc.starts_with(s, schema.FAILED_PREFIX), pc.greater(pc.utf8_length(s), len(schema.FAILED_PREFIX))
+    )
+    good = pc.fill_null(pc.or_(known, failed), False)
+    bad = pc.index(good, False).as_py()
+    if bad is not None and bad >= 0:
+        value = s[bad].as_py()
+        raise InputError(path, f"unknown status {value!r} ({v.STATUS_HELP})", field=f"row {bad}: status")
+
+
+def _check_text(table: pa.Table, name: str, path: str | Path, message: str) -> None:
+    c = table.column(name)
+    bad = pc.or_kleene(pc.is_null(c), pc.equal(c, ""))
+    i = pc.index(pc.fill_null(bad, True), True).as_py()
+    if i is not None and i >= 0:
+        raise InputError(path, message, field=f"row {i}: {name}")
+
+
+def validate_table(table: pa.Table, path: str | Path) -> None:
+    """Row checks, each naming the first bad row: known op / layout / ggml types / table route /
+    source / status, positive dimensions and GPU cc and SM count, a GPU name, an upstream commit and
+    a harness version, and a finite positive time (and stock anchor, where there is one) in every ok row."""
+    col.not_null(table, _REQUIRED, path)
+    col.one_of(table, "op", _OPS, path, "op")
+    col.one_of(table, "layout", _LAYOUTS, path, "layout")
+    col.one_of(table, "src0_type", schema.GGML_TYPES, path, "ggml type")
+    col.one_of(table, "src1_type", schema.GGML_TYPES, path, "ggml type")
+    col.one_of(table, "route", TABLE_ROUTES, path, "route")
+    col.positive_ints(table, ("M", "N", "K", "B", "gpu_cc", "gpu_sm_count"), path)
+    col.non_negative_ints(table, ("trial",), path)
+    _check_text(table, "gpu_name", path, "empty GPU name")
+    nul = pc.fill_null(pc.match_substring(table.column("gpu_name"), "\0"), False)
+    i = pc.index(nul, True).as_py()
+    if i is not None and i >= 0:
+        raise InputError(path, "GPU name contains a NUL byte", field=f"row {i}: gpu_name")
+    _check_text(table, "upstream_commit", path, "empty upstream commit")
+    _check_text(table, "harness_version", path, "empty harness version (what measured the row?)")
+    src = table.column("source")
+    bad_src = pc.fill_null(pc.invert(pc.is_in(src, value_set=pa.array(sorted(SOURCES), pa.string()))), True)
+    i = pc.index(bad_src, True).as_py()
+    if i is not None and i >= 0:
+        raise InputError(
+            path, f"source must be measured or reference, got {src[i].as_py()!r}", field=f"row {i}: source"
+        )
+    _check_status(table, path)
+    ok = status_ok_mask(table)
+    col.finite_at_least(
+        table, "us", path, minimum=0.0, strict=True, where=ok, message="ok trial with time {value!r}"
+    )
+    col.finite_at_least(
+        table,
+        "anchor_us",
+        path,
+        minimum=0.0,
+        strict=True,
+        where=ok,
+        nullable=True,
+        message="ok trial with stock anchor {value!r}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Identity and mixing
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who measured the rows: GPU identities and upstream commits with their row counts, and the
+    distinct values of the other provenance columns."""
+
+    gpus: tuple[tuple[schema.GpuId, int], ...]
+    upstream_commits: tuple[tuple[str, int], ...]
+    sources: tuple[str, ...]
+    patch_hashes: tuple[str, ...] = ()
+    harness_versions: tuple[str, ...] = ()
+    drivers: tuple[str, ...] = ()
+    cuda_versions: tuple[str, ...] = ()
+    cublas_versions: tuple[str, ...] = ()
+
+    @property
+    def gpu(self) -> schema.GpuId:
+        """The GPU that contributed most rows (the one a mixed table is stamped with)."""
+        return sorted(self.gpus, key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+    @property
+    def upstream_commit(self) -> str:
+        return sorted(self.upstream_commits, key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def _values(table: pa.Table, name: str) -> tuple[str, ...]:
+    return tuple(sorted({x for x in table.column(name).to_pylist() if v.present(x)}))
+
+
+def provenance(table: pa.Table, path: str | Path, *, allow_mixed: bool) -> Provenance:
+    """The rows' provenance; refuses several GPUs or upstream commits unless ``allow_mixed``."""
+    gpus = Counter(
+        schema.GpuId(str(n), int(c), int(s))
+        for n, c, s in zip(
+            table.column("gpu_name").to_pylist(),
+            table.column("gpu_cc").to_pylist(),
+            table.column("gpu_sm_count").to_pylist(),
+            strict=True,
+        )
+    )
+    commits = Counter(str(c) for c in table.column("upstream_commit").to_pylist())
+    v.check_one_gpu({g: f"{n} rows" for g, n in gpus.items()}, path, allow_mixed=allow_mixed)
+    v.check_one_commit({c: f"{n} rows" for c, n in commits.items()}, path, allow_mixed=allow_mixed)
+    return Provenance(
+        gpus=tuple(sorted(gpus.items())),
+        upstream_commits=tuple(sorted(commits.items())),
+        sources=_values(table, "source"),
+        patch_hashes=_values(table, "patch_hash"),
+        harness_versions=_values(table, "harness_version"),
+        drivers=_values(table, "driver"),
+        cuda_versions=_values(table, "cuda_version"),
+        cublas_versions=_values(table, "cublas_version"),
+    )
+
+
+def row_keys(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Each row's (GPU, commit, shape, M, route, trial): two rows with one key are the same trial."""
+    names = (*ROW_IDENTITY, *ROW_KEY)
+    cols = [table.column(n).to_pylist() for n in names]
+    return list(zip(*cols, strict=True))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A validated tuning file."""
+
+    path: Path
+    table: pa.Table  # exactly schema.TUNING_COLUMNS, canonical types
+    raw_meta: dict[str, str]
+    provenance: Provenance
+    cases: dict[str, Any] = field(default_factory=dict)  # ggml_dispatch.tuner_cases
+    settings: Any = None  # ggml_dispatch.tuner
+
+    @functools.cached_property
+    def meta(self) -> dict[str, Any]:
+        return v.decode_meta(self.raw_meta)
+
+    def frame(self) -> pd.DataFrame:
+        df: pd.DataFrame = self.table.to_pandas()
+        return df
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return fileio.sha256_file(self.path)
+
+    def details(self) -> list[tuple[str, str]]:
+        """What a provenance section says about the file: (label, value) pairs."""
+        rows = self.table.select(
+            [
+                "gpu_name",
+                "gpu_cc",
+                "gpu_sm_count",
+                "gpu_uuid",
+                "driver",
+                "cuda_version",
+                "cublas_version",
+                "upstream_commit",
+                "patch_hash",
+                "harness_version",
+                "source",
+            ]
+        ).to_pylist()
+        out = [
+            ("GPU", distinct(rows, "gpu_name")),
+            ("cc / SMs", distinct(rows, "gpu_cc", "gpu_sm_count")),
+            ("GPU uuid", distinct(rows, "gpu_uuid")),
+            ("driver / CUDA / cuBLAS", distinct(rows, "driver", "cuda_version", "cublas_version")),
+            ("upstream commit", distinct(rows, "upstream_commit")),
+            ("patch hash", distinct(rows, "patch_hash")),
+            ("harness version", distinct(rows, "harness_version")),
+            ("source", distinct(rows, "source")),
+            ("rows", str(self.table.num_rows)),
+        ]
+        return out + describe(
+            self.raw_meta,
+            (
+                ("schema", schema.META_SCHEMA),
+                ("tool version", schema.META_TOOL_VERSION),
+                ("metadata upstream commit", schema.META_UPSTREAM_COMMIT),
+                ("metadata patch hash", schema.META_PATCH_HASH),
+            ),
+        )
+
+
+def read(path: str | Path, *, allow_mixed: bool = False) -> Tuning:
+    """The tuning file at ``path``, or one :class:`InputError` naming the file and the field."""
+    p = Path(path)
+    table, raw = v.read_parquet(p, schema.TUNING_SCHEMA, schema.TUNING_COLUMNS, WHAT)
+    validate_table(table, p)
+    prov = provenance(table, p, allow_mixed=allow_mixed)
+    cases = v.meta_json(raw, META_TUNER_CASES, {}, p)
+    if not isinstance(cases, dict):
+        raise InputError(p, "must be a JSON object", field=META_TUNER_CASES)
+    settings = v.meta_json(raw, META_TUNER, None, p)
+    return Tuning(p, table, raw, prov, cases, settings)
+
+
+def from_frame(df: pd.DataFrame, path: str | Path) -> pa.Table:
+    """Tuning rows held in a DataFrame (NaN is null there) as the canonical Arrow table, checked like
+    a file's rows."""
+    missing = [c for c in schema.TUNING_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(path, f"missing column(s) {', '.join(missing)}", field=missing[0])
+    if df.empty:
+        raise InputError(path, f"no rows: an empty {WHAT} file")
+    try:
+        table = pa.Table.from_pandas(df[list(schema.TUNING_COLUMNS)], preserve_index=False)
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise InputError(path, f"a column does not convert to Arrow: {e}") from None
+    table = v.cast_columns(table, schema.TUNING_COLUMNS, path)
+    validate_table(table, path)
+    return table
+
+
+def concat(tables: Iterable[pa.Table]) -> pa.Table:
+    ts = list(tables)
+    return pa.concat_tables(ts) if ts else to_table([])

@@ -1,0 +1,176 @@
+"""Volta (sm_70, V100): the eligibility check held against the tree's own Volta rules.
+
+tests/native/volta_rules.cu is compiled as host code with the installed nvcc (CUDA 13 cannot emit sm_70
+device code, but the host side sees the compiled archs only through ggml_cuda_highest_compiled_arch,
+whose list the test sets as a V100 build would have it) and linked against the tree's libggml-base. It
+probes the tree's ggml_cuda_should_use_mmq / _mmf (verbatim) and the check on cc 700 and cc 900:
+
+* MMQ on Volta without GGML_CUDA_FORCE_MMQ only below MMQ_DP4A_MAX_BATCH_SIZE (llama.cpp PR #12098),
+  with it at every M; the check allows MMQ at every M either way (the batch limit is a preference);
+* a V100 on a build without sm_70 code: no route at all; an sm_90 GPU on a V100-only build runs the
+  sm_70 code paths (no Turing MMA, Volta MMA for F16 mmf, no F32/BF16 mmf).
+* tests/native/eligibility_grid.cu (containment, hard limits, no device code, stock's own route) on
+  the compiled-arch list of a V100-only build.
+
+No Volta device code is compiled here: no nvcc on PyPI can (see the README's V100 section).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from ggml_dispatch import fetch
+from hook import install as inst
+from tests.test_native_build import CUDA, NATIVE_TESTS, tree_should_use_source
+
+pytestmark = pytest.mark.slow
+
+NVCC = shutil.which("nvcc")
+CPU_ONLY = ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=OFF", "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF"]
+CPU_ONLY += ["-DCMAKE_BUILD_TYPE=Release"]
+
+
+@pytest.fixture(scope="module")
+def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    if NVCC is None:
+        pytest.skip("nvcc is not installed on this machine")
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("cmake is not installed on this machine")
+    work = tmp_path_factory.mktemp("volta")
+    pinned = fetch.llama_cpp_dir()
+    tree = work / "llama.cpp"
+    tree.mkdir()
+    shutil.copytree(pinned / "ggml", tree / "ggml", symlinks=True)
+    shutil.copy2(pinned / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
+    inst.install(tree)
+    cublas = fetch.cublas_headers()
+    # only libggml-base (type traits) is needed: build that target alone
+    build = work / "ggml-build"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    cfg = subprocess.run(
+        [
+            cmake,
+            "-S",
+            str(NATIVE_TESTS / "cpu_probe"),
+            "-B",
+            str(build),
+            *gen,
+            f"-DLLAMA_CPP_DIR={tree}",
+            *CPU_ONLY,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert cfg.returncode == 0, cfg.stdout[-3000:] + cfg.stderr[-3000:]
+    res = subprocess.run(
+        [cmake, "--build", str(build), "--target", "ggml-base", "-j", "2"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    base = sorted(build.rglob("libggml-base.so"))[0]
+    inc = tree_should_use_source(tree / CUDA)
+
+    def compile_run(
+        name: str, arch_list: str, defines: list[str], source: str = "volta_rules.cu"
+    ) -> dict[str, Any]:
+        d = work / name
+        d.mkdir()
+        (d / "grid_config.h").write_text(f"#define GGML_DISPATCH_TEST_ARCH_LIST {arch_list}\n")
+        (d / "tree_should_use.inc").write_text(inc)
+        exe = d / "volta_rules"
+        assert NVCC is not None
+        args = [NVCC, "-std=c++17", "-x", "cu", "-arch=sm_90", "-O1", *defines, f"-I{d}", f"-I{tree / CUDA}"]
+        args += [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{cublas}"]
+        args += [str(NATIVE_TESTS / source), "-o", str(exe), f"-L{base.parent}", "-lggml-base"]
+        args += [f"-Xlinker=-rpath={base.parent}"]
+        built = subprocess.run(args, capture_output=True, text=True)
+        assert built.returncode == 0, f"{name}: {built.stderr[-4000:]}"
+        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+        out: dict[str, Any] = {"rc": run.returncode, **json.loads(run.stdout)}
+        return out
+
+    variants = {
+        "v100": ("700", [], "volta_rules.cu"),
+        "v100_force_mmq": ("700", ["-DGGML_CUDA_FORCE_MMQ"], "volta_rules.cu"),
+        "sm90": ("900", [], "volta_rules.cu"),
+        "v100_grid": ("700", [], "eligibility_grid.cu"),  # C1..C5 of the grid for a V100-only build
+    }
+    with ThreadPoolExecutor(2) as ex:
+        futures = {k: ex.submit(compile_run, k, *v) for k, v in variants.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def probes(result: dict[str, Any], cc: int, type_name: str) -> dict[int, dict[str, Any]]:
+    return {p["M"]: p for p in result["probes"] if p["cc"] == cc and p["type"] == type_name}
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_K", "q8_0"])
+def test_mmq_batch_limit_on_volta_without_force_mmq(volta: dict[str, dict[str, Any]], qtype: str) -> None:
+    v = volta["v100"]
+    assert v["arch_list"] == "700" and v["force_mmq"] == 0
+    limit = v["mmq_dp4a_max_batch"]
+    assert limit == 64
+    by_m = probes(v, 700, qtype)
+    assert set(by_m) >= {1, 63, 64, 65, 512}
+    for m, p in by_m.items():
+        assert p["highest_arch"] == 700
+        assert p["tree_mmq"] == (m < limit), p  # PR #12098: cuBLAS (FP16 tensor cores) from 64 on
+        assert p["check_mmq"] == "ok", p  # a preference, not a hard limit: forcing MMQ stays possible
+        assert p["check_cublas"] == "ok", p
+    assert by_m[512]["stock"] == "cublas" and by_m[16]["stock"] in ("mmvq", "mmq")
+
+
+def test_force_mmq_build_takes_mmq_at_every_batch(volta: dict[str, dict[str, Any]]) -> None:
+    f = volta["v100_force_mmq"]
+    assert f["force_mmq"] == 1
+    for m, p in probes(f, 700, "q4_0").items():
+        assert p["tree_mmq"] is True and p["check_mmq"] == "ok", (m, p)
+    assert probes(f, 700, "q4_0")[512]["stock"] == "mmq"
+
+
+def test_volta_mma_for_f16_only(volta: dict[str, dict[str, Any]]) -> None:
+    v = volta["v100"]
+    for m, p in probes(v, 700, "f16").items():
+        if m <= 16:
+            assert p["check_mmf"] == "ok" and p["tree_mmf"] is True, (m, p)
+    for t in ("f32", "bf16"):  # mmf needs Ampere MMA for these
+        for p in probes(v, 700, t).values():
+            assert p["check_mmf"] == "no_device_code" and p["tree_mmf"] is False, p
+
+
+def test_newer_gpu_on_a_v100_only_build_runs_sm70_code(volta: dict[str, dict[str, Any]]) -> None:
+    v = volta["v100"]
+    for p in probes(v, 900, "q4_0").values():
+        assert p["highest_arch"] == 700
+        # no Turing MMA in sm_70 code: the dp4a MMQ with the same batch limit as a V100
+        assert p["tree_mmq"] == (p["M"] < v["mmq_dp4a_max_batch"]) and p["check_mmq"] == "ok", p
+    for p in probes(v, 900, "f32").values():
+        assert p["check_mmf"] == "no_device_code" and p["tree_mmf"] is False, p
+    for p in probes(v, 900, "f16").values():
+        if p["M"] <= 16:
+            assert p["check_mmf"] == "ok" and p["tree_mmf"] is True, p
+
+
+def test_v100_on_a_build_without_sm70_code_gets_no_route(volta: dict[str, dict[str, Any]]) -> None:
+    s = volta["sm90"]
+    assert s["arch_list"] == "900"
+    for t in ("q4_0", "f16", "f32"):
+        for p in probes(s, 700, t).values():
+            assert p["highest_arch"] == -1, p
+            assert p["check_mmq"] == p["check_mmf"] == p["check_cublas"] == "no_device_code", p
+    # the same build on its own GPU: Turing+ MMA, MMQ at every M (no dp4a batch limit)
+    for p in probes(s, 900, "q4_0").values():
+        assert p["tree_mmq"] is True and p["check_mmq"] == "ok", p
+
+
+def test_eligibility_grid_holds_for_a_v100_only_build(volta: dict[str, dict[str, Any]]) -> None:
+    g = volta["v100_grid"]
+    assert g["arch_list"] == "700"
+    assert g["rc"] == 0 and g["violations"] == 0, g["messages"]
+    assert g["why"]["vendor"] > 0 and g["eligible"]["mmq"] > 0 and g["eligible"]["mmf"] > 0

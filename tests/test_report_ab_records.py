@@ -1,0 +1,267 @@
+"""The A/B record format (report/ab.py) and the llama-bench runner's pure parts (report/abrun.py).
+
+Real inputs: llama-bench JSONL written on the H200 (evidence/), the committed legacy A/B files and the
+committed table. The llama-bench process itself needs a GPU: the runner test uses a stand-in script
+that prints what a real llama-bench printed (its stdout from evidence/, a start-up line the hook prints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codegen import table as table_mod
+from ggml_dispatch.cli import main
+from ggml_dispatch.errors import InputError
+from report import ab, abrun
+
+REPO = Path(__file__).resolve().parent.parent
+TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"
+BENCH_JSONL = REPO / "evidence" / "h200-2026-11-30" / "integration" / "bench.jsonl"
+TABLE_HASH = table_mod.table_hash(table_mod.load(TABLES / "table.json"))
+TABLE_LINE = f"table {TABLE_HASH[:12]} (NVIDIA H200, cc 900, 132 SMs, 20 rules): applied on CUDA0"
+OFF_LINE = "GGML_CUDA_DISPATCH=off: stock dispatch"
+
+
+def provenance(line: str, **kw: object) -> ab.Provenance:
+    parsed = ab.parse_dispatch_line(line)
+    base = dict(
+        command=("build/bin/llama-bench", "-m", "m.gguf", "-r", "3", "-o", "jsonl", "-v"),
+        env=(("GGML_CUDA_DISPATCH", "table"),),
+        dispatch_line=parsed.text,
+        table_hash=parsed.table_hash,
+        table_applied=parsed.applied,
+        lib_path="/x/libggml-cuda.so",
+        lib_sha256="a" * 64,
+        gpu_name="NVIDIA H200",
+        gpu_uuid="GPU-ae22a032-9aed-577c-49c1-4f90a60643f7",
+        driver="580.159.04",
+        started="2026-12-01T09:00:00Z",
+        build_commit="e86f4e1",
+    )
+    base.update(kw)
+    return ab.Provenance(**base)  # type: ignore[arg-type]
+
+
+def test_dispatch_lines_as_the_hook_prints_them() -> None:
+    t = ab.parse_dispatch_line("ggml_cuda_dispatch: " + TABLE_LINE + "; route trace -> /tmp/t.jsonl")
+    assert (t.mode, t.table_hash, t.applied) == ("table", TABLE_HASH[:12], True)
+    r = ab.parse_dispatch_line(
+        f"table {TABLE_HASH[:12]} (NVIDIA H200, cc 900, 132 SMs, 20 rules): refused on CUDA0 "
+        "(Tesla V100-SXM2-32GB, cc 700, 80 SMs: GPU mismatch, stock dispatch)"
+    )
+    assert (r.mode, r.table_hash, r.applied) == ("table", TABLE_HASH[:12], False)
+    assert ab.parse_dispatch_line(OFF_LINE).mode == "off"
+    assert ab.parse_dispatch_line("no dispatch table compiled in: stock dispatch").mode == "none"
+    # the first start-up line of a real run's stderr (evidence/: the harness' process)
+    log = (REPO / "evidence/h200-2026-11-30/cost/run.log").read_text()
+    found = ab.find_dispatch_line(log)
+    assert found is not None and found.mode == "none" and found.table_hash is None
+
+
+def test_round_trip_with_provenance(tmp_path: Path) -> None:
+    recs = [
+        ab.Record("smollm2", "pp512", 512, "table", 1, 45902.5, (52431.6, 52263.2), provenance(TABLE_LINE)),
+        ab.Record("smollm2", "pp512", 512, "stock", 1, 40000.0, (40000.0,), provenance(OFF_LINE)),
+    ]
+    out = tmp_path / "ab.jsonl"
+    ab.write_records(out, recs[:1])
+    ab.write_records(out, recs[1:], append=True)
+    back = [r for _, r in ab.read_file(out)]
+    assert back == recs and not any(r.legacy for r in back)
+    assert json.loads(out.read_text().splitlines()[0])["schema"] == ab.SCHEMA
+    # report's own reader reads the new records too (extra keys ignored)
+    recs2, _ = ab.load_ab([out])
+    assert [(r.arm, r.tps) for r in recs2] == [("table", 45902.5), ("stock", 40000.0)]
+
+
+def test_committed_records_read_as_legacy() -> None:
+    for path in sorted(TABLES.glob("ab-*.jsonl")):
+        numbered = ab.read_file(path)
+        assert numbered and all(r.legacy for _, r in numbered), path
+        check = ab.check_records(numbered, path, TABLE_HASH)
+        assert check.legacy == len(numbered) and check.checked == 0
+        assert "legacy" in check.notes[0]
+
+
+def _write_line(tmp_path: Path, obj: dict[str, object]) -> Path:
+    p = tmp_path / "ab.jsonl"
+    p.write_text(json.dumps(obj) + "\n")
+    return p
+
+
+def test_reader_refuses_inconsistent_provenance(tmp_path: Path) -> None:
+    good = ab.Record("m", "tg128", 512, "table", 1, 50.0, (), provenance(TABLE_LINE)).to_json()
+    # a table hash the start-up line does not name
+    with pytest.raises(InputError, match=r"ab.jsonl:1: table_hash: .*start-up line"):
+        ab.read_file(_write_line(tmp_path, good | {"table_hash": "b" * 12}))
+    with pytest.raises(InputError, match=r"ab.jsonl:1: lib.sha256"):
+        ab.read_file(_write_line(tmp_path, good | {"lib": {"path": "x", "sha256": "xyz"}}))
+    with pytest.raises(InputError, match=r"ab.jsonl:1: env: only GGML_"):
+        ab.read_file(_write_line(tmp_path, good | {"env": {"HOME": "/root"}}))
+    with pytest.raises(InputError, match=r"ab.jsonl:1: command"):
+        ab.read_file(_write_line(tmp_path, {k: v for k, v in good.items() if k != "command"}))
+    with pytest.raises(InputError, match=r"unknown schema"):
+        ab.read_file(_write_line(tmp_path, good | {"schema": "ggml-dispatch-ab/9"}))
+    with pytest.raises(InputError, match=r"ab.jsonl:1: started"):
+        ab.read_file(_write_line(tmp_path, good | {"started": "yesterday"}))
+
+
+def test_table_check_refuses_other_tables(tmp_path: Path) -> None:
+    other = "table 0123456789ab (NVIDIA H200, cc 900, 132 SMs, 3 rules): applied on CUDA0"
+    p = tmp_path / "ab.jsonl"
+    ok = [(1, ab.Record("m", "tg128", 512, "table", 1, 50.0, (), provenance(TABLE_LINE)))]
+    assert ab.check_records(ok, p, TABLE_HASH).checked == 1
+    bad = [(3, ab.Record("m", "tg128", 512, "table", 1, 50.0, (), provenance(other)))]
+    with pytest.raises(InputError, match=r"ab.jsonl:3: table arm applied table 0123456789ab"):
+        ab.check_records(bad, p, TABLE_HASH)
+    stock_with_table = [(2, ab.Record("m", "tg128", 512, "stock", 1, 50.0, (), provenance(TABLE_LINE)))]
+    with pytest.raises(InputError, match=r"ab.jsonl:2: stock arm ran with table"):
+        ab.check_records(stock_with_table, p, TABLE_HASH)
+    table_off = [(1, ab.Record("m", "tg128", 512, "table", 1, 50.0, (), provenance(OFF_LINE)))]
+    with pytest.raises(InputError, match=r"table arm ran without a table applied"):
+        ab.check_records(table_off, p, TABLE_HASH)
+
+
+def test_report_refuses_ab_records_of_another_table(tmp_path: Path) -> None:
+    other = "table 0123456789ab (NVIDIA H200, cc 900, 132 SMs, 3 rules): applied on CUDA0"
+    p = tmp_path / "ab-new.jsonl"
+    ab.write_records(
+        p,
+        [
+            ab.Record("m", "pp512", 512, "stock", 1, 40.0, (), provenance(OFF_LINE)),
+            ab.Record("m", "pp512", 512, "table", 1, 50.0, (), provenance(other)),
+        ],
+    )
+    args = ["report", "--tuning", str(TABLES / "tuning.parquet"), "--table", str(TABLES / "table.json")]
+    res = CliRunner().invoke(main, [*args, "--ab", str(p), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 2, res.output
+    assert "ab-new.jsonl:2: table arm applied table 0123456789ab" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "rep").exists()
+
+
+def test_report_input_entries_note_legacy_records() -> None:
+    paths = sorted(TABLES.glob("ab-*.jsonl"))
+    _, files = ab.load_ab(paths)
+    out = ab.provenance_details(paths, files, TABLES / "table.json")
+    assert len(out) == len(paths)
+    for f in out:
+        assert dict(f.details)["provenance"].endswith("the applied table is not checked)")
+
+
+def test_llama_bench_jsonl_of_a_real_run() -> None:
+    results = abrun.parse_bench_output(BENCH_JSONL.read_text(), str(BENCH_JSONL))
+    assert len(results) == 26
+    first = results[0]
+    assert (first.test, first.ubatch, first.build_commit) == ("pp512", 512, "e86f4e1")
+    assert first.tps == pytest.approx(45902.512432) and len(first.samples_tps) == 5
+    assert {r.test for r in results} >= {"pp512", "tg128"}
+    # the same results as llama-bench's -o json (one array)
+    arr = "[\n" + ",\n".join(BENCH_JSONL.read_text().splitlines()) + "\n]\n"
+    assert abrun.parse_bench_output(arr) == results
+    with pytest.raises(InputError, match=r"bench.jsonl:1: avg_ts"):
+        abrun.parse_bench_output('{"n_prompt": 1, "n_gen": 0, "n_ubatch": 1}\n', "bench.jsonl")
+
+
+def test_rotation_interleaves_arms() -> None:
+    arms = [abrun.Arm(n, Path("b"), "off" if n == "stock" else "table") for n in ("stock", "table", "crude")]
+    orders = [[a.name for a in abrun.rotation(arms, p)] for p in (1, 2, 3)]
+    assert orders == [["table", "crude", "stock"], ["crude", "stock", "table"], ["stock", "table", "crude"]]
+    two = arms[:2]
+    assert [[a.name for a in abrun.rotation(two, p)] for p in (1, 2)] == [
+        ["table", "stock"],
+        ["stock", "table"],
+    ]
+
+
+def test_gpu_query_parsing() -> None:
+    g = abrun.parse_gpu_query("NVIDIA H200, GPU-ae22a032-9aed-577c-49c1-4f90a60643f7, 580.159.04\n")
+    assert g == abrun.Gpu("NVIDIA H200", "GPU-ae22a032-9aed-577c-49c1-4f90a60643f7", "580.159.04")
+    assert abrun.parse_gpu_query("No devices were found\n") is None
+
+
+def fake_llama_bench(tmp_path: Path) -> Path:
+    """A stand-in for llama-bench (no GPU here): prints a real run's JSONL and the hook's start-up line
+    for the GGML_CUDA_DISPATCH it is given, with a libggml-cuda beside it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lines = BENCH_JSONL.read_text().splitlines()[:2]
+    (bin_dir / "out.jsonl").write_text("\n".join(lines) + "\n")
+    (bin_dir / abrun.LIB_NAME).write_bytes(b"\x7fELF not really")
+    fake = bin_dir / "llama-bench"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$GGML_CUDA_DISPATCH" = off ]; then echo "ggml_cuda_dispatch: ' + OFF_LINE + '" >&2;\n'
+        'else echo "ggml_cuda_dispatch: ' + TABLE_LINE + '" >&2; fi\n'
+        f'cat "{bin_dir / "out.jsonl"}"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+def test_runner_records_each_runs_provenance(tmp_path: Path) -> None:
+    fake = fake_llama_bench(tmp_path)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    runner = abrun.Runner(
+        abrun.Gpu("NVIDIA H200", "GPU-1", "580"), reps=3, clock=lambda: "2026-12-01T09:00:00Z"
+    )
+    arms = [abrun.Arm("stock", fake, "off"), abrun.Arm("table", fake, "table")]
+    out = tmp_path / "ab.jsonl"
+    os.environ.pop("GGML_CUDA_ROUTE_TRACE", None)
+    n = abrun.run_ab(runner, arms, [("smollm2", model)], ["-p 512 -n 0"], 2, out)
+    assert n == 2 * 2 * 2
+    recs = [r for _, r in ab.read_file(out)]
+    assert [(r.pair, r.arm) for r in recs[::2]] == [(1, "table"), (1, "stock"), (2, "stock"), (2, "table")]
+    for r in recs:
+        assert r.provenance is not None
+        assert r.provenance.command[-5:] == ("-r", "3", "-o", "jsonl", "-v")
+        assert dict(r.provenance.env)["GGML_CUDA_DISPATCH"] == ("off" if r.arm == "stock" else "table")
+        assert r.provenance.table_applied == (r.arm == "table")
+        assert r.provenance.lib_path.endswith(abrun.LIB_NAME)
+    check = ab.check_records(ab.read_file(out), out, TABLE_HASH)
+    assert check.checked == len(recs) and check.legacy == 0
+
+
+def test_ab_command_refusals(tmp_path: Path) -> None:
+    bench = tmp_path / "llama-bench"
+    bench.write_text("#!/bin/sh\nexit 1\n")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    args = ["ab", "--arm", f"stock={bench}", "--arm", f"table={bench}", "--model", str(model)]
+    # no GPU visible (CUDA_VISIBLE_DEVICES="" hides every device, as on a machine without one)
+    res = CliRunner().invoke(
+        main, [*args, "-o", str(tmp_path / "ab.jsonl")], env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert res.exit_code == 2 and "no GPU visible" in res.output
+    assert not (tmp_path / "ab.jsonl").exists()
+    existing = tmp_path / "old.jsonl"
+    existing.write_text("keep\n")
+    res = CliRunner().invoke(main, [*args, "-o", str(existing)], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert res.exit_code == 2 and "old.jsonl: exists" in res.output and existing.read_text() == "keep\n"
+    res = CliRunner().invoke(main, ["ab", "--arm", "fast=x", "--model", str(model), "-o", "o.jsonl"])
+    assert res.exit_code == 2 and "NAME one of stock, table, crude" in res.output
+
+
+def test_runner_stops_at_a_run_of_another_table(tmp_path: Path) -> None:
+    fake = fake_llama_bench(tmp_path)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    runner = abrun.Runner(
+        abrun.Gpu("NVIDIA H200", "GPU-1", "580"), reps=1, clock=lambda: "2026-12-01T09:00:00Z"
+    )
+    arms = [abrun.Arm("stock", fake, "off"), abrun.Arm("table", fake, "table")]
+    out = tmp_path / "ab.jsonl"
+    with pytest.raises(
+        abrun.RunError, match=r"table arm applied table .*, the report's table is 0123456789ab"
+    ):
+        abrun.run_ab(
+            runner, arms, [("m", model)], ["-p 512 -n 0"], 2, out, expect_table="0123456789ab" + "0" * 52
+        )
+    assert not out.exists()  # pair 1 runs the table arm first: nothing measured was kept
+    assert abrun.run_ab(runner, arms, [("m", model)], ["-p 512 -n 0"], 1, out, expect_table=TABLE_HASH) == 4

@@ -1,0 +1,98 @@
+"""REPORT.md opens with a one-screen summary: the end-to-end gain per workload, where the table ties the
+crude rule, and every loss beyond noise (CI upper end < 1). Real Parquet and JSON Lines files; the
+tuning rows and t/s are synthetic (no GPU here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from test_report_build import GPU, Q4, Q6, arrow_table, tuning_rows
+
+from ggml_dispatch import fileio, schema
+from ggml_dispatch.cli import main
+
+STOCK = (1000.0, 1010.0, 990.0, 1005.0, 995.0)
+# pp512: table 1.2x stock; crude within 2% of the table either way (a tie)
+TIE = (1.02, 0.98, 1.0, 1.01, 0.99)
+# pp2048: table 1.3x stock, crude 1.1x (the table wins); tg128: the table loses 3% in every pair
+MODEL = "llama-8b q4_K_M"
+
+
+def ab_records() -> list[dict[str, Any]]:
+    recs = []
+    for p, s in enumerate(STOCK):
+        for test, table, crude in (("pp512", 1.2, 1.2 / TIE[p]), ("pp2048", 1.3, 1.1), ("tg128", 0.97, 1.0)):
+            base = {"model": MODEL, "test": test, "ubatch": 512, "pair": p}
+            recs += [
+                {**base, "arm": "stock", "tps": s},
+                {**base, "arm": "table", "tps": s * table},
+                {**base, "arm": "crude", "tps": s * crude},
+            ]
+    return recs
+
+
+def _report(tmp_path: Path, table_rules: list[dict[str, Any]] | None = None) -> str:
+    tuning = tmp_path / "tuning.parquet"
+    fileio.write_parquet(
+        arrow_table(schema.TUNING_COLUMNS, tuning_rows()), tuning, fileio.base_metadata(schema.TUNING_SCHEMA)
+    )
+    ab = tmp_path / "ab.jsonl"
+    ab.write_text("\n".join(json.dumps(r) for r in ab_records()) + "\n")
+    args = ["report", "--tuning", str(tuning), "--ab", str(ab), "-o", str(tmp_path / "out")]
+    if table_rules is not None:
+        table = {
+            "schema": schema.TABLE_SCHEMA,
+            "layout_version": schema.TABLE_LAYOUT_VERSION,
+            "gpu": {"name": GPU["gpu_name"], "cc": 900, "sm_count": 132},
+            "upstream_commit": schema.PINNED_UPSTREAM_COMMIT,
+            "provenance": {"source": "measured"},
+            "rules": table_rules,
+            "refused": [],
+        }
+        (tmp_path / "table.json").write_text(json.dumps(table))
+        args[-2:-2] = ["--table", str(tmp_path / "table.json")]
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "out" / "REPORT.md").read_text()
+    assert md.index("## Summary") < md.index("## Data provenance") < md.index("## Losing cases")
+    return md[md.index("## Summary") : md.index("## Data provenance")]
+
+
+def _row(summary: str, workload: str) -> list[str]:
+    line = next(x for x in summary.splitlines() if x.startswith(f"| {workload} |"))
+    return [c.strip() for c in line.split("|")[2:-1]]
+
+
+def test_summary_names_ties_with_the_crude_rule_and_every_loss(tmp_path: Path) -> None:
+    summary = _report(tmp_path)
+    pp512 = _row(summary, f"{MODEL} pp512 ub512")
+    assert pp512[:2] == ["1.200 [1.200, 1.200]", "gain"]
+    assert pp512[3] == "ties crude" and pp512[2].startswith("1.000 [")
+    pp2048 = _row(summary, f"{MODEL} pp2048 ub512")
+    assert pp2048[3] == "gain" and pp2048[2] == f"{1.3 / 1.1:.3f} [{1.3 / 1.1:.3f}, {1.3 / 1.1:.3f}]"
+    tg = _row(summary, f"{MODEL} tg128 ub512")
+    assert tg[:2] == ["0.970 [0.970, 0.970]", "LOSS"]
+    assert tg[3] == "LOSS"  # 0.97 against the crude rule's 1.0 too
+    assert "- Against the crude rule: ties at 1 of 3 workloads, faster beyond noise at 1, slower" in summary
+    losses = next(x for x in summary.splitlines() if x.startswith("- Losses beyond noise"))
+    assert f"{MODEL} tg128 ub512 table/stock 0.970 [0.970, 0.970]" in losses
+    assert f"{MODEL} tg128 ub512 table/crude 0.970 [0.970, 0.970]" in losses
+    assert "pp512" not in losses and "pp2048" not in losses
+    assert "[Losing cases](#losing-cases)" in summary and "[End-to-end A/B](#end-to-end-ab)" in summary
+    assert "(#predicted-gain-per-census-point)" not in summary  # no census: no such section below
+    assert len(summary.splitlines()) < 40
+
+
+def test_summary_lists_a_table_rule_slower_than_stock(tmp_path: Path) -> None:
+    # q4_K M=1: mmq is 2x slower than stock beyond noise; a table that routes it there loses per op
+    rules = [{**Q4, "M_lo": 1, "M_hi": 1, "route": "mmq"}, {**Q6, "M_lo": 8, "M_hi": 8, "route": "mmq"}]
+    summary = _report(tmp_path, rules)
+    assert (
+        "- Per op: the table's route is slower than stock beyond noise at 1 measured point: "
+        "MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 M=1 mmq 0.500." in summary
+    )
+    no_loss = _report(tmp_path / "b", [{**Q6, "M_lo": 8, "M_hi": 8, "route": "mmq"}])
+    assert "- Per op: no table rule is slower than stock beyond noise at a measured point." in no_loss
