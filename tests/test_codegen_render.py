@@ -231,3 +231,5 @@ def test_the_hook_reads_the_layout_version_codegen_writes() -> None:
     v = schema.TABLE_LAYOUT_VERSION
     assert f"#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION {v}\n" in source
     assert f"#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != {v}\n" in source
+    probe = (Path(__file__).parent / "native" / "cpu_probe" / "probe.c").read_text()
+    assert f"GGML_DISPATCH_TABLE_LAYOUT_VERSION == {v} &&" in probe

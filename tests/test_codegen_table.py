@@ -140,6 +140,9 @@ def test_a_rule_carries_its_configuration_and_a_layout_1_table_is_upgraded(tmp_p
     p = tmp_path / "table.json"
     p.write_text(json.dumps(old))
     assert tbl.load(p) == _table()
+    # layout 2 (configurations, no size classes) reads as it is, in the current layout
+    p.write_text(json.dumps({**_table(), "layout_version": 2}))
+    assert tbl.load(p) == _table() and _table()["layout_version"] == schema.TABLE_LAYOUT_VERSION == 3
 
 
 def test_load_rejects_non_json_with_its_line(tmp_path: Path) -> None:

@@ -337,3 +337,22 @@ def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> 
     fa = trials(speed={"mmq": 1.0}, M=1, op="FLASH_ATTN_EXT", layout="attention")
     with pytest.raises(InputError, match="row 0: route: route 'mmq' does not serve FLASH_ATTN_EXT"):
         decide.decide(frame(fa), decide.Params())
+
+
+def test_decide_times_configurations_and_refuses_one_of_another_route() -> None:
+    from test_codegen_support import frame, trials
+
+    from codegen import decide
+    from ggml_dispatch.errors import InputError
+
+    df = frame(trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4))
+    df["config"] = df["route"].map({"mmq": "mmq/stream_k=off,j=16", "mmvq": None})
+    d = decide.decide(df, decide.Params())
+    # the config column names the candidate (canonical spelling), a row without one is its plain route
+    assert set(d.evals[next(iter(d.evals))][4]) == {"mmq/j=16,stream_k=off", "mmvq"}
+    bad = df.assign(config=df["route"].map({"mmq": "cublas/out=f32", "mmvq": None}))
+    with pytest.raises(InputError, match="row 0: config: config 'cublas/out=f32' is not a configuration of"):
+        decide.decide(bad, decide.Params())
+    bad = df.assign(config=df["route"].map({"mmq": "mmq/j=7", "mmvq": None}))
+    with pytest.raises(InputError, match="row 0: config: mmq/j='7' is not one of"):
+        decide.decide(bad, decide.Params())

@@ -89,7 +89,7 @@ int main(void) {
     memset(&counts, 0, sizeof(counts));
 
     const int ok = nmse_f32 < 1e-10 && nmse_q40 < 5e-4 && !cuda_registered && !cpu_has_override && !cpu_has_counts &&
-                   GGML_DISPATCH_TABLE_LAYOUT_VERSION == 2 && (GGML_DISPATCH_TABLE_RULE_COUNT > 0 || (lookup == 0 && matches == 0));
+                   GGML_DISPATCH_TABLE_LAYOUT_VERSION == 3 && (GGML_DISPATCH_TABLE_RULE_COUNT > 0 || (lookup == 0 && matches == 0));
     printf("{\"ok\":%s,\"nmse_f32\":%.3e,\"nmse_q4_0\":%.3e,\"cuda_registered\":%d,\"cpu_has_dispatch_procs\":%d,"
            "\"table_rules\":%d,\"lookup\":%d,\"gpu_matches\":%d,\"counts_size\":%d}\n",
            ok ? "true" : "false", nmse_f32, nmse_q40, cuda_registered, cpu_has_override || cpu_has_counts,
