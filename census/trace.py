@@ -205,7 +205,7 @@ def _enum(obj: dict[str, Any], name: str, allowed: frozenset[str] | set[str], wh
     return v
 
 
-_OPS: Final = frozenset(o.value for o in schema.Op)
+_OPS: Final = frozenset(o.value for o in schema.TRACE_OPS)
 _LAYOUTS: Final = frozenset(x.value for x in schema.Layout)
 _FUSED: Final = frozenset(x.value for x in schema.Fused)
 _TYPES: Final = frozenset(schema.GGML_TYPES)

@@ -143,7 +143,8 @@ def extent(
 def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]]:
     groups: dict[ShapeKey, list[ShapeKey]] = defaultdict(list)
     for key in evals:
-        groups[key.group()].append(key)
+        if key.DEFAULT_FIELDS:  # an op without per-type defaults has no size classes either
+            groups[key.group()].append(key)
     rules: list[Rule] = []
     refusals: list[Refusal] = []
     need = params.min_default_shapes

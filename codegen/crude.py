@@ -54,8 +54,19 @@ def crude_table(
             "K": 0,
             "B": 1,
         }
-        rules.append({**base, "M_lo": MMQ_M[0], "M_hi": MMQ_M[1], "route": "mmq", "kind": "declared"})
-        rules.append({**base, "M_lo": CUBLAS_M_LO, "M_hi": M_MAX, "route": "cublas", "kind": "declared"})
+        rules.append(
+            {**base, "M_lo": MMQ_M[0], "M_hi": MMQ_M[1], "config": "mmq", "route": "mmq", "kind": "declared"}
+        )
+        rules.append(
+            {
+                **base,
+                "M_lo": CUBLAS_M_LO,
+                "M_hi": M_MAX,
+                "config": "cublas",
+                "route": "cublas",
+                "kind": "declared",
+            }
+        )
     t = tbl.empty_table()
     t["gpu"] = {"name": gpu.name, "cc": gpu.cc, "sm_count": gpu.sm_count}
     t["upstream_commit"] = upstream_commit

@@ -37,16 +37,17 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, cast
 
 import numpy as np
 import pandas as pd
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.errors import InputError
 
@@ -66,9 +67,22 @@ KIND_INTERPOLATED: Final = "interpolated"
 KIND_DEFAULT: Final = "default"
 RULE_KINDS: Final = (KIND_MEASURED, KIND_INTERPOLATED, KIND_DEFAULT)
 
-_ROUTE_ORDER: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
 _OPS: Final = frozenset(o.value for o in schema.Op)
 _LAYOUTS: Final = frozenset(lay.value for lay in schema.Layout)
+CONFIG_COLUMN: Final = "config"  # optional tuning column: the configuration timed (else its plain route)
+
+
+def _order(config: str) -> tuple[int, int]:
+    """Tie-break order of candidates: route code, then configuration code."""
+    return registry.config_order(config)
+
+
+def config_of(row: Mapping[str, Any]) -> str:
+    """The candidate a tuning row measured: its ``config`` when set, else its plain ``route`` (canonical)."""
+    c = row.get(CONFIG_COLUMN)
+    if c is None or (isinstance(c, float) and math.isnan(c)):
+        c = row["route"]
+    return registry.canonical_config(str(c))
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,7 @@ class Params:
     class_gap: float = DEFAULT_CLASS_GAP
 
 
-ShapeKey = schema.ShapeKey
+ShapeKey = schema.ShapeKey  # MUL_MAT's key; every op's key class has the same interface (registry)
 
 
 @dataclass(frozen=True)
@@ -186,11 +200,37 @@ class Decisions:
 # Input checks
 
 
+def _check_configs(df: pd.DataFrame, path: str | Path) -> None:
+    """Each row's candidate (``config``, else ``route``) is a configuration of its route that its op may
+    run."""
+    has_config = CONFIG_COLUMN in df.columns
+    cols = ["op", "route", *([CONFIG_COLUMN] if has_config else [])]
+    records: list[dict[str, Any]] = [
+        {str(k): v for k, v in rec.items()} for rec in df[cols].to_dict("records")
+    ]
+    for i, r in enumerate(records):
+        where = f"row {i}"
+        given = r.get(CONFIG_COLUMN)
+        named = isinstance(given, str) or (given is not None and not isinstance(given, float))
+        field = f"{where}: {CONFIG_COLUMN}" if named else f"{where}: route"
+        try:
+            config = config_of(r)
+        except registry.ConfigError as e:
+            raise InputError(path, str(e), field=field) from None
+        if registry.config_route(config) != r["route"]:
+            raise InputError(
+                path, f"config {config!r} is not a configuration of route {r['route']!r}", field=field
+            )
+        if not registry.route_allowed(r["op"], config):
+            raise InputError(path, f"route {r['route']!r} does not serve {r['op']}", field=f"{where}: route")
+
+
 def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
     """Validate tuning rows with the tuning file's own checks (:mod:`ggml_dispatch.artifacts.tuning`),
     then the evidence rules of a decision; return the table's identity. Raises InputError naming the
     row."""
     table = tuning_artifact.from_frame(df, path)
+    _check_configs(df, path)
     prov = tuning_artifact.provenance(table, path, allow_mixed=params.allow_mixed)
     sources = set(prov.sources)
     if schema.Source.REFERENCE.value in sources:
@@ -234,7 +274,7 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
 
 
 def _seed_for(base: int, key: ShapeKey, M: int, route: str) -> int:
-    text = f"{base}|{key.op}|{key.layout}|{key.src0_type}|{key.src1_type}|{key.N}|{key.K}|{key.B}|{M}|{route}"
+    text = f"{base}|{key.seed_text()}|{M}|{route}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
@@ -253,7 +293,7 @@ def evaluate_route(key: ShapeKey, M: int, route: str, rows: pd.DataFrame, params
     is_ok = rows["status"] == schema.TrialStatus.OK.value
     # an ok trial counts only if the route that really ran is the one asked for (when recorded)
     ran = rows["route_ran"]
-    ran_other = is_ok & ran.notna() & (ran != route)
+    ran_other = is_ok & ran.notna() & (ran != registry.config_route(route))
     ok = rows[is_ok & ~ran_other]
     statuses = Counter(str(s) for s in rows.loc[~is_ok, "status"])
     statuses.update(f"ok but {r} ran" for r in rows.loc[ran_other, "route_ran"])
@@ -334,7 +374,7 @@ def slower_beyond_noise(ev: RouteEval, params: Params) -> bool:
 
 def winner(evals: Mapping[str, RouteEval]) -> str | None:
     """Lowest median among the routes with ok trials; ties go to the lower route code."""
-    cands = [(ev.median_us, _ROUTE_ORDER[r], r) for r, ev in evals.items() if ev.median_us is not None]
+    cands = [(ev.median_us, _order(r), r) for r, ev in evals.items() if ev.median_us is not None]
     return min(cands)[2] if cands else None
 
 
@@ -350,24 +390,33 @@ def passing_route(evals: Mapping[str, RouteEval], params: Params) -> str | None:
 
 
 def evaluate(
-    df: pd.DataFrame, params: Params
+    df: pd.DataFrame, params: Params, path: str | Path = "<tuning>"
 ) -> tuple[dict[ShapeKey, dict[int, dict[str, RouteEval]]], dict[ShapeKey, dict[int, float]]]:
     """Per point and route statistics, plus each point's median stock time."""
     evals: dict[ShapeKey, dict[int, dict[str, RouteEval]]] = defaultdict(dict)
     stock: dict[ShapeKey, dict[int, float]] = defaultdict(dict)
-    cols = ["op", "layout", "src0_type", "src1_type", "N", "K", "B", "M"]
-    for values, point_rows in df.groupby(cols, sort=True):
-        key = ShapeKey.of(dict(zip(cols, values, strict=True)))
-        M = int(values[-1])  # type: ignore[call-overload]
-        per_route: dict[str, RouteEval] = {}
-        for route, rrows in point_rows.groupby("route", sort=True):
-            per_route[str(route)] = evaluate_route(key, M, str(route), rrows, params)
-        evals[key][M] = per_route
-        ok = point_rows[point_rows["status"] == schema.TrialStatus.OK.value]
-        anchors = ok["anchor_us"].astype(float).to_numpy()
-        anchors = anchors[np.isfinite(anchors) & (anchors > 0)]
-        if len(anchors):
-            stock[key][M] = float(np.median(anchors))
+    configs = df.apply(config_of, axis=1) if len(df) else pd.Series([], dtype=object)
+    df = df.assign(_config=configs)
+    for op, op_rows in df.groupby("op", sort=True):
+        key_cls = registry.key_class(str(op))
+        cols = [*key_cls.fields(), "M"]
+        missing = [c for c in cols if c not in op_rows.columns]
+        if any(c not in key_cls.OPTIONAL_FIELDS for c in missing):
+            raise InputError(path, f"{op} rows need the columns {', '.join(missing)}")
+        op_rows = op_rows.assign(**{c: key_cls.OPTIONAL_FIELDS[c] for c in missing})
+        for values, point_rows in op_rows.groupby(cols, sort=True):
+            # annotated as MUL_MAT's ShapeKey: every op's key class has its interface
+            key = cast(ShapeKey, key_cls.of(dict(zip(cols, values, strict=True))))
+            M = int(values[-1])  # type: ignore[call-overload]
+            per_route: dict[str, RouteEval] = {}
+            for config, rrows in point_rows.groupby("_config", sort=True):
+                per_route[str(config)] = evaluate_route(key, M, str(config), rrows, params)
+            evals[key][M] = per_route
+            ok = point_rows[point_rows["status"] == schema.TrialStatus.OK.value]
+            anchors = ok["anchor_us"].astype(float).to_numpy()
+            anchors = anchors[np.isfinite(anchors) & (anchors > 0)]
+            if len(anchors):
+                stock[key][M] = float(np.median(anchors))
     return dict(evals), dict(stock)
 
 
@@ -408,7 +457,7 @@ def _exact_rules(
 ) -> tuple[list[Rule], list[Refusal]]:
     rules: list[Rule] = []
     refusals: list[Refusal] = []
-    for key in sorted(evals, key=ShapeKey.codes):
+    for key in sorted(evals, key=lambda k: k.codes()):
         by_m = evals[key]
         labels = []
         for M in sorted(by_m):
@@ -453,7 +502,7 @@ def _min_max_regret(
         return None
     best = {s: min(m.values()) for s, m in medians.items()}
     regret = {r: max(medians[s][r] / best[s] - 1.0 for s in shapes) for r in routes}
-    return min(routes, key=lambda r: (regret[r], _ROUTE_ORDER[r]))
+    return min(routes, key=lambda r: (regret[r], _order(r)))
 
 
 def _default_rules(
@@ -461,11 +510,12 @@ def _default_rules(
 ) -> tuple[list[Rule], list[Refusal]]:
     groups: dict[ShapeKey, list[ShapeKey]] = defaultdict(list)
     for key in evals:
-        groups[key.group()].append(key)
+        if key.DEFAULT_FIELDS:  # an op without per-type defaults has none
+            groups[key.group()].append(key)
     rules: list[Rule] = []
     refusals: list[Refusal] = []
-    for group in sorted(groups, key=ShapeKey.codes):
-        shapes = sorted(groups[group], key=ShapeKey.codes)
+    for group in sorted(groups, key=lambda k: k.codes()):
+        shapes = sorted(groups[group], key=lambda k: k.codes())
         if len(shapes) < params.min_default_shapes:
             continue
         grid = sorted(set.intersection(*(set(evals[s]) for s in shapes)))
@@ -541,13 +591,13 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
             field="--reference-margin",
         )
     identity = check_rows(df, path, params)
-    evals, stock = evaluate(df, params)
+    evals, stock = evaluate(df, params, path)
     exact, refused_exact = _exact_rules(evals, params)
     defaults, refused_defaults = _default_rules(evals, params)
     carried, refused_carried = carried_rules(evals, exact, params)
     refusals = sorted(
         refused_exact + refused_defaults + refused_carried,
-        key=lambda r: (r.key.codes(), r.M, _ROUTE_ORDER[r.route], r.reason),
+        key=lambda r: (r.key.codes(), r.M, _order(r.route), r.reason),
     )
     rules = sorted(exact + defaults + carried, key=lambda r: (r.key.codes(), r.NK or (0, 0), r.M_lo))
     return Decisions(

@@ -1,6 +1,7 @@
 """Compare two dispatch tables, and predict what a change of table does to estimated matmul time. Pure.
 
-Rules are compared per shape key (op, layout, types, N, K, B): identical rules are dropped, and the rest
+Rules are compared per shape key (the op's key: MUL_MAT's op, layout, types, N, K, B; MUL_MAT_ID's adds E,
+U and routing in place of B) and size class: identical rules are dropped, and the rest
 are grouped by overlapping M ranges -- a group with rules on both sides is *changed* (other route or
 other interval), one with rules only in B is *added*, only in A *removed*. Two tables *differ* when a
 rule differs or the runtime identity (GPU name, cc, SM count, upstream commit, layout version) does;
@@ -28,6 +29,7 @@ from codegen.predict import Evals, StockUs
 from codegen.predict import Prediction as Prediction
 from codegen.predict import format_prediction as format_prediction
 from codegen.predict import route_factor as route_factor
+from ggml_dispatch import registry
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.artifacts.table import LoadedTable
 from ggml_dispatch.errors import InputError
@@ -107,24 +109,28 @@ def diff_tables(a: LoadedTable, b: LoadedTable) -> TableDiff:
         if va != vb and va is not None and vb is not None:  # a header carries less provenance than JSON
             d.provenance[name] = [va, vb]
 
-    def by_key(rules: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-        # grouped by shape key and size class; a rule's kind rides along for display, decisions compare
-        # on the runtime fields only (a kind renamed is not a changed decision)
-        out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    shapes: dict[tuple[int, ...], dict[str, Any]] = {}
+
+    def by_key(rules: Sequence[Mapping[str, Any]]) -> dict[tuple[int, ...], list[dict[str, Any]]]:
+        # grouped by the op's shape key (its integer codes) and size class; a rule's kind rides along for
+        # display, decisions compare on the runtime fields only (a kind renamed is not a changed decision)
+        out: dict[tuple[int, ...], list[dict[str, Any]]] = {}
         for full, r in zip(rules, tbl.core_rules(rules), strict=True):
             kind = tbl.rule_kind(full)
             row = {**r, "kind": kind} if kind is not None else r
-            out.setdefault((*(r[f] for f in tbl.KEY_FIELDS), *tbl.class_codes(r)), []).append(row)
+            group = (*tbl.key_codes(r), *tbl.class_codes(r))
+            shape = registry.shape_key(r).as_dict()
+            if tbl.is_class(r):
+                shape.update({f: r[f] for f in tbl.CLASS_FIELDS})
+            shapes.setdefault(group, shape)
+            out.setdefault(group, []).append(row)
         return out
 
     def core(r: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in r.items() if k != "kind"}
 
     ka, kb = by_key(ta["rules"]), by_key(tb["rules"])
-    for key in sorted(
-        set(ka) | set(kb),
-        key=lambda k: (tbl.key_codes(dict(zip(tbl.KEY_FIELDS, k, strict=False))), *k[len(tbl.KEY_FIELDS) :]),
-    ):
+    for key in sorted(set(ka) | set(kb)):
         ra, rb = ka.get(key, []), kb.get(key, [])
         core_b = [core(r) for r in rb]
         same = [r for r in ra if core(r) in core_b]
@@ -147,10 +153,7 @@ def diff_tables(a: LoadedTable, b: LoadedTable) -> TableDiff:
             before = sorted((r for s, r in comp if s == "a"), key=lambda r: r["M_lo"])
             after = sorted((r for s, r in comp if s == "b"), key=lambda r: r["M_lo"])
             if before and after:
-                shape = dict(zip(tbl.KEY_FIELDS, key, strict=False))
-                if len(key) > len(tbl.KEY_FIELDS) and key[len(tbl.KEY_FIELDS)]:
-                    shape["NK_lo"], shape["NK_hi"] = key[len(tbl.KEY_FIELDS) :]
-                d.changed.append(RuleChange(shape, before, after))
+                d.changed.append(RuleChange(dict(shapes[key]), before, after))
             elif before:
                 d.removed.extend(before)
             else:
@@ -181,12 +184,12 @@ def predict(
 
 def rule_line(r: Mapping[str, Any]) -> str:
     kind = tbl.rule_kind(r)
-    return f"{tbl.rule_label(r)} -> {r['route']}" + (f" [{kind}]" if kind else "")
+    return f"{tbl.rule_label(r)} -> {tbl.rule_config(r)}" + (f" [{kind}]" if kind else "")
 
 
 def _span(r: Mapping[str, Any]) -> str:
     kind = tbl.rule_kind(r)
-    return f"M={r['M_lo']}..{r['M_hi']} {r['route']}" + (f" [{kind}]" if kind else "")
+    return f"M={r['M_lo']}..{r['M_hi']} {tbl.rule_config(r)}" + (f" [{kind}]" if kind else "")
 
 
 def format_diff(d: TableDiff) -> list[str]:
@@ -233,7 +236,7 @@ def to_json(d: TableDiff, p: Prediction | None) -> str:
             "delta_us": p.delta_us,
             "delta_pct": p.delta_pct,
             "unpredicted": p.unpredicted,
-            "rows": [asdict(r) for r in p.rows],
+            "rows": [{k: v for k, v in asdict(r).items() if k != "shape"} for r in p.rows],
             "notes": p.notes,
         }
     return json.dumps(obj, sort_keys=True, indent=2, default=str) + "\n"

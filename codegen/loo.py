@@ -49,7 +49,7 @@ def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> 
     rules = table["rules"]
     assert isinstance(rules, list)
     for r in rules:
-        if r["route"] != route or not r["M_lo"] <= M <= r["M_hi"]:
+        if r["op"] != key.op or tbl.rule_config(r) != route or not r["M_lo"] <= M <= r["M_hi"]:
             continue
         if (r["N"], r["K"]) == (key.N, key.K) or (
             tbl.is_class(r) and r["NK_lo"] <= key.N * key.K <= r["NK_hi"]
@@ -64,7 +64,7 @@ def _score(
     check: str, key: ShapeKey, M: int, table: dict[str, object], full: decide.Decisions, params: decide.Params
 ) -> Held:
     gpu = full.identity.gpu
-    route = tbl.lookup(table, gpu, key.op, key.layout, key.src0_type, key.src1_type, M, key.N, key.K, key.B)
+    route = tbl.lookup_key(table, gpu, key, M)
     point = full.evals[key][M]
     stock_us = full.stock_us[key][M]
     medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}

@@ -27,11 +27,11 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from codegen import table as tbl
 from codegen.decide import RouteEval, ShapeKey
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 
 Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
 StockUs = Mapping[ShapeKey, Mapping[int, float]]  # key -> M -> median stock time of one op (us)
@@ -63,9 +63,12 @@ class AffectedRow:
     baseline: str = BASELINE_ESTIMATE  # where the row's stock time comes from
     baseline_us: float = 0.0  # the row's stock time
     fused: bool = False
+    shape: Any = field(default=None, repr=False, compare=False)  # the op's shape key (any key class)
 
     @property
     def key(self) -> ShapeKey:
+        if self.shape is not None:
+            return cast(ShapeKey, self.shape)
         return ShapeKey(self.op, self.layout, self.src0_type, self.src1_type, self.N, self.K, self.B)
 
 
@@ -179,7 +182,8 @@ def _row(
         M=M,
         N=key.N,
         K=key.K,
-        B=key.B,
+        B=int(getattr(key, "B", 1)),
+        shape=key,
         calls=calls,
         route_a=route_a,
         route_b=route_b,
@@ -216,9 +220,8 @@ def predict_rows(
         applies = considered(row_gpu)
         n_considered += applies
         fused = _present(rec.get("fused"))
-        q = (str(rec["op"]), str(rec["layout"]), str(rec["src0_type"]), str(rec["src1_type"]))
-        M, N, K, B = (int(rec[c]) for c in ("M", "N", "K", "B"))
-        key = ShapeKey(*q, N, K, B)
+        M = int(rec["M"])
+        key = census_key(rec)
         # the tuning's stock times are of the GPU the tables apply to, not of a row's other GPU
         base, kind = baseline_us(key, M, calls, est, fused, stock_us if applies else None)
         baseline = (base, kind)
@@ -280,20 +283,15 @@ def predict_rows(
     )
 
 
+def census_key(rec: Mapping[str, Any]) -> ShapeKey:
+    """The shape key of a census row, of its op's key class (MUL_MAT_ID: N, K, E, U, routing)."""
+    # annotated as MUL_MAT's ShapeKey: every op's key class has its interface
+    return cast(ShapeKey, registry.shape_key(rec))
+
+
 def _table_route(table: Mapping[str, Any]) -> RouteOf:
     def route(rec: Mapping[str, Any], gpu: schema.GpuId) -> str | None:
-        return tbl.lookup(
-            table,
-            gpu,
-            str(rec["op"]),
-            str(rec["layout"]),
-            str(rec["src0_type"]),
-            str(rec["src1_type"]),
-            int(rec["M"]),
-            int(rec["N"]),
-            int(rec["K"]),
-            int(rec["B"]),
-        )
+        return tbl.lookup_key(table, gpu, census_key(rec), int(rec["M"]))
 
     return route
 

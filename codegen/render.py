@@ -17,30 +17,13 @@ from typing import Any, Final
 import jinja2
 
 from codegen import table as tbl
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
+from hook.codes import c_int, c_string
+
+__all__ = ["c_int", "c_string", "c_unescape", "parse_header", "render_header"]
 
 TEMPLATE: Final = "ggml-dispatch-table.h.j2"
-_SAFE: Final = frozenset(
-    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -_.,:;()[]{}<>+=@#%&!~^|/"
-)
-
-
-def c_string(value: Any) -> str:
-    """A C string literal (with quotes) for ``value``; unsafe bytes as octal escapes."""
-    if not isinstance(value, str):
-        raise TypeError(f"c_string needs a str, got {type(value).__name__}")
-    out = ['"']
-    for b in value.encode("utf-8"):
-        out.append(chr(b) if b in _SAFE else f"\\{b:03o}")
-    out.append('"')
-    return "".join(out)
-
-
-def c_int(value: Any) -> str:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"c_int needs an int, got {type(value).__name__}")
-    return str(value)
 
 
 @cache
@@ -58,20 +41,28 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _row(rule: Mapping[str, Any]) -> list[int]:
-    return [
-        *tbl.key_codes(rule)[:4],
-        *(int(rule[f]) for f in ("N", "K", "B", "M_lo", "M_hi")),
-        schema.ROUTE_CODES[schema.Route(rule["route"])],
-    ]
+def _kind(rule: Mapping[str, Any]) -> str | None:
+    """The rule's kind for the row comment (validated to one of table.RULE_KINDS, so safe in a comment)."""
+    kind = tbl.rule_kind(rule)
+    if kind is not None and kind not in tbl.RULE_KINDS:
+        raise AssertionError(f"rule kind {kind!r}")
+    return kind
 
 
-def _class_row(rule: Mapping[str, Any]) -> list[int]:
-    return [
-        *tbl.key_codes(rule)[:4],
-        *(int(rule[f]) for f in ("NK_lo", "NK_hi", "B", "M_lo", "M_hi")),
-        schema.ROUTE_CODES[schema.Route(rule["route"])],
-    ]
+def _row(rule: Mapping[str, Any]) -> dict[str, Any]:
+    codes = tbl.key_codes(rule)
+    config = registry.Config.parse(tbl.rule_config(rule))
+    row = {
+        "head": list(codes[:4]),
+        "k": list(codes[4:]),
+        "M_lo": int(rule["M_lo"]),
+        "M_hi": int(rule["M_hi"]),
+        "config": config.code,
+        "kind": _kind(rule),
+    }
+    if tbl.is_class(rule):
+        row["NK_lo"], row["NK_hi"] = (int(rule[f]) for f in tbl.CLASS_FIELDS)
+    return row
 
 
 def render_header(table: Mapping[str, Any]) -> str:
@@ -91,8 +82,20 @@ def render_header(table: Mapping[str, Any]) -> str:
         "tuning_sha256": str(prov.get("tuning_sha256") or ""),
         "upstream_commit": str(t["upstream_commit"]),
         "rows": [_row(r) for r in t["rules"] if not tbl.is_class(r)],
-        "class_rows": [_class_row(r) for r in t["rules"] if tbl.is_class(r)],
+        "class_rows": [_row(r) for r in t["rules"] if tbl.is_class(r)],
         "op_codes": [(o.value, c) for o, c in schema.OP_CODES.items()],
+        "key_slots": registry.KEY_SLOTS,
+        "key_slots_doc": [
+            (
+                s.op.value,
+                ", ".join(
+                    [f"type0 = {s.key.TYPE_FIELDS[0]}", f"type1 = {s.key.TYPE_FIELDS[1]}"]
+                    + [f"k[{i}] = {f}" for i, f in enumerate(s.key.INT_FIELDS)]
+                ),
+            )
+            for s in sorted(registry.OPS.values(), key=lambda s: s.code)
+        ],
+        "default_masks": [s.default_mask for s in sorted(registry.OPS.values(), key=lambda s: s.code)],
         "layout_codes": [(lay.value, c) for lay, c in schema.LAYOUT_CODES.items()],
         "route_codes": [(r.value, c) for r, c in schema.ROUTE_CODES.items()],
     }
@@ -113,7 +116,18 @@ _RULES: Final = re.compile(
 _CLASS_RULES: Final = re.compile(
     r"ggml_dispatch_table_class_rules\[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT\] = \{(.*?)\n\};", re.S
 )
-_ROW: Final = re.compile(r"^\s*\{ ([-\d, ]+) \},\s*$", re.M)
+_KIND_COMMENT: Final = r"(?: /\* ([a-z]+) \*/)?"
+_ROW: Final = re.compile(
+    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+) \},"
+    + _KIND_COMMENT
+    + r"\s*$",
+    re.M,
+)
+_CLASS_ROW: Final = re.compile(
+    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+), (-?\d+), "
+    r"(-?\d+) \}," + _KIND_COMMENT + r"\s*$",
+    re.M,
+)
 _ESCAPE: Final = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]+|.)", re.S)
 _SIMPLE: Final = {
     b"n": b"\n",
@@ -142,6 +156,48 @@ def c_unescape(literal: str) -> str:
     return _ESCAPE.sub(sub, body).decode("utf-8")
 
 
+def _parse_rows(body: str, pattern: re.Pattern[str], what: str, path: str | None) -> list[dict[str, Any]]:
+    """Rule rows of one array: (op, layout, type0, type1, {k}, [NK_lo, NK_hi,] M_lo, M_hi, config) and the
+    kind comment."""
+    ops = {s.code: s for s in registry.OPS.values()}
+    layouts = {c: lay.value for lay, c in schema.LAYOUT_CODES.items()}
+    n_rows = sum(1 for line in body.splitlines() if line.strip().startswith("{"))
+    found = list(pattern.finditer(body))
+    if len(found) != n_rows:
+        raise InputError(path, f"{n_rows - len(found)} {what} rows are not in the layout this tool reads")
+    rules = []
+    for row in found:
+        g = row.groups()
+        head = [int(x) for x in g[:4]]
+        k = [int(x) for x in g[4].split(",")]
+        ints = [int(x) for x in g[5:-1]]
+        kind = g[-1]
+        if len(k) != registry.KEY_SLOTS:
+            raise InputError(path, f"{what} row with {len(k)} key slots: {row.group(0).strip()}")
+        try:
+            spec = ops[head[0]]
+            key = spec.key
+            config = registry.Config.from_code(ints[-1])
+            rule: dict[str, Any] = {
+                "op": spec.op.value,
+                "layout": layouts[head[1]],
+                key.TYPE_FIELDS[0]: schema.GGML_TYPES_BY_ID[head[2]].name,
+                key.TYPE_FIELDS[1]: schema.GGML_TYPES_BY_ID[head[3]].name,
+                **dict(zip(key.INT_FIELDS, k, strict=False)),
+                **(dict(zip(tbl.CLASS_FIELDS, ints[:2], strict=True)) if len(ints) == 5 else {}),
+                "M_lo": ints[-3],
+                "M_hi": ints[-2],
+                "config": str(config),
+                "route": config.route.value,
+            }
+        except (KeyError, registry.ConfigError) as e:
+            raise InputError(path, f"unknown code {e} in {what} row {row.group(0).strip()}") from None
+        if kind is not None:
+            rule["kind"] = kind
+        rules.append(rule)
+    return rules
+
+
 def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], str]:
     """A header rendered by :func:`render_header` -> (table dict with the runtime fields, embedded hash)."""
     ints = {m[1]: int(m[2]) for m in _DEFINE_INT.finditer(text)}
@@ -162,56 +218,11 @@ def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], st
             f"(it knows {schema.TABLE_LAYOUT_VERSION})",
             field="GGML_DISPATCH_TABLE_LAYOUT_VERSION",
         )
-    ops = {c: o.value for o, c in schema.OP_CODES.items()}
-    layouts = {c: lay.value for lay, c in schema.LAYOUT_CODES.items()}
-    routes = {c: r.value for r, c in schema.ROUTE_CODES.items()}
     rules: list[dict[str, Any]] = []
     m = _RULES.search(text)
-    for row in _ROW.finditer(m.group(1) if m else ""):
-        v = [int(x) for x in row.group(1).split(",")]
-        if len(v) != 10:
-            raise InputError(path, f"rule row with {len(v)} values: {row.group(0).strip()}")
-        try:
-            rules.append(
-                {
-                    "op": ops[v[0]],
-                    "layout": layouts[v[1]],
-                    "src0_type": schema.GGML_TYPES_BY_ID[v[2]].name,
-                    "src1_type": schema.GGML_TYPES_BY_ID[v[3]].name,
-                    "N": v[4],
-                    "K": v[5],
-                    "B": v[6],
-                    "M_lo": v[7],
-                    "M_hi": v[8],
-                    "route": routes[v[9]],
-                }
-            )
-        except KeyError as e:
-            raise InputError(path, f"unknown code {e} in rule row {row.group(0).strip()}") from None
+    rules += _parse_rows(m.group(1) if m else "", _ROW, "rule", path)
     m = _CLASS_RULES.search(text)
-    for row in _ROW.finditer(m.group(1) if m else ""):
-        v = [int(x) for x in row.group(1).split(",")]
-        if len(v) != 10:
-            raise InputError(path, f"class rule row with {len(v)} values: {row.group(0).strip()}")
-        try:
-            rules.append(
-                {
-                    "op": ops[v[0]],
-                    "layout": layouts[v[1]],
-                    "src0_type": schema.GGML_TYPES_BY_ID[v[2]].name,
-                    "src1_type": schema.GGML_TYPES_BY_ID[v[3]].name,
-                    "N": 0,
-                    "K": 0,
-                    "NK_lo": v[4],
-                    "NK_hi": v[5],
-                    "B": v[6],
-                    "M_lo": v[7],
-                    "M_hi": v[8],
-                    "route": routes[v[9]],
-                }
-            )
-        except KeyError as e:
-            raise InputError(path, f"unknown code {e} in class rule row {row.group(0).strip()}") from None
+    rules += _parse_rows(m.group(1) if m else "", _CLASS_ROW, "class rule", path)
     if len(rules) != ints["GGML_DISPATCH_TABLE_RULE_COUNT"]:
         raise InputError(
             path,

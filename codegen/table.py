@@ -8,13 +8,16 @@ A table is a dict:
 * ``provenance``: source (measured / reference / none), tool version, tuning and census sha256, patch
   hashes, harness versions, drivers, CUDA and cuBLAS versions, the decision parameters, and (only with
   ``--allow-mixed``) every GPU and commit that contributed rows;
-* ``rules``: ``op, layout, src0_type, src1_type, N, K, B, M_lo, M_hi, route`` plus evidence: ``kind``
-  (``measured``: M between measured neighbours that pass; ``interpolated``: M inside a gap between two
-  measured M, from the fitted crossover, with ``between``, ``ci_low`` and ``crossover``; ``default``: N = K
-  = 0, for (N, K) without an exact rule), ``measured_M``, ``min_ratio``, ``shapes`` (what a default was
-  fitted on). A default with ``NK_lo``/``NK_hi`` is a size-class default: it applies only where N*K lies
-  in that range, and it is looked up after the exact (N, K) rules and before the per-type default (N = K
-  = 0 without a range);
+* ``rules``: the op's shape-key fields (``registry.key_class(op).fields()``; MUL_MAT: ``op, layout,
+  src0_type, src1_type, N, K, B``), ``M_lo, M_hi``, ``config`` (the configuration, canonical text, e.g.
+  ``cublas`` or ``cublas/out=f32,compute=f16``) and ``route`` (the config's route) plus evidence:
+  ``kind`` (``measured``: M between measured neighbours that pass; ``interpolated``: M inside a gap
+  between two measured M, from the fitted crossover, with ``between``, ``ci_low`` and ``crossover``;
+  ``default``: the key's default fields at 0 (MUL_MAT and MUL_MAT_ID: N = K = 0), for keys without an
+  exact rule; ``declared``: hand-written), ``measured_M``, ``min_ratio``, ``shapes`` (what a default was
+  fitted on). A default with ``NK_lo``/``NK_hi`` is a size-class default: it applies only where the
+  product of the key's default fields (N*K) lies in that range, and it is looked up after the exact
+  rules and before the per-type default (default fields 0 without a range);
 * ``refused``: every refused candidate with its point and reason.
 
 The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
@@ -31,16 +34,33 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.errors import InputError
 
-RULE_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B", "M_lo", "M_hi", "route")
-CLASS_FIELDS: Final = ("NK_lo", "NK_hi")  # a size-class default's range of N*K (both or neither)
+# MUL_MAT's rule and key fields; other ops: rule_fields(op) / registry.key_class(op).fields()
+RULE_FIELDS: Final = (
+    "op",
+    "layout",
+    "src0_type",
+    "src1_type",
+    "N",
+    "K",
+    "B",
+    "M_lo",
+    "M_hi",
+    "route",
+    "config",
+)
+KEY_FIELDS: Final = schema.SHAPE_KEY
+# a size-class default's range of the product of its key's default fields (N*K): both or neither
+CLASS_FIELDS: Final = ("NK_lo", "NK_hi")
 # "declared": a hand-written rule (the crude-rule baseline), never produced by decide
 RULE_KINDS: Final = ("measured", "interpolated", "default", "declared")
 LEGACY_KINDS: Final = {"exact": "measured"}  # tables written before interpolation called measured rules exact
-KEY_FIELDS: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
+# table.json layout versions this tool reads and upgrades on load: 1 (route only, MUL_MAT; config =
+# route) and 2 (config, no size classes): their rules are rules of the current layout
+UPGRADABLE_LAYOUT_VERSIONS: Final = frozenset({1, 2})
 SOURCE_NONE: Final = "none"
 SOURCE_DECLARED: Final = "declared"  # a hand-written rule (e.g. an A/B baseline), not a measurement
 TABLE_FILENAME: Final = "table.json"
@@ -63,7 +83,6 @@ DECISION_PARAMS: Final = {
 
 _OPS: Final = {o.value: code for o, code in schema.OP_CODES.items()}
 _LAYOUTS: Final = {lay.value: code for lay, code in schema.LAYOUT_CODES.items()}
-_ROUTES: Final = {r.value: code for r, code in schema.ROUTE_CODES.items()}
 _SOURCES: Final = frozenset(
     {schema.Source.MEASURED.value, schema.Source.REFERENCE.value, SOURCE_NONE, SOURCE_DECLARED}
 )
@@ -86,22 +105,42 @@ def empty_table() -> dict[str, Any]:
 # Ordering and canonical text
 
 
+def rule_fields(op: str) -> tuple[str, ...]:
+    """The fields the runtime sees in a rule of ``op`` (a rule without ``config`` has its plain route)."""
+    return (*registry.key_class(op).fields(), "M_lo", "M_hi", "route", "config")
+
+
 def key_codes(rule: Mapping[str, Any]) -> tuple[int, ...]:
-    """(op, layout, src0_type, src1_type, N, K, B) as the integer codes the C array is sorted by."""
-    return (
-        _OPS[rule["op"]],
-        _LAYOUTS[rule["layout"]],
-        schema.GGML_TYPES[rule["src0_type"]].id,
-        schema.GGML_TYPES[rule["src1_type"]].id,
-        int(rule["N"]),
-        int(rule["K"]),
-        int(rule["B"]),
-    )
+    """(op, layout, type0, type1, k[0..KEY_SLOTS-1]) as the integer codes the C array is sorted by."""
+    codes: tuple[int, ...] = registry.shape_key(rule).codes()
+    return codes
+
+
+def rule_config(rule: Mapping[str, Any]) -> str:
+    """The configuration of a rule or refusal (``config``, else its plain ``route``), canonical."""
+    c = rule.get("config")
+    return registry.canonical_config(str(c if c is not None else rule["route"]))
+
+
+def _config_order(text: Any) -> tuple[int, int]:
+    try:
+        return registry.config_order(str(text))
+    except registry.ConfigError:
+        return (99, 0)
 
 
 def is_class(rule: Mapping[str, Any]) -> bool:
-    """A size-class default (N = K = 0 with an N*K range)."""
+    """A size-class default (default fields 0 with an N*K range)."""
     return "NK_lo" in rule
+
+
+def class_fields(rule: Mapping[str, Any]) -> tuple[str, ...]:
+    return CLASS_FIELDS if is_class(rule) else ()
+
+
+def key_size(key: Any) -> int:
+    """What a size class ranges over: the product of the key's default fields (N*K)."""
+    return math.prod(int(getattr(key, f)) for f in key.DEFAULT_FIELDS)
 
 
 def class_codes(rule: Mapping[str, Any]) -> tuple[int, int]:
@@ -113,7 +152,7 @@ def rule_sort_key(rule: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def refusal_sort_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (*key_codes(r), int(r["M"]), _ROUTES.get(r["route"], 99), str(r["reason"]))
+    return (*key_codes(r), int(r["M"]), *_config_order(r.get("config", r["route"])), str(r["reason"]))
 
 
 def _round(x: Any) -> Any:
@@ -238,27 +277,45 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
 def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
     if not isinstance(r, dict):
         raise InputError(path, "a rule is an object", field=where)
-    for f in RULE_FIELDS:
-        if f not in r:
+    if r.get("op") not in _OPS:
+        raise InputError(path, f"unknown op {r.get('op')!r}", field=f"{where}.op")
+    spec = registry.op_spec(r["op"])
+    for f in rule_fields(r["op"]):
+        if f not in r and f != "config":
             raise InputError(path, f"missing {f}", field=where)
-    if r["op"] not in _OPS:
-        raise InputError(path, f"unknown op {r['op']!r}", field=f"{where}.op")
-    if r["layout"] not in _LAYOUTS:
-        raise InputError(path, f"unknown layout {r['layout']!r}", field=f"{where}.layout")
-    for f in ("src0_type", "src1_type"):
+    if r["layout"] not in {lay.value for lay in spec.layouts}:
+        raise InputError(
+            path, f"layout {r['layout']!r} is not a layout of {spec.op.value}", field=f"{where}.layout"
+        )
+    for f in spec.key.TYPE_FIELDS:
         if r[f] not in schema.GGML_TYPES:
             raise InputError(path, f"unknown ggml type {r[f]!r}", field=f"{where}.{f}")
-    if r["route"] not in _ROUTES:
+    text = r.get("config", r["route"])
+    try:
+        config = registry.Config.parse(text) if isinstance(text, str) else None
+    except registry.ConfigError as e:
+        raise InputError(path, f"{e} (stock is never a rule)", field=f"{where}.config") from None
+    if config is None or str(config) != text:
         raise InputError(
-            path, f"unknown route {r['route']!r} (stock is never a rule)", field=f"{where}.route"
+            path, f"config {text!r} is not a canonical configuration string", field=f"{where}.config"
         )
-    for f in ("N", "K", "B", "M_lo", "M_hi"):
+    if r["route"] != config.route.value:
+        raise InputError(
+            path, f"route {r['route']!r} is not the route of config {text!r}", field=f"{where}.route"
+        )
+    if spec.op not in registry.ROUTES[config.route].ops:
+        raise InputError(path, f"route {config.route} does not serve {spec.op.value}", field=f"{where}.route")
+    for f in (*spec.key.INT_FIELDS, "M_lo", "M_hi"):
         if not _is_int(r[f]) or r[f] < 0 or r[f] > 2**62:
             raise InputError(path, "must be a non-negative integer", field=f"{where}.{f}")
-    if (r["N"] == 0) != (r["K"] == 0):
-        raise InputError(path, "N and K are both 0 (a type default) or both positive", field=where)
-    if r["B"] < 1 or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
-        raise InputError(path, "needs B >= 1 and 1 <= M_lo <= M_hi", field=where)
+    zeros = [r[f] == 0 for f in spec.key.DEFAULT_FIELDS]
+    if any(zeros) != all(zeros):
+        names = " and ".join(spec.key.DEFAULT_FIELDS)
+        both = "both" if len(zeros) == 2 else "all"
+        raise InputError(path, f"{names} are {both} 0 (a type default) or {both} positive", field=where)
+    required = [f for f in spec.key.INT_FIELDS if f not in spec.key.DEFAULT_FIELDS and f != "routing"]
+    if any(r[f] < 1 for f in required) or r["M_lo"] < 1 or r["M_hi"] < r["M_lo"]:
+        raise InputError(path, f"needs {', '.join(required)} >= 1 and 1 <= M_lo <= M_hi", field=where)
     if "kind" in r and r["kind"] not in RULE_KINDS and r["kind"] not in LEGACY_KINDS:
         raise InputError(
             path, f"kind must be one of {', '.join(RULE_KINDS)}, got {r['kind']!r}", field=f"{where}.kind"
@@ -269,8 +326,29 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
         for f in CLASS_FIELDS:
             if not _is_int(r[f]) or r[f] < 1 or r[f] > 2**62:
                 raise InputError(path, "must be a positive integer", field=f"{where}.{f}")
-        if r["NK_hi"] < r["NK_lo"] or r["N"] != 0 or r["K"] != 0:
-            raise InputError(path, "a size-class default has N = K = 0 and NK_lo <= NK_hi", field=where)
+        names = " = ".join(spec.key.DEFAULT_FIELDS)
+        if not spec.key.DEFAULT_FIELDS:
+            raise InputError(path, f"{spec.op.value} has no size-class defaults", field=where)
+        if r["NK_hi"] < r["NK_lo"] or not all(zeros):
+            raise InputError(path, f"a size-class default has {names} = 0 and NK_lo <= NK_hi", field=where)
+
+
+def upgrade(table: Any) -> Any:
+    """A table of an older layout version this tool still reads, in the current layout (else as given)."""
+    if not isinstance(table, dict) or table.get("layout_version") not in UPGRADABLE_LAYOUT_VERSIONS:
+        return table
+    out = dict(table)
+    out["layout_version"] = schema.TABLE_LAYOUT_VERSION
+    for name in ("rules", "refused"):
+        rows = out.get(name)
+        if isinstance(rows, list):
+            out[name] = [
+                {**row, "config": row["route"]}
+                if isinstance(row, dict) and "route" in row and "config" not in row
+                else row
+                for row in rows
+            ]
+    return out
 
 
 def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -278,7 +356,7 @@ def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
         table = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(path, f"not JSON: {e.msg}", line=e.lineno) from None
-    return validate(table, path)
+    return validate(upgrade(table), path)
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -329,7 +407,8 @@ def build_table(
             **r.key.as_dict(),
             "M_lo": r.M_lo,
             "M_hi": r.M_hi,
-            "route": r.route,
+            "config": registry.canonical_config(r.route),
+            "route": registry.config_route(r.route),
             "kind": r.kind,
             "measured_M": list(r.measured_M),
             "min_ratio": r.min_ratio,
@@ -344,7 +423,14 @@ def build_table(
             row["crossover"] = list(r.crossover) if r.crossover is not None else None
         rules.append(row)
     refused = [
-        {**f.key.as_dict(), "M": f.M, "route": f.route, "kind": f.kind, "reason": f.reason}
+        {
+            **f.key.as_dict(),
+            "M": f.M,
+            "config": registry.canonical_config(f.route),
+            "route": registry.config_route(f.route),
+            "kind": f.kind,
+            "reason": f.reason,
+        }
         for f in decisions.refusals
     ]
     table = {
@@ -376,18 +462,33 @@ def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
     return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
 
 
-def _find(
-    rules: Sequence[Mapping[str, Any]], key: tuple[Any, ...], M: int, NK: int | None = None
-) -> str | None:
-    """``NK`` None: a rule without a size class; else a size-class rule whose range holds NK."""
+def _find(rules: Sequence[Mapping[str, Any]], key: Any, M: int, size: int | None = None) -> str | None:
+    """``size`` None: a rule without a size class; else a size-class rule whose N*K range holds it."""
+    fields = key.fields()
+    want = tuple(getattr(key, f) for f in fields)
     for r in rules:
-        if tuple(r[f] for f in KEY_FIELDS) != key or not r["M_lo"] <= M <= r["M_hi"]:
+        if r["op"] != key.op or registry.key_class(r["op"]) is not type(key):
+            continue  # another op, or a key of another class (a MUL_MAT key asked with a MUL_MAT_ID op)
+        if tuple(r[f] for f in fields) != want or not r["M_lo"] <= M <= r["M_hi"]:
             continue
-        if NK is None and not is_class(r):
-            return str(r["route"])
-        if NK is not None and is_class(r) and r["NK_lo"] <= NK <= r["NK_hi"]:
-            return str(r["route"])
+        if size is None and not is_class(r):
+            return rule_config(r)
+        if size is not None and is_class(r) and r["NK_lo"] <= size <= r["NK_hi"]:
+            return rule_config(r)
     return None
+
+
+def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> str | None:
+    """The configuration the table picks for a shape key of any op at M, or None for stock."""
+    if not gpu_matches(table, gpu):
+        return None
+    rules = table["rules"]
+    config = _find(rules, key, M)
+    if config is None and key.DEFAULT_FIELDS and not key.is_default:
+        config = _find(rules, key.group(), M, size=key_size(key))
+    if config is None and key.DEFAULT_FIELDS and not key.is_default:
+        config = _find(rules, key.group(), M)
+    return config
 
 
 def lookup(
@@ -402,26 +503,21 @@ def lookup(
     K: int,
     B: int,
 ) -> str | None:
-    """The route the table picks, or None for stock. Exact (N, K) rules win over size-class defaults, and
-    those over per-type defaults."""
-    if not gpu_matches(table, gpu):
-        return None
-    rules = table["rules"]
-    route = _find(rules, (op, layout, src0_type, src1_type, N, K, B), M)
-    if route is None and (N != 0 or K != 0):
-        route = _find(rules, (op, layout, src0_type, src1_type, 0, 0, B), M, NK=N * K)
-    if route is None and (N != 0 or K != 0):
-        route = _find(rules, (op, layout, src0_type, src1_type, 0, 0, B), M)
-    return route
+    """MUL_MAT: the configuration the table picks (a route name for a plain config), or None for stock.
+    Exact (N, K) rules win over size-class defaults, and those over per-type defaults."""
+    return lookup_key(table, gpu, schema.ShapeKey(op, layout, src0_type, src1_type, N, K, B), M)
 
 
 def rule_label(r: Mapping[str, Any]) -> str:
-    nk = "N=* K=*" if r["N"] == 0 and r["K"] == 0 else f"N={r['N']} K={r['K']}"
-    if is_class(r):
-        hi = "inf" if r["NK_hi"] >= 2**62 else str(r["NK_hi"])
-        nk = f"N*K={r['NK_lo']}..{hi}"
     span = f"M={r['M_lo']}" if r["M_lo"] == r["M_hi"] else f"M={r['M_lo']}..{r['M_hi']}"
-    return f"{r['op']} {r['layout']} {r['src0_type']}x{r['src1_type']} {nk} B={r['B']} {span}"
+    key = registry.shape_key(r)
+    if not is_class(r):
+        return f"{key.label()} {span}"
+    hi = "inf" if r["NK_hi"] >= 2**62 else str(r["NK_hi"])
+    t0, t1 = (r[f] for f in key.TYPE_FIELDS)
+    parts = [f"{'*'.join(key.DEFAULT_FIELDS)}={r['NK_lo']}..{hi}"]
+    parts += [f"{f}={r[f]}" for f in key.INT_FIELDS if f not in key.DEFAULT_FIELDS]
+    return f"{r['op']} {r['layout']} {t0}x{t1} {' '.join(parts)} {span}"
 
 
 def rule_kind(r: Mapping[str, Any]) -> str | None:
@@ -429,9 +525,12 @@ def rule_kind(r: Mapping[str, Any]) -> str | None:
     k = r.get("kind")
     if isinstance(k, str):
         return LEGACY_KINDS.get(k, k)
-    return "default" if r["N"] == 0 and r["K"] == 0 else None
+    return "default" if registry.shape_key(r).is_default else None
 
 
 def core_rules(rules: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rules reduced to the fields the runtime sees (what a header carries)."""
-    return [{f: r[f] for f in (*RULE_FIELDS, *(CLASS_FIELDS if is_class(r) else ()))} for r in rules]
+    return [
+        {f: (rule_config(r) if f == "config" else r[f]) for f in (*rule_fields(r["op"]), *class_fields(r))}
+        for r in rules
+    ]

@@ -19,10 +19,11 @@ at the border and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
+
+from ggml_dispatch import registry
 
 TOOL_NAME: Final = "ggml-dispatch"
 TOOL_VERSION: Final = "0.1.0"
@@ -33,7 +34,7 @@ CENSUS_SCHEMA: Final = "ggml-dispatch-census/1"
 TUNING_SCHEMA: Final = "ggml-dispatch-tuning/1"
 TABLE_SCHEMA: Final = "ggml-dispatch-table/1"
 # Bumped whenever the C layout of the generated header changes; the runtime lookup checks it.
-TABLE_LAYOUT_VERSION: Final = 1
+TABLE_LAYOUT_VERSION: Final = 3
 
 # The pinned upstream tree (DESIGN.md "Where things run").
 PINNED_LLAMA_CPP_PYTHON: Final = "0.3.36"
@@ -41,57 +42,23 @@ PINNED_SDIST_SHA256: Final = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36
 PINNED_UPSTREAM_COMMIT: Final = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
-class Op(StrEnum):
-    MUL_MAT = "MUL_MAT"
-    MUL_MAT_ID = "MUL_MAT_ID"
+# Ops, layouts, fused groups and routes, with their integer codes, are spelled once in the registry.
+Op = registry.Op
+Layout = registry.Layout
+Fused = registry.Fused
+Route = registry.Route  # the kernel families a table may choose
 
-
-class Layout(StrEnum):
-    """Rules never cross layout classes."""
-
-    WEIGHT = "weight"  # contiguous src0, B = 1
-    ATTENTION = "attention"  # src0 is a KV-cache view (non-contiguous) or B > 1
-    EXPERT = "expert"  # MUL_MAT_ID
-
-
-class Fused(StrEnum):
-    GLU = "glu"
-    BIAS = "bias"
-    SCALE = "scale"
-
-
-class Route(StrEnum):
-    """Kernel families a table may choose. The integer codes are shared with the native side."""
-
-    MMVF = "mmvf"
-    MMF = "mmf"
-    MMVQ = "mmvq"
-    MMQ = "mmq"
-    CUBLAS = "cublas"
-
+# The ops the route trace (ggml-route-trace/1) records and the census reads: the matrix multiplications.
+TRACE_OPS: Final = frozenset({Op.MUL_MAT, Op.MUL_MAT_ID})
 
 # Stable integer codes used by the generated header and the native hook (0 = stock / no rule).
-ROUTE_STOCK_CODE: Final = 0
-ROUTE_CODES: Final[dict[Route, int]] = {
-    Route.MMVF: 1,
-    Route.MMF: 2,
-    Route.MMVQ: 3,
-    Route.MMQ: 4,
-    Route.CUBLAS: 5,
-}
-
-# Integer codes shared with the generated header and the native hook.
-OP_CODES: Final[dict[Op, int]] = {Op.MUL_MAT: 0, Op.MUL_MAT_ID: 1}
-LAYOUT_CODES: Final[dict[Layout, int]] = {Layout.WEIGHT: 0, Layout.ATTENTION: 1, Layout.EXPERT: 2}
+ROUTE_STOCK_CODE: Final = registry.STOCK_CODE
+ROUTE_CODES: Final[dict[Route, int]] = registry.ROUTE_CODES
+OP_CODES: Final[dict[Op, int]] = registry.OP_CODES
+LAYOUT_CODES: Final[dict[Layout, int]] = registry.LAYOUT_CODES
 
 # What a trace may report as having run: the table routes plus paths the table never chooses.
-TRACE_ONLY_ROUTES: Final = frozenset(
-    {
-        "mmvf_t",  # the transposed-vector mmvf path (ne01 == 1)
-        "fwht",  # the FWHT hint path
-        "id_sorted",  # MUL_MAT_ID fallback: per-expert MUL_MATs after sorting rows
-    }
-)
+TRACE_ONLY_ROUTES: Final = frozenset(registry.TRACE_ONLY_ROUTES)
 TRACE_ROUTES: Final = frozenset({r.value for r in Route}) | TRACE_ONLY_ROUTES
 
 REASON_STOCK: Final = "stock"
@@ -129,69 +96,11 @@ TRIAL_STATUSES: Final = frozenset(s.value for s in TrialStatus)
 
 
 # --------------------------------------------------------------------------------------------
-# ggml types of the pinned tree: id -> (name as ggml_type_name spells it, block size, bytes/block)
+# ggml types of the pinned tree (the registry holds the table)
 
-
-@dataclass(frozen=True)
-class GgmlType:
-    id: int
-    name: str
-    block_size: int
-    type_size: int
-
-    @property
-    def quantized(self) -> bool:
-        return self.name not in _UNQUANTIZED
-
-    def row_bytes(self, ne0: int) -> int:
-        return (ne0 // self.block_size) * self.type_size
-
-    def bytes_per_element(self) -> float:
-        return self.type_size / self.block_size
-
-
-_QK_K = 256
-_TYPE_ROWS: tuple[tuple[int, str, int, int], ...] = (
-    (0, "f32", 1, 4),
-    (1, "f16", 1, 2),
-    (2, "q4_0", 32, 2 + 16),
-    (3, "q4_1", 32, 2 + 2 + 16),
-    (6, "q5_0", 32, 2 + 4 + 16),
-    (7, "q5_1", 32, 2 + 2 + 4 + 16),
-    (8, "q8_0", 32, 2 + 32),
-    (9, "q8_1", 32, 2 + 2 + 32),
-    (10, "q2_K", 256, 2 + 2 + _QK_K // 16 + _QK_K // 4),
-    (11, "q3_K", 256, 2 + _QK_K // 4 + _QK_K // 8 + 12),
-    (12, "q4_K", 256, 2 + 2 + _QK_K // 2 + 12),
-    (13, "q5_K", 256, 2 + 2 + _QK_K // 2 + _QK_K // 8 + 12),
-    (14, "q6_K", 256, 2 + _QK_K // 2 + _QK_K // 4 + _QK_K // 16),
-    (15, "q8_K", 256, 4 + _QK_K + _QK_K // 8),
-    (16, "iq2_xxs", 256, 2 + _QK_K // 4),
-    (17, "iq2_xs", 256, 2 + _QK_K // 4 + _QK_K // 32),
-    (18, "iq3_xxs", 256, 2 + _QK_K // 4 + _QK_K // 8),
-    (19, "iq1_s", 256, 2 + _QK_K // 8 + _QK_K // 16),
-    (20, "iq4_nl", 32, 2 + 16),
-    (21, "iq3_s", 256, 2 + _QK_K // 4 + _QK_K // 8 + _QK_K // 32 + 4),
-    (22, "iq2_s", 256, 2 + _QK_K // 4 + _QK_K // 16),
-    (23, "iq4_xs", 256, 2 + 2 + _QK_K // 2 + _QK_K // 64),
-    (24, "i8", 1, 1),
-    (25, "i16", 1, 2),
-    (26, "i32", 1, 4),
-    (27, "i64", 1, 8),
-    (28, "f64", 1, 8),
-    (29, "iq1_m", 256, _QK_K // 8 + _QK_K // 16 + _QK_K // 32),
-    (30, "bf16", 1, 2),
-    (34, "tq1_0", 256, 2 + 4 * 13),
-    (35, "tq2_0", 256, 2 + 64),
-    (39, "mxfp4", 32, 1 + 16),
-    (40, "nvfp4", 64, 4 + 32),
-    (41, "q1_0", 128, 2 + 16),
-    (42, "q2_0", 64, 2 + 16),
-)
-_UNQUANTIZED = frozenset({"f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64"})
-
-GGML_TYPES: Final[dict[str, GgmlType]] = {name: GgmlType(i, name, b, s) for i, name, b, s in _TYPE_ROWS}
-GGML_TYPES_BY_ID: Final[dict[int, GgmlType]] = {t.id: t for t in GGML_TYPES.values()}
+GgmlType = registry.GgmlType
+GGML_TYPES: Final = registry.GGML_TYPES
+GGML_TYPES_BY_ID: Final = registry.GGML_TYPES_BY_ID
 
 
 def ggml_type(name: str) -> GgmlType:
@@ -218,7 +127,9 @@ class Gemm:
 def gemm_of(op: Op | str, src0_ne: tuple[int, ...], src1_ne: tuple[int, ...]) -> Gemm:
     if Op(op) is Op.MUL_MAT:
         return Gemm(M=src1_ne[1], N=src0_ne[1], K=src0_ne[0], B=src1_ne[2] * src1_ne[3])
-    return Gemm(M=src1_ne[2], N=src0_ne[1], K=src0_ne[0], B=1, E=src0_ne[2], U=src1_ne[1])
+    if Op(op) is Op.MUL_MAT_ID:
+        return Gemm(M=src1_ne[2], N=src0_ne[1], K=src0_ne[0], B=1, E=src0_ne[2], U=src1_ne[1])
+    raise ValueError(f"{op} is not a matrix multiplication")
 
 
 def is_contiguous(ne: tuple[int, ...], nb: tuple[int, ...], t: GgmlType) -> bool:
@@ -239,6 +150,8 @@ def layout_of(
 ) -> Layout:
     if Op(op) is Op.MUL_MAT_ID:
         return Layout.EXPERT
+    if Op(op) is Op.FLASH_ATTN_EXT:
+        return Layout.ATTENTION
     if B == 1 and is_contiguous(src0_ne, src0_nb, ggml_type(src0_type)):
         return Layout.WEIGHT
     return Layout.ATTENTION
@@ -397,63 +310,7 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
     "source": "string",
 }
 
-# The key that identifies a tunable shape class (a rule is an M interval per such key).
-SHAPE_KEY: Final = ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
-
-
-@dataclass(frozen=True, order=True)
-class ShapeKey:
-    """A SHAPE_KEY value; in a table, N = K = 0 marks a per-type default."""
-
-    op: str
-    layout: str
-    src0_type: str
-    src1_type: str
-    N: int
-    K: int
-    B: int
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> ShapeKey:
-        """The key of a tuning or census row (any mapping with the SHAPE_KEY columns)."""
-        return cls(
-            str(row["op"]),
-            str(row["layout"]),
-            str(row["src0_type"]),
-            str(row["src1_type"]),
-            int(row["N"]),
-            int(row["K"]),
-            int(row["B"]),
-        )
-
-    def group(self) -> ShapeKey:
-        """The per-type default key this shape falls under."""
-        return ShapeKey(self.op, self.layout, self.src0_type, self.src1_type, 0, 0, self.B)
-
-    @property
-    def is_default(self) -> bool:
-        return self.N == 0 and self.K == 0
-
-    def codes(self) -> tuple[int, int, int, int, int, int, int]:
-        """Sort order shared with the C rules array."""
-        return (
-            OP_CODES[Op(self.op)],
-            LAYOUT_CODES[Layout(self.layout)],
-            GGML_TYPES[self.src0_type].id,
-            GGML_TYPES[self.src1_type].id,
-            self.N,
-            self.K,
-            self.B,
-        )
-
-    def label(self) -> str:
-        """For people: ``MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1``."""
-        nk = "N=* K=*" if self.is_default else f"N={self.N} K={self.K}"
-        return f"{self.op} {self.layout} {self.src0_type}x{self.src1_type} {nk} B={self.B}"
-
-    def id(self) -> str:
-        """For case ids and journals: ``MUL_MAT:weight:q4_K:f32:N4096:K4096:B1``."""
-        return f"{self.op}:{self.layout}:{self.src0_type}:{self.src1_type}:N{self.N}:K{self.K}:B{self.B}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in SHAPE_KEY}
+# The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the
+# other ops' keys are registry.MulMatIdKey and registry.FlashAttnKey (registry.key_class(op)).
+ShapeKey = registry.ShapeKey
+SHAPE_KEY: Final = ShapeKey.fields()

@@ -1,7 +1,8 @@
 """Install the dispatch hook, trace writer and table into a llama.cpp tree, or take them out again.
 
 ``install`` copies the native sources of ``hook/native/`` into ``ggml/src/ggml-cuda/`` (whose
-CMakeLists globs ``*.cu``), renders the table header (the "no table" header by default), stamps the
+CMakeLists globs ``*.cu``), writes ``ggml-dispatch-codes.h`` rendered from the registry
+(``hook/codes.py``), renders the table header (the "no table" header by default), stamps the
 upstream commit and the patch hash into ``ggml-dispatch-build.h``, applies the anchored edits of
 ``ggml-cuda.hook`` to ``ggml-cuda.cu`` and records all of it in ``ggml-dispatch.install.json``.
 
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import schema
-from hook import patch
+from ggml_dispatch import registry, schema
+from hook import codes, patch
 
 NATIVE_DIR: Final = Path(__file__).resolve().parent / "native"
 HOOK_SPEC: Final = "ggml-cuda.hook"
@@ -81,7 +82,10 @@ def load_hunks(native_dir: Path = NATIVE_DIR) -> list[patch.Hunk]:
 
 
 def native_sources(native_dir: Path = NATIVE_DIR) -> dict[str, bytes]:
-    return {name: (native_dir / name).read_bytes() for name in NATIVE_SOURCES}
+    """The native files install writes beside ggml-cuda.cu: the copied sources, the generated codes header."""
+    files = {name: (native_dir / name).read_bytes() for name in NATIVE_SOURCES}
+    files[codes.CODES_HEADER] = codes.render_codes_header().encode("utf-8")
+    return files
 
 
 def patch_hash(sources: Mapping[str, bytes], hunks: list[patch.Hunk]) -> str:
@@ -147,10 +151,12 @@ def _fallback_empty_header() -> str:
         'static const char ggml_dispatch_table_upstream_commit[] = "";\n\n'
         "static inline int ggml_dispatch_table_gpu_matches(const char * name, int cc, int sm_count) {\n"
         "    (void) name;\n    (void) cc;\n    (void) sm_count;\n    return 0;\n}\n\n"
-        "static inline int ggml_dispatch_table_lookup(int op, int layout, int src0_type, int src1_type, "
-        "int64_t M, int64_t N,\n                                             int64_t K, int64_t B) {\n"
-        "    (void) op;\n    (void) layout;\n    (void) src0_type;\n    (void) src1_type;\n"
-        "    (void) M;\n    (void) N;\n    (void) K;\n    (void) B;\n    return 0;\n}\n\n"
+        f"#define GGML_DISPATCH_TABLE_KEY_SLOTS {registry.KEY_SLOTS}\n"
+        f"#define GGML_DISPATCH_TABLE_OP_COUNT {len(registry.OPS)}\n\n"
+        "static inline int ggml_dispatch_table_lookup(int op, int layout, int type0, int type1, "
+        "const int64_t * k, int64_t M) {\n"
+        "    (void) op;\n    (void) layout;\n    (void) type0;\n    (void) type1;\n"
+        "    (void) k;\n    (void) M;\n    return 0;\n}\n\n"
         "#endif /* GGML_DISPATCH_TABLE_H */\n"
     )
 

@@ -116,7 +116,7 @@ fi
 
 # --- probe: the harness interface ----------------------------------------------------------------
 probe_build() {  # $1 = lib dir
-    g++ -std=c++17 -O2 -I"$SRC/ggml/include" -I"$REPO/hook/native" "$REPO/lab/dispatch_probe.cpp" \
+    g++ -std=c++17 -O2 -I"$SRC/ggml/include" -I"$REPO/hook/native" -I"$SRC/ggml/src/ggml-cuda" "$REPO/lab/dispatch_probe.cpp" \
         -o "$1/dispatch_probe" -L"$1" -lggml -lggml-base -lggml-cuda -Wl,-rpath,"$1" -Wl,--allow-shlib-undefined
 }
 if has_part probe; then

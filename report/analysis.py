@@ -28,7 +28,7 @@ import pandas as pd
 from codegen import decide
 from codegen import predict as predict_mod
 from codegen import table as table_mod
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from report.ab import AB_ARMS, AbRecord
 from report.inputs import STATUS_KINDS, TableView, finite, records, status_kind
 
@@ -109,7 +109,8 @@ def route_key(route: str) -> tuple[int, str]:
 
 
 def shape_sort_key(key: ShapeKey) -> tuple[Any, ...]:
-    """The C rules array's order (op, layout, type ids, N, K, B); unknown names after known ones."""
+    """The C rules array's order (op, layout, type ids, the op's key fields); unknown names after known
+    ones."""
     ops = {o.value: c for o, c in schema.OP_CODES.items()}
     layouts = {x.value: c for x, c in schema.LAYOUT_CODES.items()}
 
@@ -120,15 +121,12 @@ def shape_sort_key(key: ShapeKey) -> tuple[Any, ...]:
     return (
         ops.get(key.op, 99),
         layouts.get(key.layout, 99),
-        tid(key.src0_type),
-        tid(key.src1_type),
-        key.N,
-        key.K,
-        key.B,
+        *(tid(getattr(key, f)) for f in key.TYPE_FIELDS),
+        *(int(getattr(key, f)) for f in key.INT_FIELDS),
+        *([0] * (registry.KEY_SLOTS - len(key.INT_FIELDS))),
         key.op,
         key.layout,
-        key.src0_type,
-        key.src1_type,
+        *(str(getattr(key, f)) for f in key.TYPE_FIELDS),
     )
 
 
@@ -137,7 +135,8 @@ def shape_label(key: ShapeKey) -> str:
 
 
 def shape_slug(key: ShapeKey) -> str:
-    raw = f"{key.op}-{key.layout}-{key.src0_type}-{key.src1_type}-n{key.N}-k{key.K}-b{key.B}"
+    ints = "-".join(f"{f[0] if f in ('N', 'K', 'B') else f}{getattr(key, f)}" for f in key.INT_FIELDS)
+    raw = f"{key.op}-{key.layout}-{key.src0_type}-{key.src1_type}-{ints}"
     return safe_name(raw.lower())
 
 
@@ -226,7 +225,7 @@ def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> TuningAnalysis:
     evals, stock = decide.evaluate(df, params)
     rows_at: dict[tuple[ShapeKey, int], list[dict[str, Any]]] = defaultdict(list)
     for row in records(df):
-        rows_at[(ShapeKey.of(row), int(row["M"]))].append(row)
+        rows_at[(registry.shape_key(row), int(row["M"]))].append(row)
     points: list[Point] = []
     for key in sorted(evals, key=shape_sort_key):
         for M in sorted(evals[key]):
@@ -237,7 +236,7 @@ def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> TuningAnalysis:
             routes: list[RouteAtPoint] = []
             for route in sorted(evals[key][M], key=route_key):
                 ev = evals[key][M][route]
-                rrows = [r for r in prow if r["route"] == route]
+                rrows = [r for r in prow if decide.config_of(r) == route]
                 counts = Counter(status_kind(str(r["status"])) or "failed" for r in rrows)
                 routes.append(
                     RouteAtPoint(
@@ -275,7 +274,7 @@ def failure_messages(df: pd.DataFrame) -> list[tuple[str, int, str]]:
             continue
         msg = status[len(schema.FAILED_PREFIX) :].strip() or "(no message)"
         counts[msg] += 1
-        key = ShapeKey.of(row)
+        key = registry.shape_key(row)
         where = (shape_sort_key(key), int(row["M"]), route_key(str(row["route"])), int(row["trial"]))
         label = f"{shape_label(key)}, M={row['M']}, {row['route']}"
         if msg not in first or where < first[msg][0]:
@@ -296,7 +295,7 @@ def census_points(rows: Sequence[Mapping[str, Any]]) -> list[CensusPoint]:
     """Census rows summed per (shape key, M, fused or not)."""
     acc: dict[tuple[ShapeKey, int, bool], list[float]] = {}
     for r in rows:
-        key = (ShapeKey.of(r), int(r["M"]), bool(r["fused"]))
+        key = (registry.shape_key(r), int(r["M"]), bool(r["fused"]))
         a = acc.setdefault(key, [0.0, 0.0])
         a[0] += float(r["calls"])
         a[1] += float(r["est_us"])
@@ -374,7 +373,7 @@ class GainModel:
         self._cache: dict[int | None, Gains | None] = {}
 
     def _chosen_route(self, rec: Mapping[str, Any], _gpu: schema.GpuId) -> str | None:
-        return self._chosen.get((ShapeKey.of(rec), int(rec["M"])))
+        return self._chosen.get((registry.shape_key(rec), int(rec["M"])))
 
     def at(self, M: int | None = None) -> Gains | None:
         """Gains over the census rows at ``M`` (all rows with None); None where the census has none."""

@@ -15,7 +15,7 @@ import pandas as pd
 
 from codegen import decide
 from codegen import table as table_mod
-from ggml_dispatch import fileio
+from ggml_dispatch import fileio, registry
 from ggml_dispatch.artifacts import census as census_artifact
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.artifacts import tuning as tuning_artifact
@@ -52,33 +52,24 @@ class TableView:
         return list(self.data["rules"])
 
     def route_at(self, key: ShapeKey, M: int) -> str | None:
-        return table_mod.lookup(
-            self.data,
-            table_mod.table_gpu(self.data),
-            key.op,
-            key.layout,
-            key.src0_type,
-            key.src1_type,
-            M,
-            key.N,
-            key.K,
-            key.B,
-        )
+        """The configuration the table picks for a shape key of any op (None: stock)."""
+        return table_mod.lookup_key(self.data, table_mod.table_gpu(self.data), key, M)
 
     def rules_for(self, key: ShapeKey) -> list[dict[str, Any]]:
-        """The shape key's own rules, then the per-type defaults (N = K = 0) that can apply to it."""
-        own = [r for r in self.rules if tuple(r[f] for f in table_mod.KEY_FIELDS) == _key_tuple(key)]
-        default = _key_tuple(ShapeKey(key.op, key.layout, key.src0_type, key.src1_type, 0, 0, key.B))
-        defaults = [r for r in self.rules if tuple(r[f] for f in table_mod.KEY_FIELDS) == default]
+        """The shape key's own rules, then the defaults of its type (the key's default fields 0, size-class
+        defaults included) that can apply to it."""
+        own = [r for r in self.rules if _key_of(r) == key]
+        group = key.group()
+        defaults = [r for r in self.rules if _key_of(r) == group] if group != key else []
         return sorted(own, key=lambda r: int(r["M_lo"])) + sorted(defaults, key=lambda r: int(r["M_lo"]))
 
 
-def _key_tuple(key: ShapeKey) -> tuple[Any, ...]:
-    return (key.op, key.layout, key.src0_type, key.src1_type, key.N, key.K, key.B)
+def _key_of(rule: Mapping[str, Any]) -> Any:
+    return registry.shape_key(rule)
 
 
 def is_default_rule(rule: Mapping[str, Any]) -> bool:
-    return bool(rule["N"] == 0 and rule["K"] == 0)
+    return bool(registry.shape_key(rule).is_default)
 
 
 @dataclass

@@ -172,7 +172,7 @@ def plot_type_speedups(tkey: tuple[str, str, str, str], points: Sequence[Point],
             ms=4,
             capsize=3,
             color=f"C{i % 10}",
-            label=f"N={key.N} K={key.K} B={key.B}",
+            label=" ".join(f"{f}={getattr(key, f)}" for f in key.INT_FIELDS),
         )
     ax.axhline(1.0, color=STOCK_COLOR, lw=1, ls="--")
     _log_m_axis(ax, [p.M for p in points])
@@ -206,7 +206,8 @@ def _short_label(key: ShapeKey, M: int, fused: bool) -> str:
     """A y-axis label: what tells two census points apart in a one-op-kind table."""
     parts = [key.src0_type if key.src1_type == "f32" else f"{key.src0_type}x{key.src1_type}", f"N={key.N}"]
     parts.append(f"K={key.K}")
-    if key.B != 1:
+    parts += [f"{f}={getattr(key, f)}" for f in key.INT_FIELDS if f not in ("N", "K", "B")]
+    if getattr(key, "B", 1) != 1:
         parts.append(f"B={key.B}")
     if key.op != "MUL_MAT" or key.layout != "weight":
         parts.insert(0, f"{key.op} {key.layout}")

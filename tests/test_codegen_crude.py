@@ -95,7 +95,8 @@ int main(void) {
     printf("%d\n", ggml_dispatch_table_gpu_matches(ggml_dispatch_table_gpu_name, GGML_DISPATCH_TABLE_GPU_CC,
                                                    GGML_DISPATCH_TABLE_GPU_SM_COUNT));
     while (scanf("%d %d %d %lld %lld %lld", &op, &layout, &s0, &M, &N, &K) == 6) {
-        const int r = ggml_dispatch_table_lookup(op, layout, s0, 0, (int64_t) M, (int64_t) N, (int64_t) K, 1);
+        const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS] = { (int64_t) N, (int64_t) K, 1 }; /* MUL_MAT: B = 1 */
+        const int     r = ggml_dispatch_table_lookup(op, layout, s0, 0, k, (int64_t) M);
         printf("%d\n", r);
     }
     return 0;

@@ -4,6 +4,8 @@ answers 10,000 queries exactly as the Python lookup does. At least half the quer
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import random
 import subprocess
 from pathlib import Path
@@ -14,7 +16,7 @@ from test_codegen_support import frame, reference_tsv, trials
 
 from codegen import decide, render
 from codegen import table as tbl
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from tuner import reference
 
 GPU = schema.GpuId('NVIDIA H200 "SXM" \\ ??= */ é', 900, 132)
@@ -25,15 +27,15 @@ DRIVER = r"""
 #include <stdio.h>
 #include <string.h>
 
-/* Each stdin line: hex(name) or "-", cc, sm_count, op, layout, src0_type, src1_type, M, N, K, B.
-   Prints: gpu_matches, lookup (ungated), gated route. */
+/* Each stdin line: hex(name) or "-", cc, sm_count, op, layout, type0, type1, k[0..4], M.
+   Prints: gpu_matches, lookup (ungated), gated configuration code. */
 int main(void) {
     static char hex[4096];
     static char name[2048];
     int cc, sm, op, layout, s0, s1;
-    long long M, N, K, B;
-    while (scanf("%4095s %d %d %d %d %d %d %lld %lld %lld %lld", hex, &cc, &sm, &op, &layout, &s0, &s1, &M,
-                 &N, &K, &B) == 11) {
+    long long k[5], M;
+    while (scanf("%4095s %d %d %d %d %d %d %lld %lld %lld %lld %lld %lld", hex, &cc, &sm, &op, &layout, &s0,
+                 &s1, &k[0], &k[1], &k[2], &k[3], &k[4], &M) == 13) {
         size_t n = 0;
         if (strcmp(hex, "-") != 0) {
             for (size_t i = 0; hex[2 * i] != 0 && hex[2 * i + 1] != 0; ++i) {
@@ -43,9 +45,12 @@ int main(void) {
             }
         }
         name[n] = 0;
+        int64_t slots[GGML_DISPATCH_TABLE_KEY_SLOTS];
+        for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_SLOTS; ++i) {
+            slots[i] = (int64_t) k[i];
+        }
         const int m = ggml_dispatch_table_gpu_matches(name, cc, sm);
-        const int r = ggml_dispatch_table_lookup(op, layout, s0, s1, (int64_t) M, (int64_t) N, (int64_t) K,
-                                                 (int64_t) B);
+        const int r = ggml_dispatch_table_lookup(op, layout, s0, s1, slots, (int64_t) M);
         printf("%d %d %d\n", m, r, m ? r : 0);
     }
     return 0;
@@ -83,41 +88,55 @@ def rich_table() -> tuple[dict[str, Any], decide.Decisions]:
                 gpu=GPU,
                 n=3,
             )
-    for M, speed in ((4, {"mmq": 1.0, "mmvq": 1.5}), (512, {"mmq": 1.0, "cublas": 1.5})):
-        rows += trials(
+    # two MUL_MAT_ID shapes of one type and size class: exact rules, a per-type default and a class default
+    for (N, K), (M, speed) in itertools.product(
+        ((2880, 2880), (4096, 2880)), ((4, {"mmq": 1.0, "mmvq": 1.5}), (512, {"mmq": 1.0, "mmf": 1.5}))
+    ):
+        id_rows = trials(
             speed=speed,
             M=M,
-            N=2880,
-            K=2880,
+            N=N,
+            K=K,
             op="MUL_MAT_ID",
             layout="expert",
             src0_type="mxfp4",
             gpu=GPU,
             n=3,
         )
-    d = decide.decide(frame(rows), decide.Params(min_trials=3, resamples=300))
+        rows += id_rows
+    df = frame(rows)
+    is_id = df["op"] == "MUL_MAT_ID"
+    df["E"] = is_id.map({True: 32, False: 1})  # MUL_MAT_ID's key has E and U (op-specific columns)
+    df["U"] = is_id.map({True: 4, False: 1})
+    d = decide.decide(df, decide.Params(min_trials=3, resamples=300))
     return tbl.build_table(d, tuning_sha256="ef" * 32), d
 
 
-def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple[list[tuple[Any, ...]], int]:
-    """(gpu, op, layout, src0_type, src1_type, M, N, K, B) tuples, and how many are edge queries."""
-    edge: list[tuple[Any, ...]] = []
-    measured_nk = {(k.src0_type, k.N, k.K) for k in d.evals}
+Query = tuple[schema.GpuId, Any, int]  # (GPU, shape key of any op, M)
+
+
+def _bump(key: Any, field: str, by: int) -> Any:
+    return dataclasses.replace(key, **{field: getattr(key, field) + by})
+
+
+def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple[list[Query], int]:
+    """(gpu, key, M) tuples, and how many are edge queries."""
+    edge: list[Query] = []
     for r in t["rules"]:
-        base = (r["op"], r["layout"], r["src0_type"], r["src1_type"])
-        nks = [(r["N"], r["K"])]
-        if r["N"] == 0:
-            nks += [tuple(s) for s in r["shapes"]] + [(5120, 5120), (0, 0)]
+        key = registry.shape_key(r)
+        keys = [key]
+        if r.get("shapes"):
+            keys += [dataclasses.replace(key, N=n, K=k) for n, k in [*r["shapes"], (5120, 5120)]]
         if tbl.is_class(r):  # the edges of a size class's N*K range
             hi = min(r["NK_hi"], 1 << 40)
-            nks += [(1, r["NK_lo"] - 1), (1, r["NK_lo"]), (1, hi), (1, hi + 1), (2, r["NK_lo"] // 2)]
-        for N, K in nks:
+            nks = [(1, r["NK_lo"] - 1), (1, r["NK_lo"]), (1, hi), (1, hi + 1), (2, r["NK_lo"] // 2)]
+            keys += [dataclasses.replace(key, N=n, K=k) for n, k in nks]
+        for k in keys:
+            near = [k, _bump(k, k.INT_FIELDS[-1], 1), _bump(k, "N", 1), _bump(k, "K", -1)]
             for M in (r["M_lo"] - 1, r["M_lo"], r["M_hi"], r["M_hi"] + 1):
-                for dn, dk, db in ((0, 0, 0), (0, 0, 1), (1, 0, 0), (0, -1, 0)):
-                    edge.append((GPU, *base, M, N + dn, K + dk, r["B"] + db))
+                edge += [(GPU, q, M) for q in near]
     for key, by_m in d.evals.items():
-        for M in by_m:
-            edge.append((GPU, key.op, key.layout, key.src0_type, key.src1_type, M, key.N, key.K, key.B))
+        edge += [(GPU, key, M) for M in by_m]
     mismatches = [
         schema.GpuId("NVIDIA H200", 900, 132),
         schema.GpuId(GPU.name + " ", 900, 132),
@@ -131,22 +150,25 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
     rng.shuffle(edge)
     edge = edge[: N_QUERIES * 3 // 5]
     types = ["q4_K", "q6_K", "q8_0", "f16", "mxfp4", "q5_K", "f32"]
-    dims = sorted({n for _, n, _ in measured_nk} | {k for _, _, k in measured_nk} | {128, 512, 2880, 5120, 1})
-    rand = []
+    dims = sorted({k.N for k in d.evals} | {k.K for k in d.evals} | {128, 512, 2880, 5120, 1})
+    rand: list[Query] = []
     while len(edge) + len(rand) < N_QUERIES:
-        rand.append(
-            (
-                GPU if rng.random() < 0.9 else rng.choice(mismatches),
-                rng.choice(["MUL_MAT", "MUL_MAT", "MUL_MAT_ID"]),
-                rng.choice(["weight", "weight", "attention", "expert"]),
-                rng.choice(types),
-                rng.choice(["f32", "f32", "f16"]),
-                rng.choice([rng.randint(1, 16), rng.randint(1, 2048), rng.randint(1, 1 << 40)]),
-                rng.choice(dims),
-                rng.choice(dims),
-                rng.choice([1, 1, 8, 32]),
-            )
+        op = rng.choice(["MUL_MAT", "MUL_MAT", "MUL_MAT_ID"])
+        common = (
+            op,
+            rng.choice(["weight", "weight", "attention", "expert"]),
+            rng.choice(types),
+            rng.choice(["f32", "f32", "f16"]),
+            rng.choice(dims),
+            rng.choice(dims),
         )
+        key: Any
+        if op == "MUL_MAT":
+            key = registry.ShapeKey(*common, rng.choice([1, 1, 8, 32]))
+        else:
+            key = registry.MulMatIdKey(*common, rng.choice([32, 32, 8]), rng.choice([4, 4, 2]), 0)
+        M = rng.choice([rng.randint(1, 16), rng.randint(1, 2048), rng.randint(1, 1 << 40)])
+        rand.append((GPU if rng.random() < 0.9 else rng.choice(mismatches), key, M))
     return edge + rand, len(edge)
 
 
@@ -154,26 +176,22 @@ def dims_of(d: decide.Decisions) -> set[int]:
     return {k.N for k in d.evals}
 
 
-def _line(q: tuple[Any, ...]) -> str:
-    gpu, op, layout, s0, s1, M, N, K, B = q
+def _line(q: Query) -> str:
+    gpu, key, M = q
     name = gpu.name.encode("utf-8").hex() or "-"
-    codes = (
-        schema.OP_CODES[schema.Op(op)],
-        schema.LAYOUT_CODES[schema.Layout(layout)],
-        schema.GGML_TYPES[s0].id,
-        schema.GGML_TYPES[s1].id,
-    )
-    return " ".join(str(x) for x in (name, gpu.cc, gpu.sm_count, *codes, M, N, K, B))
+    return " ".join(str(x) for x in (name, gpu.cc, gpu.sm_count, *key.codes(), M))
 
 
-def _python(t: dict[str, Any], q: tuple[Any, ...]) -> str:
-    gpu = q[0]
+def _code(config: str | None) -> int:
+    return registry.Config.parse(config).code if config else 0
+
+
+def _python(t: dict[str, Any], q: Query) -> str:
+    gpu, key, M = q
     m = int(tbl.gpu_matches(t, gpu))
-    ungated = tbl.lookup(t, tbl.table_gpu(t), *q[1:]) if t["rules"] else None
-    gated = tbl.lookup(t, gpu, *q[1:])
-    code = schema.ROUTE_CODES[schema.Route(ungated)] if ungated else 0
-    gcode = schema.ROUTE_CODES[schema.Route(gated)] if gated else 0
-    return f"{m} {code} {gcode}"
+    ungated = tbl.lookup_key(t, tbl.table_gpu(t), key, M) if t["rules"] else None
+    gated = tbl.lookup_key(t, gpu, key, M)
+    return f"{m} {_code(ungated)} {_code(gated)}"
 
 
 @pytest.mark.slow
@@ -189,6 +207,7 @@ def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path:
     assert len(t["rules"]) >= 30 and any(r["N"] == 0 for r in t["rules"])
     assert any(tbl.is_class(r) for r in t["rules"]) and any(r["kind"] == "interpolated" for r in t["rules"])
     assert {r["layout"] for r in t["rules"]} == {"weight", "attention", "expert"}
+    assert any(tbl.is_class(r) and r["op"] == "MUL_MAT_ID" for r in t["rules"])
     qs, n_edge = queries(t, d, random.Random(20261130))
     assert len(qs) == N_QUERIES and n_edge >= N_QUERIES // 2
     (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(t))
@@ -209,9 +228,20 @@ def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path:
     assert not diffs, diffs[:5]
     # the run exercised every outcome: matches and mismatches, stock, exact rules and defaults
     assert {o.split()[0] for o in out} == {"0", "1"}
-    assert {o.split()[2] for o in out} == {"0", "3", "4", "5"}
-    default_hits = [q for q, o in zip(qs, out, strict=True) if o.split()[2] != "0" and q[6] not in dims_of(d)]
+    assert {o.split()[2] for o in out} == {"0", "2", "3", "4", "5"}
+    default_hits = [
+        q for q, o in zip(qs, out, strict=True) if o.split()[2] != "0" and q[1].N not in dims_of(d)
+    ]
     assert default_hits  # some answers came from a per-type default (an (N, K) never measured)
+    # and some from size-class defaults, of both ops: no exact rule answers, a class rule does
+    exact = {**t, "rules": [r for r in t["rules"] if not registry.shape_key(r).is_default]}
+    with_class = {**t, "rules": [r for r in t["rules"] if r in exact["rules"] or tbl.is_class(r)]}
+    class_hits = {
+        q[1].op
+        for q in qs
+        if tbl.lookup_key(exact, *q) is None and tbl.lookup_key(with_class, *q) is not None
+    }
+    assert class_hits == {"MUL_MAT", "MUL_MAT_ID"}
 
 
 @pytest.mark.slow

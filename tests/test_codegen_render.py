@@ -13,7 +13,7 @@ from test_codegen_support import frame, trials
 
 from codegen import decide, render
 from codegen import table as tbl
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 
 HOSTILE = 'NVIDIA "H200" \\ ??/ */ /* ??= %s %n \n\t\x01\x7f é 中 end'
@@ -38,7 +38,8 @@ int main(void) {
            (int) sizeof(ggml_dispatch_table_hash));
     printf("%d\n", ggml_dispatch_table_gpu_matches(ggml_dispatch_table_gpu_name, GGML_DISPATCH_TABLE_GPU_CC,
                                                    GGML_DISPATCH_TABLE_GPU_SM_COUNT));
-    printf("%d\n", ggml_dispatch_table_lookup(0, 0, 12, 0, 8, 4096, 4096, 1));
+    const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS] = {4096, 4096, 1, 0, 0};
+    printf("%d\n", ggml_dispatch_table_lookup(0, 0, 12, 0, k, 8));
     fputs(ggml_dispatch_table_gpu_name, stdout);
     return 0;
 }
@@ -74,7 +75,7 @@ def test_header_compiles_strict_and_hostile_names_survive(
 @pytest.mark.parametrize(("compiler", "suffix"), [(GCC, ".c"), (GXX, ".cpp")])
 def test_empty_table_header_is_the_no_table_header(compiler: list[str], suffix: str, tmp_path: Path) -> None:
     out = compile_and_run(render.render_header(tbl.empty_table()), tmp_path, compiler, suffix)
-    assert out.split(b"\n")[:3] == [b"0 1 65", b"0", b"0"]
+    assert out.split(b"\n")[:3] == [f"0 {schema.TABLE_LAYOUT_VERSION} 65".encode(), b"0", b"0"]
 
 
 def test_hostile_strings_never_appear_raw() -> None:
@@ -100,7 +101,8 @@ def test_two_translation_units_link(tmp_path: Path) -> None:
     (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(table_for(schema.GpuId("G", 900, 1))))
     (tmp_path / "a.c").write_text(
         '#include "ggml-dispatch-table.h"\n'
-        "int a(void) { return ggml_dispatch_table_lookup(0, 0, 12, 0, 8, 4096, 4096, 1); }\n"
+        "int a(void) { const int64_t k[5] = {4096, 4096, 1, 0, 0};\n"
+        "  return ggml_dispatch_table_lookup(0, 0, 12, 0, k, 8); }\n"
     )
     (tmp_path / "b.c").write_text(
         '#include "ggml-dispatch-table.h"\n#include "ggml-dispatch-table.h"\n'
@@ -135,9 +137,9 @@ def test_layout_version_is_checked_at_compile_time(tmp_path: Path) -> None:
             text=True,
         )
 
-    bad = compile_expecting(2)
+    bad = compile_expecting(schema.TABLE_LAYOUT_VERSION + 1)
     assert bad.returncode != 0 and "layout version" in bad.stderr
-    good = compile_expecting(1)
+    good = compile_expecting(schema.TABLE_LAYOUT_VERSION)
     assert good.returncode == 0, good.stderr
 
 
@@ -151,7 +153,8 @@ def test_header_compiles_as_cuda(tmp_path: Path) -> None:
     src.write_text(
         '#include "ggml-dispatch-table.h"\n'
         "__global__ void k(int * out) { *out = 1; }\n"
-        "int host_pick(int64_t M) { return ggml_dispatch_table_lookup(0, 0, 12, 0, M, 4096, 4096, 1); }\n"
+        "int host_pick(int64_t M) { const int64_t k[5] = {4096, 4096, 1, 0, 0};\n"
+        "  return ggml_dispatch_table_lookup(0, 0, 12, 0, k, M); }\n"
     )
     res = subprocess.run(
         [
@@ -180,7 +183,10 @@ def test_parse_header_round_trips() -> None:
     parsed, h = render.parse_header(render.render_header(t))
     assert h == tbl.table_hash(t)
     assert parsed["gpu"] == t["gpu"] and parsed["upstream_commit"] == t["upstream_commit"]
-    assert parsed["rules"] == tbl.core_rules(t["rules"])
+    assert tbl.core_rules(parsed["rules"]) == tbl.core_rules(t["rules"])
+    # each row's comment carries its rule kind back
+    assert [r["kind"] for r in parsed["rules"]] == [tbl.rule_kind(r) for r in t["rules"]]
+    assert {r["kind"] for r in parsed["rules"]} >= {"measured", "default"}
     assert parsed["provenance"]["tuning_sha256"] == "cd" * 32
     assert render.parse_header(render.render_header(tbl.empty_table()))[0]["rules"] == []
 
@@ -189,10 +195,24 @@ def test_parse_header_refuses_foreign_or_newer_headers() -> None:
     with pytest.raises(InputError, match="not a header rendered by ggml-dispatch"):
         render.parse_header("#define FOO 1\n", "x.h")
     h = render.render_header(tbl.empty_table()).replace(
-        "#define GGML_DISPATCH_TABLE_LAYOUT_VERSION 1", "#define GGML_DISPATCH_TABLE_LAYOUT_VERSION 7"
+        f"#define GGML_DISPATCH_TABLE_LAYOUT_VERSION {schema.TABLE_LAYOUT_VERSION}",
+        "#define GGML_DISPATCH_TABLE_LAYOUT_VERSION 7",
     )
     with pytest.raises(InputError, match="layout version 7"):
         render.parse_header(h, "x.h")
+
+
+def test_rules_carry_configuration_codes_that_parse_back() -> None:
+    t = table_for(schema.GpuId("G", 900, 1))
+    t["rules"][0] = {**t["rules"][0], "config": "mmq/j=64,stream_k=off", "route": "mmq"}
+    t = tbl.validate(t)
+    header = render.render_header(t)
+    code = registry.Config.parse("mmq/j=64,stream_k=off").code
+    assert f"}}, {t['rules'][0]['M_lo']}, {t['rules'][0]['M_hi']}, {code} }}," in header
+    parsed, _ = render.parse_header(header)
+    assert parsed["rules"][0]["config"] == "mmq/j=64,stream_k=off" and parsed["rules"][0]["route"] == "mmq"
+    with pytest.raises(InputError, match="unknown code"):
+        render.parse_header(header.replace(f", {code} }},", f", {code | 0x7F000} }},"), "x.h")
 
 
 def test_filters_refuse_what_is_not_their_type() -> None:
@@ -204,3 +224,12 @@ def test_filters_refuse_what_is_not_their_type() -> None:
         render.c_string(5)
     assert render.c_string('a"b\\c?') == '"a\\042b\\134c\\077"'
     assert render.c_string("1\x002") == '"1\\0002"'  # octal escapes are 3 digits: never swallow a digit
+
+
+def test_the_hook_reads_the_layout_version_codegen_writes() -> None:
+    source = (Path(__file__).parent.parent / "hook" / "native" / "ggml-dispatch.cu").read_text()
+    v = schema.TABLE_LAYOUT_VERSION
+    assert f"#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION {v}\n" in source
+    assert f"#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != {v}\n" in source
+    probe = (Path(__file__).parent / "native" / "cpu_probe" / "probe.c").read_text()
+    assert f"GGML_DISPATCH_TABLE_LAYOUT_VERSION == {v} &&" in probe

@@ -133,6 +133,7 @@ def rule(N: int, K: int, lo: int, hi: int, route: str, typ: str = "q4_K") -> dic
         "M_lo": lo,
         "M_hi": hi,
         "route": route,
+        "config": route,
     }
 
 

@@ -30,6 +30,7 @@ def _rule(**kw: Any) -> dict[str, Any]:
     r = {"op": "MUL_MAT", "layout": "weight", "src0_type": "q4_K", "src1_type": "f32", "N": 4096, "K": 4096}
     r.update({"B": 1, "M_lo": 8, "M_hi": 16, "route": "mmq"})
     r.update(kw)
+    r.setdefault("config", r["route"])
     return r
 
 
@@ -96,7 +97,7 @@ def test_empty_table() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda t: t.update(layout_version=2), "layout version 2 is not known to this tool"),
+        (lambda t: t.update(layout_version=4), "layout version 4 is not known to this tool"),
         (lambda t: t.update(schema="ggml-dispatch-table/9"), "unknown table schema"),
         (lambda t: t["rules"].append(_rule(route="stock")), "unknown route 'stock'"),
         (lambda t: t["rules"].append(_rule(N=0)), "both 0"),
@@ -105,6 +106,11 @@ def test_empty_table() -> None:
         (lambda t: t["rules"].extend([_rule(), _rule(M_lo=16, M_hi=20, route="cublas")]), "overlaps"),
         (lambda t: t["gpu"].update(name="a\0b"), "without NUL"),
         (lambda t: t["rules"].append({"op": "MUL_MAT"}), "missing layout"),
+        (lambda t: t["rules"].append({"op": "SOFT_MAX"}), "unknown op 'SOFT_MAX'"),
+        (lambda t: t["rules"].append(_rule(layout="expert")), "'expert' is not a layout of MUL_MAT"),
+        (lambda t: t["rules"].append(_rule(config="mmq/j=12")), "is not one of 8, 16"),
+        (lambda t: t["rules"].append(_rule(config="cublas/compute=f16,out=f32")), "not a canonical"),
+        (lambda t: t["rules"].append(_rule(config="cublas/out=f32")), "is not the route of config"),
     ],
 )
 def test_validation_names_the_problem(mutate: Any, message: str, tmp_path: Path) -> None:
@@ -116,6 +122,27 @@ def test_validation_names_the_problem(mutate: Any, message: str, tmp_path: Path)
     with pytest.raises(InputError, match=message) as e:
         tbl.load(p)
     assert str(e.value).startswith(str(p))
+
+
+def test_a_rule_carries_its_configuration_and_a_layout_1_table_is_upgraded(tmp_path: Path) -> None:
+    t = copy.deepcopy(_table())
+    t["rules"] = [_rule(config="cublas/out=f32,compute=f16", route="cublas")]
+    tbl.validate(t)
+    assert (
+        tbl.lookup(t, H200, "MUL_MAT", "weight", "q4_K", "f32", 8, 4096, 4096, 1)
+        == "cublas/out=f32,compute=f16"
+    )
+    assert tbl.core_rules(t["rules"])[0]["config"] == "cublas/out=f32,compute=f16"
+    old = copy.deepcopy(_table())
+    old["layout_version"] = 1
+    for r in old["rules"] + old["refused"]:
+        del r["config"]
+    p = tmp_path / "table.json"
+    p.write_text(json.dumps(old))
+    assert tbl.load(p) == _table()
+    # layout 2 (configurations, no size classes) reads as it is, in the current layout
+    p.write_text(json.dumps({**_table(), "layout_version": 2}))
+    assert tbl.load(p) == _table() and _table()["layout_version"] == schema.TABLE_LAYOUT_VERSION == 3
 
 
 def test_load_rejects_non_json_with_its_line(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from ggml_dispatch import fetch, schema
 from ggml_dispatch.cli import main
+from hook import codes, patch
 from hook import install as inst
-from hook import patch
 
 CUDA = Path("ggml/src/ggml-cuda")
 
@@ -268,8 +268,24 @@ def test_cli_dry_run_and_env_var(tree: Path) -> None:
     assert snapshot(tree) == before
 
 
+def test_install_writes_the_codes_header_rendered_from_the_registry(tree: Path) -> None:
+    inst.install(tree)
+    text = (tree / CUDA / codes.CODES_HEADER).read_text()
+    assert text == codes.render_codes_header()
+    assert f'"{codes.registry_sha256()}"' in text
+    # the patch hash covers the generated header: another registry is another patch
+    sources = inst.native_sources()
+    assert sources[codes.CODES_HEADER] == text.encode()
+    other = {**sources, codes.CODES_HEADER: text.replace("mmvq", "mmvx").encode()}
+    assert inst.patch_hash(other, inst.load_hunks()) != inst.patch_hash(sources, inst.load_hunks())
+    record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
+    assert str(CUDA / codes.CODES_HEADER) in record["files_added"]
+    inst.uninstall(tree)
+    assert not (tree / CUDA / codes.CODES_HEADER).exists()
+
+
 def test_header_codes_match_schema() -> None:
-    text = (inst.NATIVE_DIR / "ggml-dispatch.h").read_text()
+    text = codes.render_codes_header()
 
     def define(name: str) -> int:
         m = re.search(rf"#define {name}\s+(\d+)", text)

@@ -628,6 +628,24 @@ def test_glue_forced_routes_only_where_eligible(
 
 
 @needs_nvcc
+def test_glue_forced_configuration_with_parameters_is_refused_until_applied(
+    glue: dict[str, Path], tmp_path: Path
+) -> None:
+    """force:<config> with parameters parses (any order) but the hook cannot apply them yet: every node it
+    would take is ineligible:params and runs stock."""
+    trace = tmp_path / "trace.jsonl"
+    env = {"GGML_CUDA_ROUTE_TRACE": str(trace), "GGML_CUDA_DISPATCH": "force:cublas/compute=f16,out=f32"}
+    out, log = run_glue(glue["no_table"], env)
+    assert "GGML_CUDA_DISPATCH=force:cublas/out=f32,compute=f16" in log
+    assert set(out["cases"].values()) == {"stock"}
+    recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    assert recs[0]["dispatch"]["force_config"] == "cublas/out=f32,compute=f16"
+    mm = [r for r in recs[1:-1] if r["op"] == "MUL_MAT" and not r["fused"]]
+    assert mm and all(r["reason"] == "ineligible:params" and r["route"] == r["stock_route"] for r in mm)
+    assert out["counts"]["forced"] == 0 and out["counts"]["ineligible"] == sum(r["count"] for r in mm)
+
+
+@needs_nvcc
 def test_glue_off_is_inactive(glue: dict[str, Path], tmp_path: Path) -> None:
     out, log = run_glue(glue["no_table"], {"GGML_CUDA_DISPATCH": "off"})
     assert out["active"] is False and set(out["cases"].values()) == {"stock"}

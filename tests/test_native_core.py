@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
+from hook import codes
 from hook.install import NATIVE_DIR
 
 DRIVER = Path(__file__).parent / "native" / "core_driver.cpp"
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on PA
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = tmp_path_factory.mktemp("core") / "core_driver"
+    generated = codes.write_codes_header(exe.parent / "generated").parent
     subprocess.run(
         [
             str(CXX),
@@ -37,6 +39,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-Werror",
             "-O1",
             f"-I{NATIVE_DIR}",
+            f"-I{generated}",
             str(DRIVER),
             "-o",
             str(exe),
@@ -119,7 +122,8 @@ def test_counts_include_replays_and_match_the_trace(
     assert end["ineligible"] == sum(
         r["count"] for r in records[1:-1] if r["reason"].startswith("ineligible:")
     )
-    assert out["counts_after_reset"] == {"ran": [0] * 6, "forced": 0, "table": 0, "ineligible": 0}
+    zeros = [0] * registry.ROUTE_COUNT
+    assert out["counts_after_reset"] == {"ran": zeros, "forced": 0, "table": 0, "ineligible": 0}
 
 
 def test_override_makes_captured_graphs_stale_once(
@@ -143,6 +147,21 @@ def test_dispatch_env_parsing(run: tuple[dict[str, Any], list[dict[str, Any]], P
     assert env["force:cublas"] == [force, schema.ROUTE_CODES[schema.Route.CUBLAS], False]
     # not understood: refused, the process runs stock
     assert env["force:bogus"] == [off, 0, True] and env["sometimes"] == [off, 0, True]
+    # configurations: parameters in any order, the code the Python registry gives
+    for text in ("cublas/compute=f16,out=f32", "mmq/j=64,stream_k=off"):
+        assert env[f"force:{text}"] == [force, registry.Config.parse(text).code, False]
+    for bad in ("cublas/out=f64", "cublas/out=f32,out=f16", "mmq/", "stock"):
+        assert env[f"force:{bad}"] == [off, 0, True], bad
+
+
+def test_config_codes_format_as_the_registry_spells_them(
+    run: tuple[dict[str, Any], list[dict[str, Any]], Path],
+) -> None:
+    texts = run[0]["config_texts"]
+    assert texts["0"] == "stock" and texts[str(1 << 30)] == "invalid" and texts["-1"] == "invalid"
+    for code, text in texts.items():
+        if text not in ("stock", "invalid"):
+            assert str(registry.Config.from_code(int(code))) == text
 
 
 def test_route_names_match_schema(run: tuple[dict[str, Any], list[dict[str, Any]], Path]) -> None:

@@ -7,10 +7,11 @@ import statistics
 from pathlib import Path
 
 import pytest
-from test_codegen_support import rule
+from test_codegen_support import H200, rule
 
 from codegen import decide
-from ggml_dispatch import schema
+from codegen import table as tbl
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 from report import ab, analysis, inputs, markdown
 
@@ -182,3 +183,36 @@ def test_status_kind() -> None:
 
 def test_md_escape_keeps_table_cells_intact() -> None:
     assert markdown.md_escape("a|b\nc") == "a\\|b c"
+
+
+def test_table_view_finds_mul_mat_id_rules_and_class_defaults() -> None:
+    def id_rule(N: int, K: int, lo: int, hi: int, config: str, **extra: object) -> dict[str, object]:
+        key = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", N, K, 32, 4, 0)
+        return {
+            **key.as_dict(),
+            "M_lo": lo,
+            "M_hi": hi,
+            "config": config,
+            "route": config.split("/")[0],
+            **extra,
+        }
+
+    t = tbl.empty_table()
+    t["gpu"] = {"name": H200.name, "cc": H200.cc, "sm_count": H200.sm_count}
+    t["provenance"] = {"source": "measured"}
+    t["rules"] = [
+        rule(4096, 4096, 8, 8, "mmq"),
+        id_rule(2880, 2880, 1, 8, "mmq/j=16"),
+        id_rule(0, 0, 1, 8, "mmvq", kind="default", NK_lo=1, NK_hi=10_000_000),
+        id_rule(0, 0, 1, 64, "mmq", kind="default"),
+    ]
+    view = inputs.TableView(tbl.validate(tbl.canonicalize(t)))
+    seen = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", 2880, 2880, 32, 4, 0)
+    unseen = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", 3000, 2880, 32, 4, 0)
+    big = registry.MulMatIdKey("MUL_MAT_ID", "expert", "mxfp4", "f32", 8192, 8192, 32, 4, 0)
+    assert [view.route_at(k, 4) for k in (seen, unseen, big)] == ["mmq/j=16", "mmvq", "mmq"]
+    assert view.route_at(big, 100) is None
+    own, *defaults = view.rules_for(seen)  # its own rule, then its type's defaults
+    assert own["config"] == "mmq/j=16" and sorted(r["config"] for r in defaults) == ["mmq", "mmvq"]
+    assert not inputs.is_default_rule(t["rules"][1]) and inputs.is_default_rule(t["rules"][3])
+    assert analysis.shape_slug(seen) == "mul_mat_id-expert-mxfp4-f32-n2880-k2880-e32-u4-routing0"

@@ -1,5 +1,9 @@
 """Build the C++ harness (tuner/harness) once per tree, patch and harness source; reuse it after that.
 
+The harness includes the hook's C interface (``hook/native/ggml-dispatch.h``) and the codes header
+generated from the registry (``ggml-dispatch-codes.h``, the text ``ggml-dispatch install`` writes into
+the tree), which the build writes into its folder's ``generated/``.
+
 The cache key hashes what the binary depends on: the harness sources, the tree's ggml sources (or,
 linking a prebuilt ggml, the identity of its shared libraries), the stamped upstream commit and
 patch hash, and the CMake options. A finished build is marked with ``.ok``; a half-built folder is
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from ggml_dispatch import schema
+from hook import codes
 
 HARNESS_DIR: Final = Path(__file__).resolve().parent / "harness"
 HARNESS_BIN: Final = "ggml-dispatch-harness"
@@ -27,12 +32,13 @@ HARNESS_SOURCES: Final = (
     "CMakeLists.txt",
     "bench.cpp",
     "bench.h",
-    "dispatch_api.h",
     "main.cpp",
     "mul_mat.cpp",
-    "mul_mat.h",
+    "op.h",
 )
-NATIVE_HEADER: Final = Path(__file__).resolve().parent.parent / "hook" / "native" / "ggml-dispatch.h"
+NATIVE_DIR: Final = Path(__file__).resolve().parent.parent / "hook" / "native"
+NATIVE_HEADER: Final = NATIVE_DIR / "ggml-dispatch.h"
+GENERATED_DIR: Final = "generated"  # in the build folder: ggml-dispatch-codes.h
 BUILD_STAMP: Final = Path("ggml") / "src" / "ggml-cuda" / "ggml-dispatch-build.h"
 
 _DEFINE = re.compile(r'#define\s+(GGML_DISPATCH_[A-Z_]+)\s+"([^"]*)"')
@@ -71,8 +77,8 @@ def harness_source_hash() -> str:
     h = hashlib.sha256()
     for name in HARNESS_SOURCES:
         h.update(name.encode() + b"\0" + (HARNESS_DIR / name).read_bytes() + b"\0")
-    if NATIVE_HEADER.is_file():
-        h.update(b"native\0" + NATIVE_HEADER.read_bytes())
+    h.update(b"native\0" + NATIVE_HEADER.read_bytes())
+    h.update(b"codes\0" + codes.render_codes_header().encode())
     return h.hexdigest()
 
 
@@ -104,8 +110,13 @@ def _hash_prebuilt(build_dir: Path) -> str:
     return h.hexdigest()
 
 
-def cmake_args(tree: Path, *, build_dir: Path | None, cuda: bool, cuda_arch: str) -> list[str]:
+def cmake_args(
+    tree: Path, *, build_dir: Path | None, cuda: bool, cuda_arch: str, generated_dir: Path | None = None
+) -> list[str]:
     args = [f"-DLLAMA_CPP_DIR={tree.resolve()}", f"-DTUNER_HARNESS_VERSION={harness_version()}"]
+    args += [f"-DTUNER_NATIVE_DIR={NATIVE_DIR}"]
+    if generated_dir is not None:
+        args.append(f"-DTUNER_GENERATED_DIR={generated_dir.resolve()}")
     if build_dir is not None:
         args.append(f"-DGGML_BUILD_DIR={build_dir.resolve()}")
     elif cuda:
@@ -125,7 +136,7 @@ def build_key(tree: Path, *, build_dir: Path | None, cuda: bool, cuda_arch: str)
     else:
         h.update(b"tree\0" + _hash_tree_sources(tree / "ggml").encode())
     for a in cmake_args(tree, build_dir=build_dir, cuda=cuda, cuda_arch=cuda_arch):
-        if not a.startswith(("-DLLAMA_CPP_DIR=", "-DTUNER_HARNESS_VERSION=")):
+        if not a.startswith(("-DLLAMA_CPP_DIR=", "-DTUNER_HARNESS_VERSION=", "-DTUNER_NATIVE_DIR=")):
             h.update(a.encode() + b"\0")
     return h.hexdigest()[:20]
 
@@ -137,6 +148,17 @@ def default_cache_root() -> Path:
     from ggml_dispatch.fetch import CACHE
 
     return CACHE / "tuner-harness"
+
+
+def _write_codes_header(tree: Path, folder: Path) -> Path:
+    """The codes header the harness compiles with: the tree's installed one (what its patched ggml-cuda
+    was built with), else the registry's rendering."""
+    installed = tree / BUILD_STAMP.parent / codes.CODES_HEADER
+    if not installed.is_file():
+        return codes.write_codes_header(folder).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / codes.CODES_HEADER).write_bytes(installed.read_bytes())
+    return folder
 
 
 def _run(cmd: Sequence[str], log: Path) -> None:
@@ -183,6 +205,7 @@ def build_harness(
             shutil.rmtree(out)
         out.mkdir(parents=True)
         logfile = out / "build.log"
+        generated = _write_codes_header(tree, out / GENERATED_DIR)
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         log(f"building the harness in {out} (log: {logfile})")
         _run(
@@ -193,7 +216,9 @@ def build_harness(
                 "-B",
                 str(out),
                 *gen,
-                *cmake_args(tree, build_dir=build_dir, cuda=cuda, cuda_arch=cuda_arch),
+                *cmake_args(
+                    tree, build_dir=build_dir, cuda=cuda, cuda_arch=cuda_arch, generated_dir=generated
+                ),
             ],
             logfile,
         )

@@ -26,22 +26,19 @@
 
 namespace ggml_dispatch {
 
-// Route codes beyond the five table routes, for paths the table never chooses (trace only).
+// Codes and names come from ggml-dispatch-codes.h (generated from the Python registry).
 enum : int {
-    ROUTE_MMVF_T      = GGML_DISPATCH_ROUTE_COUNT,      // transposed-vector mmvf (ne01 == 1)
-    ROUTE_FWHT        = GGML_DISPATCH_ROUTE_COUNT + 1,  // FWHT hint path
-    ROUTE_ID_SORTED   = GGML_DISPATCH_ROUTE_COUNT + 2,  // MUL_MAT_ID fallback: per-expert MUL_MATs
-    TRACE_ROUTE_COUNT = GGML_DISPATCH_ROUTE_COUNT + 3,
+    ROUTE_MMVF_T      = GGML_DISPATCH_ROUTE_MMVF_T,     // transposed-vector mmvf (ne01 == 1)
+    ROUTE_FWHT        = GGML_DISPATCH_ROUTE_FWHT,       // FWHT hint path
+    ROUTE_ID_SORTED   = GGML_DISPATCH_ROUTE_ID_SORTED,  // MUL_MAT_ID fallback: per-expert MUL_MATs
+    TRACE_ROUTE_COUNT = GGML_DISPATCH_TRACE_ROUTE_COUNT,
 };
 
 inline const char * route_name(int code) {
-    static const char * const names[TRACE_ROUTE_COUNT] = {
-        "stock", "mmvf", "mmf", "mmvq", "mmq", "cublas", "mmvf_t", "fwht", "id_sorted",
-    };
-    return code >= 0 && code < TRACE_ROUTE_COUNT ? names[code] : "unknown";
+    return ggml_dispatch_route_name(code);
 }
 
-// Route name -> table route code 1..5, or 0 if not a table route.
+// Route name -> table route code 1..ROUTE_COUNT-1, or 0 if not a table route.
 inline int table_route_code(const char * name) {
     for (int code = 1; code < GGML_DISPATCH_ROUTE_COUNT; ++code) {
         if (std::strcmp(name, route_name(code)) == 0) {
@@ -59,12 +56,21 @@ inline int counts_index(int route) {
 enum mode { MODE_TABLE = 0, MODE_OFF = 1, MODE_FORCE = 2 };
 
 struct env_choice {
-    mode        m           = MODE_TABLE;
-    int         force_route = 0;
-    std::string error;  // non-empty: the value was not understood (the caller runs stock)
+    mode        m            = MODE_TABLE;
+    int         force_config = 0;  // configuration code (route + parameters) under MODE_FORCE
+    std::string error;             // non-empty: the value was not understood (the caller runs stock)
 };
 
-// GGML_CUDA_DISPATCH: unset or "table" -> the compiled table; "off" -> stock; "force:<route>".
+inline std::string route_choices() {
+    std::string s;
+    for (int code = 1; code < GGML_DISPATCH_ROUTE_COUNT; ++code) {
+        s += (code > 1 ? "|" : "") + std::string(route_name(code));
+    }
+    return s;
+}
+
+// GGML_CUDA_DISPATCH: unset or "table" -> the compiled table; "off" -> stock; "force:<config>" with a
+// configuration "route" or "route/name=value,..." (ggml_dispatch_config_parse).
 inline env_choice parse_dispatch_env(const char * value) {
     env_choice c;
     if (value == nullptr || value[0] == '\0' || std::strcmp(value, "table") == 0) {
@@ -75,38 +81,47 @@ inline env_choice parse_dispatch_env(const char * value) {
         return c;
     }
     if (std::strncmp(value, "force:", 6) == 0) {
-        const int code = table_route_code(value + 6);
-        if (code != 0) {
-            c.m           = MODE_FORCE;
-            c.force_route = code;
+        int32_t code = 0;
+        if (ggml_dispatch_config_parse(value + 6, &code) && code != 0) {
+            c.m            = MODE_FORCE;
+            c.force_config = code;
             return c;
         }
     }
     c.m     = MODE_OFF;
-    c.error = std::string("GGML_CUDA_DISPATCH=") + value +
-              " is not one of table, off, force:mmvf|mmf|mmvq|mmq|cublas; running stock";
+    c.error = std::string("GGML_CUDA_DISPATCH=") + value + " is not one of table, off, force:" + route_choices() +
+              "[/name=value,...]; running stock";
     return c;
 }
 
-enum reason_kind { REASON_STOCK = 0, REASON_TABLE, REASON_FORCED, REASON_FUSED, REASON_INELIGIBLE };
+// The canonical text of a configuration code ("stock" for 0, "invalid" for a bad code).
+inline std::string config_text(int config) {
+    char buf[128];
+    const int n = ggml_dispatch_config_format(config, buf, sizeof(buf));
+    return n < 0 ? std::string("invalid") : std::string(buf);
+}
 
-enum fused_kind { FUSED_NONE = 0, FUSED_GLU, FUSED_BIAS, FUSED_SCALE };
+enum reason_kind {
+    REASON_STOCK      = GGML_DISPATCH_REASON_STOCK,
+    REASON_TABLE      = GGML_DISPATCH_REASON_TABLE,
+    REASON_FORCED     = GGML_DISPATCH_REASON_FORCED,
+    REASON_FUSED      = GGML_DISPATCH_REASON_FUSED,
+    REASON_INELIGIBLE = GGML_DISPATCH_REASON_INELIGIBLE,
+};
+
+enum fused_kind {
+    FUSED_NONE  = GGML_DISPATCH_FUSED_NONE,
+    FUSED_GLU   = GGML_DISPATCH_FUSED_GLU,
+    FUSED_BIAS  = GGML_DISPATCH_FUSED_BIAS,
+    FUSED_SCALE = GGML_DISPATCH_FUSED_SCALE,
+};
 
 inline const char * fused_name(int f) {
-    switch (f) {
-        case FUSED_GLU:   return "glu";
-        case FUSED_BIAS:  return "bias";
-        case FUSED_SCALE: return "scale";
-        default:          return nullptr;
-    }
+    return ggml_dispatch_fused_name(f);
 }
 
 inline const char * layout_name(int layout) {
-    switch (layout) {
-        case GGML_DISPATCH_LAYOUT_WEIGHT:    return "weight";
-        case GGML_DISPATCH_LAYOUT_ATTENTION: return "attention";
-        default:                             return "expert";
-    }
+    return ggml_dispatch_layout_name(layout);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,7 +252,7 @@ struct record_key_hash {
 
 inline std::string route_record_json(const record_key & k, int64_t count) {
     std::string s = "{\"kind\":\"route\",\"op\":";
-    s += k.op == GGML_DISPATCH_OP_MUL_MAT ? "\"MUL_MAT\"" : "\"MUL_MAT_ID\"";
+    json_string(s, ggml_dispatch_op_name(k.op));
     s += ",\"device\":" + std::to_string(k.device);
     s += ",\"tensor\":";
     json_string(s, k.tensor.c_str());
@@ -267,14 +282,11 @@ inline std::string route_record_json(const record_key & k, int64_t count) {
     s += "\",\"stock_route\":\"";
     s += route_name(k.stock_route);
     s += "\",\"reason\":";
-    switch (k.reason) {
-        case REASON_TABLE:  s += "\"table\"";  break;
-        case REASON_FORCED: s += "\"forced\""; break;
-        case REASON_FUSED:  s += "\"fused\"";  break;
-        case REASON_INELIGIBLE:
-            json_string(s, ("ineligible:" + (k.why.empty() ? std::string("unknown") : k.why)).c_str());
-            break;
-        default: s += "\"stock\""; break;
+    if (k.reason == REASON_INELIGIBLE) {
+        json_string(s, (std::string(ggml_dispatch_reason_name(k.reason)) + ":" +
+                        (k.why.empty() ? std::string("unknown") : k.why)).c_str());
+    } else {
+        json_string(s, ggml_dispatch_reason_name(k.reason));
     }
     s += ",\"count\":" + std::to_string(count) + "}";
     return s;
@@ -458,13 +470,13 @@ class recorder {
         }
     }
 
-    // ---- route override --------------------------------------------------------------------
-    void set_override(int route) {
-        override_.store(route);
+    // ---- configuration override -------------------------------------------------------------
+    void set_override(int config) {
+        override_.store(config);
         generation_.fetch_add(1);
     }
 
-    int override_route() const { return override_.load(std::memory_order_relaxed); }
+    int override_config() const { return override_.load(std::memory_order_relaxed); }
 
     int64_t unknown_replays() const { return unknown_replays_; }
 

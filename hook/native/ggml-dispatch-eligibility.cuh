@@ -47,34 +47,8 @@ struct ggml_dispatch_dev_desc {
     size_t smpbo;      // max. shared memory per block with opt-in
 };
 
-enum ggml_dispatch_why {
-    GGML_DISPATCH_OK = 0,
-    GGML_DISPATCH_WHY_ROUTE,           // not a route code 1..5
-    GGML_DISPATCH_WHY_VENDOR,          // not an NVIDIA device
-    GGML_DISPATCH_WHY_NO_DEVICE_CODE,  // no compiled arch <= cc, or the kernel needs a newer one
-    GGML_DISPATCH_WHY_FWHT,            // the FWHT hint path owns this node
-    GGML_DISPATCH_WHY_SRC1_TYPE,       // kernel wrappers assert src1 F32
-    GGML_DISPATCH_WHY_DST_TYPE,        // kernel wrappers assert dst F32
-    GGML_DISPATCH_WHY_SRC0_TYPE,       // no kernel for this weight type
-    GGML_DISPATCH_WHY_ELEMENT_STRIDE,  // nb[0] != type size (asserted by every wrapper)
-    GGML_DISPATCH_WHY_BATCH,           // M outside the compiled template range
-    GGML_DISPATCH_WHY_ALIGN,           // strides not aligned for the kernel's vector loads
-    GGML_DISPATCH_WHY_ROWS,            // N not a multiple of the kernel's rows per block
-    GGML_DISPATCH_WHY_COLS,            // K not a multiple of the kernel's reduction step
-    GGML_DISPATCH_WHY_PADDING,         // padded compute-buffer view (mmvq/mmq assert)
-    GGML_DISPATCH_WHY_SMEM,            // MMQ tiles need >= 48 KiB shared memory per block
-    GGML_DISPATCH_WHY_DST_LAYOUT,      // cuBLAS asserts a contiguous dst
-    GGML_DISPATCH_WHY_CONVERT,         // cuBLAS has no strided conversion for this weight type
-    GGML_DISPATCH_WHY_COUNT
-};
-
-static inline const char * ggml_dispatch_why_name(int why) {
-    static const char * const names[GGML_DISPATCH_WHY_COUNT] = {
-        "ok", "route", "vendor", "no_device_code", "fwht", "src1_type", "dst_type", "src0_type",
-        "element_stride", "batch", "align", "rows", "cols", "padding", "smem", "dst_layout", "convert",
-    };
-    return why >= 0 && why < GGML_DISPATCH_WHY_COUNT ? names[why] : "unknown";
-}
+// enum ggml_dispatch_why (GGML_DISPATCH_OK, GGML_DISPATCH_WHY_*) and ggml_dispatch_why_name() come from
+// ggml-dispatch-codes.h (the registry's INELIGIBLE list).
 
 static inline bool ggml_dispatch_mmvq_type(ggml_type t) {
     switch (t) {  // the type switch of mul_mat_vec_q_switch_type (mmvq.cu)
@@ -125,10 +99,10 @@ static inline bool ggml_dispatch_nb_multiple(const size_t * nb, size_t m) {
     return true;
 }
 
-// Returns GGML_DISPATCH_OK when `route` (1..5) may run the node, else why not.
+// Returns GGML_DISPATCH_OK when table route `route` may run the MUL_MAT node, else why not.
 static inline ggml_dispatch_why ggml_dispatch_check(int route, const ggml_dispatch_mm_desc & d,
                                                     const ggml_dispatch_dev_desc & dev) {
-    if (route < GGML_DISPATCH_ROUTE_MMVF || route > GGML_DISPATCH_ROUTE_CUBLAS) {
+    if (!ggml_dispatch_route_allows_op(route, GGML_DISPATCH_OP_MUL_MAT)) {
         return GGML_DISPATCH_WHY_ROUTE;
     }
     if (!GGML_CUDA_CC_IS_NVIDIA(dev.cc)) {
@@ -234,6 +208,23 @@ static inline ggml_dispatch_why ggml_dispatch_check(int route, const ggml_dispat
         default:
             return GGML_DISPATCH_WHY_ROUTE;
     }
+}
+
+// The check for a configuration code (route + parameters) on a node of `op`: the code must be valid, its
+// route must serve the op, and parameters are refused until the hook applies them; then the route's check.
+static inline ggml_dispatch_why ggml_dispatch_check_config(int op, int config, const ggml_dispatch_mm_desc & d,
+                                                           const ggml_dispatch_dev_desc & dev) {
+    const int route = ggml_dispatch_config_route(config);
+    if (config == 0 || !ggml_dispatch_config_valid(config)) {
+        return GGML_DISPATCH_WHY_ROUTE;
+    }
+    if (!ggml_dispatch_route_allows_op(route, op)) {
+        return GGML_DISPATCH_WHY_OP;
+    }
+    if (ggml_dispatch_config_has_params(config)) {
+        return GGML_DISPATCH_WHY_PARAMS;
+    }
+    return ggml_dispatch_check(route, d, dev);
 }
 
 // What stock ggml_cuda_mul_mat runs for the node: its cascade, in its order, through the tree's own

@@ -14,7 +14,8 @@ extern bool ggml_cuda_dispatch_active;
 // logs one line, opens the trace. Runs once; later calls return at once.
 void ggml_cuda_dispatch_init();
 
-// MUL_MAT: the route to run (1..5, eligible), or 0 to run stock ggml_cuda_mul_mat. Counts and traces the node.
+// MUL_MAT: the configuration to run (an eligible configuration code, see ggml-dispatch-codes.h), or 0 to run
+// stock ggml_cuda_mul_mat. Counts and traces the node.
 int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
 
 // MUL_MAT_ID: stock always runs; counts and traces the route its cascade takes.
@@ -34,7 +35,7 @@ bool ggml_cuda_dispatch_graph_stale(const ggml_backend_cuda_context * ctx, const
 void ggml_cuda_dispatch_backend_free(const ggml_backend_cuda_context * ctx);
 
 // Exported through ggml_backend_reg_get_proc_address (see ggml-dispatch.h).
-void ggml_backend_cuda_dispatch_set_override(int route_code);
+void ggml_backend_cuda_dispatch_set_override(int config_code);
 void ggml_backend_cuda_dispatch_get_counts(struct ggml_dispatch_counts * out, int reset);
 
 struct ggml_cuda_dispatch_eval_scope {

@@ -7,7 +7,7 @@
 #include "ggml-dispatch-hook.cuh"
 #include "ggml-dispatch-eligibility.cuh"
 #include "ggml-dispatch-core.h"
-#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 1
+#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 3
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
 #include "fwht.cuh"
@@ -26,8 +26,11 @@
 #    define GGML_DISPATCH_GETPID getpid
 #endif
 
-#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 1
-#    error "ggml-dispatch-table.h has another layout version than this hook reads (1): run ggml-dispatch install again"
+#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 3
+#    error "ggml-dispatch-table.h has another layout version than this hook reads (3): run ggml-dispatch install again"
+#endif
+#if GGML_DISPATCH_TABLE_KEY_SLOTS != GGML_DISPATCH_KEY_SLOTS || GGML_DISPATCH_TABLE_OP_COUNT != GGML_DISPATCH_OP_COUNT
+#    error "ggml-dispatch-table.h and ggml-dispatch-codes.h come from different registries: run ggml-dispatch install again"
 #endif
 
 bool ggml_cuda_dispatch_active = false;
@@ -38,8 +41,8 @@ using namespace ggml_dispatch;
 
 struct dispatch_state {
     recorder    rec;
-    mode        m           = MODE_OFF;
-    int         force_route = 0;
+    mode        m            = MODE_OFF;
+    int         force_config = 0;
     bool        table_applies[GGML_CUDA_MAX_DEVICES] = {};
 };
 
@@ -208,7 +211,9 @@ static std::string header_json(const std::vector<device_ident> & idents) {
     s += ",\"dispatch\":{\"mode\":";
     s += st.m == MODE_OFF ? "\"off\"" : st.m == MODE_FORCE ? "\"force\"" : "\"table\"";
     s += ",\"force_route\":";
-    s += st.m == MODE_FORCE ? json_string(route_name(st.force_route)) : std::string("null");
+    s += st.m == MODE_FORCE ? json_string(route_name(ggml_dispatch_config_route(st.force_config))) : std::string("null");
+    s += ",\"force_config\":";
+    s += st.m == MODE_FORCE ? json_string(config_text(st.force_config).c_str()) : std::string("null");
     s += ",\"table_rules\":" + std::to_string((long long) GGML_DISPATCH_TABLE_RULE_COUNT);
     s += ",\"table_gpu\":" + json_string(ggml_dispatch_table_gpu_name);
     s += ",\"table_applied\":[";
@@ -229,7 +234,7 @@ static void init_once() {
 
     const env_choice choice = parse_dispatch_env(env_or_null("GGML_CUDA_DISPATCH"));
     st.m           = choice.m;
-    st.force_route = choice.force_route;
+    st.force_config = choice.force_config;
 
     const auto &              info = ggml_cuda_info();
     std::vector<device_ident> idents(info.device_count);
@@ -243,8 +248,8 @@ static void init_once() {
     } else if (st.m == MODE_OFF) {
         line = "GGML_CUDA_DISPATCH=off: stock dispatch";
     } else if (st.m == MODE_FORCE) {
-        line = std::string("GGML_CUDA_DISPATCH=force:") + route_name(st.force_route) + ": every eligible MUL_MAT runs " +
-               route_name(st.force_route) + ", the others stock";
+        line = std::string("GGML_CUDA_DISPATCH=force:") + config_text(st.force_config) + ": every eligible node runs " +
+               config_text(st.force_config) + ", the others stock";
     } else if (GGML_DISPATCH_TABLE_RULE_COUNT == 0) {
         line = "no dispatch table compiled in: stock dispatch";
     } else {
@@ -321,6 +326,9 @@ static int layout_of(const ggml_tensor * dst) {
     if (dst->op == GGML_OP_MUL_MAT_ID) {
         return GGML_DISPATCH_LAYOUT_EXPERT;
     }
+    if (dst->op == GGML_OP_FLASH_ATTN_EXT) {
+        return GGML_DISPATCH_LAYOUT_ATTENTION;
+    }
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     return src1->ne[2]*src1->ne[3] == 1 && ggml_is_contiguous(src0) ? GGML_DISPATCH_LAYOUT_WEIGHT
@@ -332,7 +340,7 @@ static record_key make_key(int device, const ggml_tensor * dst, int layout, int 
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     record_key          k;
-    k.op        = dst->op == GGML_OP_MUL_MAT_ID ? GGML_DISPATCH_OP_MUL_MAT_ID : GGML_DISPATCH_OP_MUL_MAT;
+    k.op        = GGML_DISPATCH_OP_OF_GGML(dst->op);
     k.device    = device;
     k.tensor    = src0->name;
     k.src0_type = ggml_type_name(src0->type);
@@ -359,36 +367,47 @@ void ggml_cuda_dispatch_init() {
     std::call_once(g_init_once, init_once);
 }
 
+// The configuration a node of `op` is asked to run (override, force or table; 0 = none) and why.
+static int requested_config(const dispatch_state & st, int device, int op, int layout, int type0, int type1,
+                            const int64_t * key, int64_t M, int * reason) {
+    *reason = REASON_STOCK;
+    if (st.m == MODE_OFF) {
+        return 0;
+    }
+    const int ov = st.rec.override_config();
+    if (ov != 0 || st.m == MODE_FORCE) {
+        *reason = REASON_FORCED;
+        return ov != 0 ? ov : st.force_config;
+    }
+    if (!st.table_applies[device]) {
+        return 0;
+    }
+    const int config = ggml_dispatch_table_lookup(op, layout, type0, type1, key, M);
+    *reason          = config != 0 ? REASON_TABLE : REASON_STOCK;
+    return config;
+}
+
 int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
     dispatch_state &              st  = state();
     const ggml_dispatch_mm_desc   d   = describe(dst);
     const ggml_dispatch_dev_desc  dev = device_desc(ctx.device);
     const int                     stock  = ggml_dispatch_stock_route(d, dev);
     const int                     layout = layout_of(dst);
+    const ggml_tensor *           src0   = dst->src[0];
+    const ggml_tensor *           src1   = dst->src[1];
 
-    int requested = 0;
-    int reason    = REASON_STOCK;
-    if (st.m != MODE_OFF) {
-        const int ov = st.rec.override_route();
-        if (ov != 0) {
-            requested = ov;
-            reason    = REASON_FORCED;
-        } else if (st.m == MODE_FORCE) {
-            requested = st.force_route;
-            reason    = REASON_FORCED;
-        } else if (st.table_applies[ctx.device]) {
-            const ggml_tensor * src0 = dst->src[0];
-            const ggml_tensor * src1 = dst->src[1];
-            requested = ggml_dispatch_table_lookup(GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type, (int) src1->type,
-                                                   src1->ne[1], src0->ne[1], src0->ne[0], src1->ne[2]*src1->ne[3]);
-            reason = requested != 0 ? REASON_TABLE : REASON_STOCK;
-        }
-    }
+    int64_t key[GGML_DISPATCH_KEY_SLOTS] = {};
+    key[GGML_DISPATCH_KEY_MUL_MAT_N]     = src0->ne[1];
+    key[GGML_DISPATCH_KEY_MUL_MAT_K]     = src0->ne[0];
+    key[GGML_DISPATCH_KEY_MUL_MAT_B]     = src1->ne[2]*src1->ne[3];
+    int       reason    = REASON_STOCK;
+    const int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
+                                           (int) src1->type, key, src1->ne[1], &reason);
 
     int run = 0;
     int why = GGML_DISPATCH_OK;
     if (requested != 0) {
-        why = ggml_dispatch_check(requested, d, dev);
+        why = ggml_dispatch_check_config(GGML_DISPATCH_OP_MUL_MAT, requested, d, dev);
         if (why == GGML_DISPATCH_OK) {
             run = requested;
         } else {
@@ -397,7 +416,7 @@ int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggm
     }
 
     outcome o;
-    o.route      = run != 0 ? run : stock;
+    o.route      = run != 0 ? ggml_dispatch_config_route(run) : stock;
     o.forced     = run != 0 && reason == REASON_FORCED;
     o.table      = run != 0 && reason == REASON_TABLE;
     o.ineligible = reason == REASON_INELIGIBLE;
@@ -480,14 +499,14 @@ void ggml_cuda_dispatch_backend_free(const ggml_backend_cuda_context * ctx) {
     state().rec.flush();
 }
 
-void ggml_backend_cuda_dispatch_set_override(int route_code) {
+void ggml_backend_cuda_dispatch_set_override(int config_code) {
     ggml_cuda_dispatch_init();
-    if (route_code < 0 || route_code >= GGML_DISPATCH_ROUTE_COUNT) {
-        GGML_LOG_WARN("ggml_cuda_dispatch: override route code %d is not 0..%d; ignored\n", route_code,
-                      GGML_DISPATCH_ROUTE_COUNT - 1);
+    if (!ggml_dispatch_config_valid(config_code)) {
+        GGML_LOG_WARN("ggml_cuda_dispatch: override %d is not a configuration code (ggml-dispatch-codes.h); ignored\n",
+                      config_code);
         return;
     }
-    state().rec.set_override(route_code);
+    state().rec.set_override(config_code);
 }
 
 void ggml_backend_cuda_dispatch_get_counts(struct ggml_dispatch_counts * out, int reset) {

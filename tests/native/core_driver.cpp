@@ -48,11 +48,23 @@ static void note(recorder & r, const record_key & k, bool forced, bool table, bo
 int main(int argc, char ** argv) {
     const char * path = argc > 1 ? argv[1] : "stderr";
     std::string  out  = "{\"env\":{";
-    const char * values[] = {"", "table", "off", "force:mmq", "force:cublas", "force:bogus", "sometimes"};
+    const char * values[] = {"",
+                             "table",
+                             "off",
+                             "force:mmq",
+                             "force:cublas",
+                             "force:bogus",
+                             "sometimes",
+                             "force:cublas/compute=f16,out=f32",
+                             "force:mmq/j=64,stream_k=off",
+                             "force:cublas/out=f64",
+                             "force:cublas/out=f32,out=f16",
+                             "force:mmq/",
+                             "force:stock"};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); ++i) {
         const env_choice c = parse_dispatch_env(values[i]);
         out += (i ? "," : "") + json_string(values[i]) + ":[" + std::to_string((int) c.m) + "," +
-               std::to_string(c.force_route) + "," + (c.error.empty() ? "false" : "true") + "]";
+               std::to_string(c.force_config) + "," + (c.error.empty() ? "false" : "true") + "]";
     }
     const env_choice unset = parse_dispatch_env(nullptr);
     out += "},\"env_unset\":" + std::to_string((int) unset.m);
@@ -107,7 +119,7 @@ int main(int argc, char ** argv) {
     r->set_override(GGML_DISPATCH_ROUTE_MMQ);
     const bool stale_after  = r->graph_stale(ctx, graph);
     const bool stale_again  = r->graph_stale(ctx, graph);
-    const int  override_now = r->override_route();
+    const int  override_now = r->override_config();
 
     // a replay of a graph that was never captured cannot be counted
     r->eval_begin(ctx, reinterpret_cast<const void *>(0x3000), true, false);
@@ -150,7 +162,12 @@ int main(int argc, char ** argv) {
     for (int i = 0; i < TRACE_ROUTE_COUNT; ++i) {
         out += (i ? "," : "") + json_string(route_name(i));
     }
-    out += "]}";
+    out += "],\"config_texts\":{";
+    const int config_codes[] = {0, GGML_DISPATCH_ROUTE_MMQ, 1541, 20484, 1 << 30, -1};
+    for (size_t i = 0; i < sizeof(config_codes) / sizeof(config_codes[0]); ++i) {
+        out += (i ? ",\"" : "\"") + std::to_string(config_codes[i]) + "\":" + json_string(config_text(config_codes[i]).c_str());
+    }
+    out += "}}";
     std::printf("%s\n", out.c_str());
     return 0;
 }

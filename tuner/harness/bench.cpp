@@ -1,4 +1,5 @@
 #include "bench.h"
+#include "op.h"
 
 #include "ggml-cpu.h"
 
@@ -18,15 +19,14 @@
 #    include <cuda_runtime_api.h>
 #endif
 
-const char * const ROUTE_NAMES[GGML_DISPATCH_ROUTE_COUNT] = { "stock", "mmvf", "mmf", "mmvq", "mmq", "cublas" };
+int config_code(const std::string & text) {
+    int32_t code = 0;
+    return ggml_dispatch_config_parse(text.c_str(), &code) ? (int) code : -1;
+}
 
-int route_code(const std::string & name) {
-    for (int i = 0; i < GGML_DISPATCH_ROUTE_COUNT; ++i) {
-        if (name == ROUTE_NAMES[i]) {
-            return i;
-        }
-    }
-    return -1;
+std::string config_text(int code) {
+    char buf[128];
+    return ggml_dispatch_config_format(code, buf, sizeof(buf)) < 0 ? std::string() : std::string(buf);
 }
 
 ggml_dispatch_counts dispatch_api::take() const {
@@ -267,9 +267,9 @@ void bench_init(bench_env & env) {
             }
         }
         env.api.set_override =
-            (ggml_dispatch_set_override_t) ggml_backend_reg_get_proc_address(reg, TUNER_DISPATCH_SET_OVERRIDE_NAME);
+            (ggml_dispatch_set_override_t) ggml_backend_reg_get_proc_address(reg, GGML_DISPATCH_PROC_SET_OVERRIDE);
         env.api.get_counts =
-            (ggml_dispatch_get_counts_t) ggml_backend_reg_get_proc_address(reg, TUNER_DISPATCH_GET_COUNTS_NAME);
+            (ggml_dispatch_get_counts_t) ggml_backend_reg_get_proc_address(reg, GGML_DISPATCH_PROC_GET_COUNTS);
         if (!env.api.present()) {
             env.api = dispatch_api{};
         }
@@ -333,6 +333,7 @@ json device_header(const bench_env & env) {
     j["l2_source"]       = d.l2_source;
     j["features"]        = d.features;
     j["dispatch_api"]    = d.dispatch_api;
+    j["registry_sha256"] = GGML_DISPATCH_REGISTRY_SHA256;
 #ifdef TUNER_SET_GRAPH_UID
     j["graph_uid"] = true;
 #else
@@ -492,7 +493,7 @@ std::string route_ran_of(const ggml_dispatch_counts & c) {
     if (seen.empty()) {
         return "none";
     }
-    auto name = [](int i) { return std::string(i == 0 ? "other" : ROUTE_NAMES[i]); };
+    auto name = [](int i) { return std::string(i == 0 ? "other" : ggml_dispatch_route_name(i)); };
     if (seen.size() == 1) {
         return name(seen[0]);
     }
@@ -501,4 +502,367 @@ std::string route_ran_of(const ggml_dispatch_counts & c) {
         s += (k ? "," : "") + name(seen[k]) + "=" + std::to_string(c.ran[seen[k]]);
     }
     return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ops and cases
+
+std::vector<const op_def *> & harness_ops() {
+    static std::vector<const op_def *> ops;
+    return ops;
+}
+
+const op_def * find_op(const std::string & name) {
+    for (const op_def * d : harness_ops()) {
+        if (name == d->op) {
+            return d;
+        }
+    }
+    return nullptr;
+}
+
+static int64_t get_positive_int(const json & j, const char * key, int64_t dflt) {
+    if (!j.contains(key)) {
+        return dflt;
+    }
+    const json & v = j.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+        throw case_error(std::string("field '") + key + "' must be a positive integer");
+    }
+    return v.get<int64_t>();
+}
+
+static double get_positive_number(const json & j, const char * key, double dflt) {
+    if (!j.contains(key)) {
+        return dflt;
+    }
+    if (!j.at(key).is_number() || !(j.at(key).get<double>() > 0)) {
+        throw case_error(std::string("field '") + key + "' must be a positive number");
+    }
+    return j.at(key).get<double>();
+}
+
+op_case parse_case(const json & j, const harness_opts & o) {
+    if (!j.is_object()) {
+        throw case_error("a case must be a JSON object");
+    }
+    op_case c;
+    if (!j.contains("case")) {
+        throw case_error("missing field 'case'");
+    }
+    c.id = j.at("case").is_string() ? j.at("case").get<std::string>() : j.at("case").dump();
+    if (!j.contains("op")) {
+        throw case_error("missing field 'op'");
+    }
+    if (!j.at("op").is_string()) {
+        throw case_error("field 'op' must be a string");
+    }
+    c.op               = j.at("op").get<std::string>();
+    const op_def * def = find_op(c.op);
+    if (def == nullptr) {
+        std::string have;
+        for (const op_def * d : harness_ops()) {
+            have += std::string(have.empty() ? "" : ", ") + d->op;
+        }
+        throw case_error("op '" + c.op + "' is not supported by the harness (" + have + " only)");
+    }
+    c.trials    = (int) get_positive_int(j, "trials", o.trials);
+    c.nmse_max  = get_positive_number(j, "nmse_max", o.nmse_max);
+    c.drift_max = get_positive_number(j, "drift_max", o.drift_max);
+    if (j.contains("rotate")) {
+        if (!j.at("rotate").is_boolean()) {
+            throw case_error("field 'rotate' must be true or false");
+        }
+        c.rotate = j.at("rotate").get<bool>();
+    } else {
+        c.rotate = o.rotate;
+    }
+    // candidates: configurations ("routes" for the plain ones of the case list's first version); stock is the anchor
+    if (j.contains("routes")) {
+        if (!j.at("routes").is_array()) {
+            throw case_error("field 'routes' must be a list of configurations");
+        }
+        for (const auto & r : j.at("routes")) {
+            if (!r.is_string()) {
+                throw case_error("field 'routes' must be a list of configurations");
+            }
+            const int         code = config_code(r.get<std::string>());
+            const std::string name = code > 0 ? config_text(code) : r.get<std::string>();  // canonical when legal
+            if (r.get<std::string>() != ggml_dispatch_route_name(0) &&
+                std::find(c.candidates.begin(), c.candidates.end(), name) == c.candidates.end()) {
+                c.candidates.push_back(name);
+            }
+        }
+    }
+    c.spec = j;
+    def->validate(c, o);
+    return c;
+}
+
+candidate_control dispatch_candidates(const dispatch_api & api) {
+    candidate_control cc;
+    cc.present = [&api]() { return api.present(); };
+    cc.set     = [&api](int code) { api.set(code); };
+    cc.clear   = [&api]() { api.set(0); };
+    return cc;
+}
+
+namespace {
+
+struct candidate {
+    std::string name;
+    int         code    = 0;
+    int         replays = 0;
+    double      node_us = 0;  // per-node time seen while checking eligibility
+};
+
+json trial_row(const op_case & c, const std::string & name, int trial) {
+    json r;
+    r["kind"]  = "trial";
+    r["case"]  = c.id;
+    r["route"] = name;
+    r["trial"] = trial;
+    return r;
+}
+
+}  // namespace
+
+void measure_case(bench_env & env, const op_case & c, op_instance & inst, const candidate_control & cand,
+                  double t_case0) {
+    const harness_opts & o       = env.opts;
+    const double         setup_s = env.elapsed_s() - t_case0;
+    const dispatch_api & api     = env.api;
+    const bool           present = cand.present();
+    const int            copies  = inst.copies();
+
+    auto select = [&](int code) {
+        if (code == 0) {
+            cand.clear();
+        } else {
+            cand.set(code);
+        }
+    };
+    // the route name a configuration must run as (the counts report routes)
+    auto route_of = [](int code) { return std::string(ggml_dispatch_route_name(ggml_dispatch_config_route(code))); };
+
+    // candidates refused before timing: reported once per trial (with that trial's anchor), never timed
+    struct refused {
+        std::string name, status, route_ran, reason;
+        double      nmse;
+    };
+    std::vector<refused> refusals;
+    auto not_timed = [&](const std::string & name, const char * status, const std::string & route_ran, double e,
+                         const std::string & reason) {
+        refusals.push_back({ name, status, route_ran, reason, e });
+    };
+
+    // candidates: stock first (the anchor), then the requested configurations the backend can be asked for
+    std::vector<candidate> cands;
+    cands.push_back({ ggml_dispatch_route_name(0), 0, 0, 0 });
+    for (const std::string & name : c.candidates) {
+        const int code = config_code(name);
+        if (code <= 0) {
+            not_timed(name, "ineligible", "", NAN, "unknown-route");
+        } else if (!present) {
+            not_timed(name, "ineligible", "", NAN, "no-override-api");
+        } else {
+            cands.push_back({ name, code, 0, 0 });
+        }
+    }
+
+    // eligibility: each candidate once on a graph of `copies` nodes; refused or wrong ones are not timed
+    const int   nodes0 = copies;
+    std::string stock_ran;
+    {
+        ggml_cgraph *          g0 = inst.graph(nodes0);
+        std::vector<candidate> ok;
+        for (candidate & cd : cands) {
+            log_line("case %s: check route=%s", c.id.c_str(), cd.name.c_str());
+            select(cd.code);
+            inst.poison(nodes0);
+            api.take();
+            for (int w = 0; w < o.warmup; ++w) {
+                if (!compute(env.backend, g0)) {
+                    throw std::runtime_error("ggml_backend_graph_compute failed");
+                }
+            }
+            // one replay after the warm-up: its time sizes the graph and the replays per trial
+            const double               last = time_graph(env.backend, g0, 1)[0];
+            const ggml_dispatch_counts cnt  = api.take();
+            const std::string          ran  = api.present() ? route_ran_of(cnt) : "unverified";
+            const double               e    = inst.check(nodes0);
+            cd.node_us                      = last / nodes0;
+            if (cd.code == 0) {
+                stock_ran = ran;
+            }
+            if (cd.code != 0 && cnt.ineligible > 0) {
+                not_timed(cd.name, "ineligible", ran, e, "fell-back:" + ran);
+                continue;
+            }
+            if (cd.code != 0 && ran != route_of(cd.code)) {
+                not_timed(cd.name, "wrong", ran, e, "ran:" + ran);
+                continue;
+            }
+            if (cd.code != 0 && !(e <= c.nmse_max)) {
+                char buf[96];
+                snprintf(buf, sizeof(buf), "nmse %.3g > %.3g", e, c.nmse_max);
+                not_timed(cd.name, "wrong", ran, e, buf);
+                continue;
+            }
+            ok.push_back(cd);
+        }
+        cands = ok;
+    }
+
+    // replicate nodes until one graph takes about target_graph_us (a multiple of `copies`)
+    const int    max_nodes     = inst.max_nodes();
+    const double stock_node_us = std::max(cands[0].node_us, 0.01);
+    int          nodes         = (int) std::ceil(o.target_graph_us / stock_node_us);
+    nodes                      = std::min(max_nodes, std::max(copies, (nodes + copies - 1) / copies * copies));
+    ggml_cgraph * g            = inst.graph(nodes);
+    for (candidate & cd : cands) {
+        const double graph_us = std::max(cd.node_us * nodes, 1.0);
+        cd.replays = (int) std::clamp((double) std::ceil(o.trial_ms * 1000.0 / graph_us), (double) o.min_replays,
+                                      (double) o.max_replays);
+    }
+    log_line("case %s: %d nodes per graph, %zu timed candidates, %d trials", c.id.c_str(), nodes, cands.size(),
+             c.trials);
+
+    // trials: candidates interleaved, order rotated each trial, stock in every trial as the anchor
+    const size_t                   n = cands.size();
+    std::vector<std::vector<json>> trial_rows((size_t) c.trials);
+    std::vector<double>            anchors((size_t) c.trials, NAN);
+    for (int t = 0; t < c.trials; ++t) {
+        for (size_t k = 0; k < n; ++k) {
+            const candidate & cd = cands[(k + (size_t) t) % n];
+            log_line("case %s: trial %d route=%s", c.id.c_str(), t, cd.name.c_str());
+            select(cd.code);
+            for (int w = 0; w < o.warmup; ++w) {
+                if (!compute(env.backend, g)) {
+                    throw std::runtime_error("ggml_backend_graph_compute failed");
+                }
+            }
+            api.take();
+            std::vector<double> s = time_graph(env.backend, g, cd.replays - 1);
+            // the last replay writes into poisoned outputs, so a replay that skipped a node is caught
+            inst.poison(nodes);
+            const std::vector<double> last = time_graph(env.backend, g, 1);
+            s.push_back(last[0]);
+            const ggml_dispatch_counts cnt = api.take();
+            const double               e   = inst.check(nodes);
+
+            std::string ran    = "unverified";
+            std::string status = "ok";
+            std::string reason;
+            if (api.present()) {
+                ran                    = route_ran_of(cnt);
+                const int64_t expected = (int64_t) nodes * cd.replays;
+                if (cd.code != 0 && cnt.ineligible > 0) {
+                    status = "ineligible";
+                    reason = "fell-back:" + ran;
+                } else if (cd.code != 0 && ran != route_of(cd.code)) {
+                    status = "wrong";
+                    reason = "ran:" + ran;
+                } else if (counted_nodes(cnt) != expected) {
+                    status = "wrong";
+                    reason = "counted " + std::to_string(counted_nodes(cnt)) + " of " + std::to_string(expected) +
+                             " nodes";
+                }
+            }
+            if (status == "ok" && !(e <= c.nmse_max)) {
+                char buf[96];
+                snprintf(buf, sizeof(buf), "nmse %.3g > %.3g", e, c.nmse_max);
+                status = "wrong";
+                reason = buf;
+            }
+            json r             = trial_row(c, cd.name, t);
+            r["us"]            = median(s) / nodes;
+            r["replays"]       = cd.replays;
+            r["nodes"]         = nodes;
+            r["weight_copies"] = copies;
+            r["anchor_us"]     = nullptr;
+            r["nmse"]          = std::isnan(e) ? json(nullptr) : json(e);
+            r["route_ran"]     = ran;
+            r["status"]        = status;
+            r["reason"]        = reason;
+            r["t_end_s"]       = env.elapsed_s();
+            if (cd.code == 0) {
+                anchors[(size_t) t] = r["us"].get<double>();
+            }
+            trial_rows[(size_t) t].push_back(r);
+        }
+    }
+    cand.clear();
+
+    // anchors and drift: a trial whose stock time is off the median stock time by > drift_max is marked
+    std::vector<double> valid;
+    for (double a : anchors) {
+        if (!std::isnan(a)) {
+            valid.push_back(a);
+        }
+    }
+    const double med       = median(valid);
+    int          n_drifted = 0;
+    for (int t = 0; t < c.trials; ++t) {
+        for (const refused & f : refusals) {
+            json r             = trial_row(c, f.name, t);
+            r["us"]            = nullptr;
+            r["replays"]       = 0;
+            r["nodes"]         = 0;
+            r["weight_copies"] = copies;
+            r["nmse"]          = std::isnan(f.nmse) ? json(nullptr) : json(f.nmse);
+            r["route_ran"]     = f.route_ran;
+            r["status"]        = f.status;
+            r["reason"]        = f.reason;
+            r["t_end_s"]       = nullptr;
+            trial_rows[(size_t) t].push_back(r);
+        }
+        const double a       = anchors[(size_t) t];
+        const double off     = std::fabs(a / med - 1.0);
+        const bool   drifted = !std::isnan(a) && off > c.drift_max;
+        n_drifted += drifted;
+        for (json & r : trial_rows[(size_t) t]) {
+            r["anchor_us"] = std::isnan(a) ? json(nullptr) : json(a);
+            if (drifted && r["status"] == "ok") {
+                char buf[64];
+                snprintf(buf, sizeof(buf), "anchor %+.1f%% off the median", 100.0 * (a / med - 1.0));
+                r["status"] = "drifted";
+                r["reason"] = buf;
+            }
+            emit(r);
+        }
+    }
+
+    json end;
+    end["kind"]   = "case";
+    end["case"]   = c.id;
+    end["status"] = "done";
+    inst.describe(end);
+    end["weight_copies"]   = copies;
+    end["l2_bytes"]        = env.info.l2_bytes;
+    end["nodes"]           = nodes;
+    end["stock_route_ran"] = stock_ran;
+    end["trials"]          = c.trials;
+    end["drifted"]         = n_drifted;
+    end["nmse_max"]        = c.nmse_max;
+    end["drift_max"]       = c.drift_max;
+    end["setup_s"]         = setup_s;
+    end["elapsed_s"]       = env.elapsed_s() - t_case0;
+    end["t_end_s"]         = env.elapsed_s();
+    json reps              = json::object();
+    for (const candidate & cd : cands) {
+        reps[cd.name] = cd.replays;
+    }
+    end["replays"] = reps;
+    emit(end);
+}
+
+void run_case(bench_env & env, const op_case & c) {
+    const double   t_case0 = env.elapsed_s();
+    const op_def * def     = find_op(c.op);
+    if (def == nullptr) {
+        throw case_error("op '" + c.op + "' is not supported by the harness");
+    }
+    std::unique_ptr<op_instance> inst = def->setup(env, c);
+    measure_case(env, c, *inst, dispatch_candidates(env.api), t_case0);
 }

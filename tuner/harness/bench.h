@@ -1,9 +1,9 @@
 // Generic measurement machinery of the tuning harness: device and provenance, random quantized data,
-// the route-override API, poisoning and NMSE, the timing loop, statistics and JSON output.
-// Nothing here knows about a particular op; mul_mat.cpp builds the graphs.
+// the configuration-override API, poisoning and NMSE, the timing loop, statistics and JSON output.
+// Nothing here knows about a particular op; op.h is the op interface, mul_mat.cpp the MUL_MAT op.
 #pragma once
 
-#include "dispatch_api.h"
+#include "ggml-dispatch.h"  // the hook's C interface; its codes header is generated from the registry
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml.h"
@@ -20,9 +20,10 @@
 
 using json = nlohmann::ordered_json;
 
-// Route names by code (schema.ROUTE_CODES); index 0 is stock (no override).
-extern const char * const ROUTE_NAMES[GGML_DISPATCH_ROUTE_COUNT];
-int                       route_code(const std::string & name);  // -1 if unknown
+// Configuration text <-> code through the generated codes header: -1 if the text names no configuration
+// (stock is code 0 and has no configuration text); "" for an invalid code.
+int         config_code(const std::string & text);
+std::string config_text(int code);
 
 struct harness_opts {
     std::string device;                     // ggml device name, "" = first GPU, else CPU

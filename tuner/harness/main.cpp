@@ -1,4 +1,4 @@
-// ggml-dispatch-harness: times every candidate route of one-op MUL_MAT graphs.
+// ggml-dispatch-harness: times every candidate configuration of one-op graphs (the ops of op.h's registry).
 //
 //   ggml-dispatch-harness --cases cases.json [options]   JSON Lines results on stdout, log on stderr
 //   ggml-dispatch-harness --info                         the device header line only
@@ -7,11 +7,12 @@
 //
 // The case list is a JSON array of objects: {"case": id, "op": "MUL_MAT", "layout": "weight",
 // "src0_type": "q4_K", "src1_type": "f32", "M":.., "N":.., "K":.., "B": 1, "routes": [...],
-// "trials": 5, "nmse_max": 5e-4}. Exit status: 0 when every case was handled (a case that could not
+// "trials": 5, "nmse_max": 5e-4}; "routes" lists the candidate configurations ("mmq",
+// "cublas/out=f32,compute=f16"), stock is always measured as the anchor. Exit status: 0 when every case was handled (a case that could not
 // be measured is reported as such on stdout), 2 for bad arguments or an unreadable case list, 1 when the
 // backend cannot start.
 #include "bench.h"
-#include "mul_mat.h"
+#include "op.h"
 
 #include <csignal>
 #include <cstdio>
@@ -180,7 +181,12 @@ int main(int argc, char ** argv) {
         std::string lines;
         for (size_t i = 0; i < cases.size(); ++i) {
             try {
-                lines += test_file_line(parse_case(cases[i], o)) + "\n";
+                const op_case  c   = parse_case(cases[i], o);
+                const op_def * def = find_op(c.op);
+                if (!def->test_file_line) {
+                    throw case_error("op '" + c.op + "' has no test-backend-ops form");
+                }
+                lines += def->test_file_line(c) + "\n";
             } catch (const case_error & e) {
                 fprintf(stderr, "harness: error: %s: case %zu: %s\n", cases_path.c_str(), i, e.what());
                 return 2;
@@ -222,8 +228,8 @@ int main(int argc, char ** argv) {
             if (cases[i].is_object() && cases[i].contains("case")) {
                 id = cases[i]["case"].is_string() ? cases[i]["case"].get<std::string>() : cases[i]["case"].dump();
             }
-            const mm_case c = parse_case(cases[i], env.opts);
-            run_mul_mat_case(env, c);
+            const op_case c = parse_case(cases[i], env.opts);
+            run_case(env, c);
         } catch (const std::exception & e) {
             env.api.set(0);
             log_line("case %s failed: %s", id.c_str(), e.what());

@@ -1,4 +1,7 @@
-#include "mul_mat.h"
+// MUL_MAT, the harness's first op: its case fields, the one-op graph over rotated weight copies with
+// replicated nodes, the CPU reference, the output check, and its test-backend-ops line. The generic
+// measurement (bench.cpp, op.h) does the rest.
+#include "op.h"
 
 #ifdef TUNER_SET_GRAPH_UID
 // struct ggml_cgraph is opaque in the public headers; its uid lets ggml-cuda skip the per-compute
@@ -11,10 +14,18 @@
 #include <cstring>
 #include <sstream>
 
-// ---------------------------------------------------------------------------------------------
-// case list
+namespace {
 
-static int64_t get_positive(const json & j, const char * key, bool required, int64_t dflt) {
+struct mm_case {
+    std::string id;
+    int         layout = GGML_DISPATCH_LAYOUT_WEIGHT;  // weight | attention
+    std::string src0_name, src1_name;
+    ggml_type   src0 = GGML_TYPE_COUNT, src1 = GGML_TYPE_COUNT;
+    int64_t     M = 0, N = 0, K = 0, B = 1;
+    bool        rotate = true;
+};
+
+int64_t get_positive(const json & j, const char * key, bool required, int64_t dflt) {
     if (!j.contains(key)) {
         if (required) {
             throw case_error(std::string("missing field '") + key + "'");
@@ -28,7 +39,7 @@ static int64_t get_positive(const json & j, const char * key, bool required, int
     return v.get<int64_t>();
 }
 
-static std::string get_string(const json & j, const char * key, const char * dflt) {
+std::string get_string(const json & j, const char * key, const char * dflt) {
     if (!j.contains(key)) {
         if (!dflt) {
             throw case_error(std::string("missing field '") + key + "'");
@@ -41,52 +52,29 @@ static std::string get_string(const json & j, const char * key, const char * dfl
     return j.at(key).get<std::string>();
 }
 
-static double get_number(const json & j, const char * key, double dflt) {
-    if (!j.contains(key)) {
-        return dflt;
-    }
-    if (!j.at(key).is_number() || !(j.at(key).get<double>() > 0)) {
-        throw case_error(std::string("field '") + key + "' must be a positive number");
-    }
-    return j.at(key).get<double>();
-}
-
-mm_case parse_case(const json & j, const harness_opts & o) {
-    if (!j.is_object()) {
-        throw case_error("a case must be a JSON object");
-    }
-    mm_case c;
-    if (!j.contains("case")) {
-        throw case_error("missing field 'case'");
-    }
-    c.id        = j.at("case").is_string() ? j.at("case").get<std::string>() : j.at("case").dump();
-    c.op        = get_string(j, "op", nullptr);
-    c.layout    = get_string(j, "layout", "weight");
-    c.src0_name = get_string(j, "src0_type", nullptr);
-    c.src1_name = get_string(j, "src1_type", "f32");
-    c.M         = get_positive(j, "M", true, 0);
-    c.N         = get_positive(j, "N", true, 0);
-    c.K         = get_positive(j, "K", true, 0);
-    c.B         = get_positive(j, "B", false, 1);
-    c.trials    = (int) get_positive(j, "trials", false, o.trials);
-    c.nmse_max  = get_number(j, "nmse_max", o.nmse_max);
-    c.drift_max = get_number(j, "drift_max", o.drift_max);
-    if (j.contains("rotate")) {
-        if (!j.at("rotate").is_boolean()) {
-            throw case_error("field 'rotate' must be true or false");
-        }
-        c.rotate = j.at("rotate").get<bool>();
+mm_case parse_mm(const op_case & oc) {
+    const json & j = oc.spec;
+    mm_case      c;
+    c.id                     = oc.id;
+    c.rotate                 = oc.rotate;
+    const char * weight      = ggml_dispatch_layout_name(GGML_DISPATCH_LAYOUT_WEIGHT);
+    const char * attention   = ggml_dispatch_layout_name(GGML_DISPATCH_LAYOUT_ATTENTION);
+    const std::string layout = get_string(j, "layout", weight);
+    c.src0_name              = get_string(j, "src0_type", nullptr);
+    c.src1_name              = get_string(j, "src1_type", ggml_type_name(GGML_TYPE_F32));
+    c.M                      = get_positive(j, "M", true, 0);
+    c.N                      = get_positive(j, "N", true, 0);
+    c.K                      = get_positive(j, "K", true, 0);
+    c.B                      = get_positive(j, "B", false, 1);
+    if (layout == weight) {
+        c.layout = GGML_DISPATCH_LAYOUT_WEIGHT;
+    } else if (layout == attention) {
+        c.layout = GGML_DISPATCH_LAYOUT_ATTENTION;
     } else {
-        c.rotate = o.rotate;
+        throw case_error("layout '" + layout + "' is not supported by the harness (" + weight + ", " + attention + ")");
     }
-    if (c.op != "MUL_MAT") {
-        throw case_error("op '" + c.op + "' is not supported by the harness (MUL_MAT only)");
-    }
-    if (c.layout != "weight" && c.layout != "attention") {
-        throw case_error("layout '" + c.layout + "' is not supported by the harness (weight, attention)");
-    }
-    if (c.layout == "weight" && c.B != 1) {
-        throw case_error("layout 'weight' needs B = 1");
+    if (c.layout == GGML_DISPATCH_LAYOUT_WEIGHT && c.B != 1) {
+        throw case_error(std::string("layout '") + weight + "' needs B = 1");
     }
     c.src0 = type_by_name(c.src0_name);
     c.src1 = type_by_name(c.src1_name);
@@ -103,30 +91,17 @@ mm_case parse_case(const json & j, const harness_opts & o) {
     if (c.K % ggml_blck_size(c.src1) != 0) {
         throw case_error("K is not a multiple of the src1 block size");
     }
-    if (j.contains("routes")) {
-        if (!j.at("routes").is_array()) {
-            throw case_error("field 'routes' must be a list of route names");
-        }
-        for (const auto & r : j.at("routes")) {
-            if (!r.is_string()) {
-                throw case_error("field 'routes' must be a list of route names");
-            }
-            const std::string name = r.get<std::string>();
-            if (name != "stock" && std::find(c.routes.begin(), c.routes.end(), name) == c.routes.end()) {
-                c.routes.push_back(name);
-            }
-        }
-    }
     return c;
 }
 
-std::string test_file_line(const mm_case & c) {
+std::string mm_test_file_line(const op_case & oc) {
+    const mm_case c = parse_mm(oc);
     // op type ne[4] n_params params... n_src (type ne[4] nb[4])... name; nb[0] = 0 means contiguous
     std::ostringstream s;
     s << (int) GGML_OP_MUL_MAT << ' ' << (int) GGML_TYPE_F32 << ' ' << c.N << ' ' << c.M << ' ' << c.B << " 1 ";
     s << "0 2 ";
     s << (int) c.src0 << ' ' << c.K << ' ' << c.N << ' ' << c.B << " 1 ";
-    if (c.layout == "attention") {
+    if (c.layout == GGML_DISPATCH_LAYOUT_ATTENTION) {
         const size_t rs = ggml_row_size(c.src0, c.K * c.B);
         s << ggml_type_size(c.src0) << ' ' << rs << ' ' << ggml_row_size(c.src0, c.K) << ' ' << rs * c.N << ' ';
     } else {
@@ -140,7 +115,6 @@ std::string test_file_line(const mm_case & c) {
 // ---------------------------------------------------------------------------------------------
 // graph construction
 
-namespace {
 
 struct mm_tensors {
     ggml_context_ptr            ctx;
@@ -158,7 +132,7 @@ int64_t storage_rows(const mm_case & c) {
 }
 
 int64_t storage_row_len(const mm_case & c) {
-    return c.layout == "attention" ? c.K * c.B : c.K;
+    return c.layout == GGML_DISPATCH_LAYOUT_ATTENTION ? c.K * c.B : c.K;
 }
 
 size_t weight_bytes(const mm_case & c) {
@@ -179,7 +153,7 @@ void build(mm_tensors & t, const mm_case & c, int64_t M, int copies, int nodes, 
         ggml_tensor * s = ggml_new_tensor_2d(ctx, c.src0, storage_row_len(c), storage_rows(c));
         ggml_format_name(s, "w%d", i);
         t.storage.push_back(s);
-        if (c.layout == "attention") {
+        if (c.layout == GGML_DISPATCH_LAYOUT_ATTENTION) {
             // a KV-cache-like view: K-vectors of B heads interleaved in each of the N rows. GQA (fewer
             // KV heads broadcast over B query heads) is not modelled: the census key carries only B.
             ggml_tensor * v = ggml_view_3d(ctx, s, c.K, c.N, c.B, ggml_row_size(c.src0, c.K * c.B),
@@ -275,75 +249,54 @@ std::vector<float> read_columns(ggml_tensor * y, const mm_case & c, const std::v
     return out;
 }
 
-struct candidate {
-    std::string name;
-    int         code    = 0;
-    int         replays = 0;
-    double      node_us = 0;  // per-node time seen while checking eligibility
-};
-
-json row(const mm_case & c, const std::string & route, int trial) {
-    json r;
-    r["kind"]  = "trial";
-    r["case"]  = c.id;
-    r["route"] = route;
-    r["trial"] = trial;
-    return r;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
-// measurement
+// the instance the generic measurement drives
 
-void run_mul_mat_case(bench_env & env, const mm_case & c) {
-    const harness_opts & o       = env.opts;
-    const double         t_case0 = env.elapsed_s();
-    const dispatch_api & api     = env.api;
+class mul_mat_instance : public op_instance {
+  public:
+    mul_mat_instance(bench_env & env, const op_case & oc) : c_(parse_mm(oc)) {
+        const harness_opts & o = env.opts;
+        // how many copies to rotate so that the weights read per graph total >= factor x L2
+        wbytes_ = weight_bytes(c_);
+        if (c_.rotate && env.info.l2_bytes > 0) {
+            copies_ = (int) std::ceil(o.rotate_factor * (double) env.info.l2_bytes / (double) wbytes_);
+            copies_ = std::max(1, std::min(copies_, o.max_nodes));
+        }
+        if (env.info.memory_total > 0 &&
+            (double) copies_ * (double) wbytes_ > 0.5 * (double) env.info.memory_total) {
+            throw std::runtime_error("weight copies would take more than half of the device memory");
+        }
+        const size_t ybytes = (size_t) (c_.N * c_.M * c_.B) * sizeof(float);
+        max_nodes_ = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / (int64_t) ybytes));
+        max_nodes_ = std::max(copies_, max_nodes_ / copies_ * copies_);
 
-    // how many copies to rotate so that the weights read per graph total >= factor x L2
-    const size_t wbytes = weight_bytes(c);
-    int          copies = 1;
-    if (c.rotate && env.info.l2_bytes > 0) {
-        copies = (int) std::ceil(o.rotate_factor * (double) env.info.l2_bytes / (double) wbytes);
-        copies = std::max(1, std::min(copies, o.max_nodes));
-    }
-    if (env.info.memory_total > 0 && (double) copies * (double) wbytes > 0.5 * (double) env.info.memory_total) {
-        throw std::runtime_error("weight copies would take more than half of the device memory");
-    }
-    const size_t ybytes = (size_t) (c.N * c.M * c.B) * sizeof(float);
-    int          max_nodes = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / (int64_t) ybytes));
-    max_nodes              = std::max(copies, max_nodes / copies * copies);
+        log_line("case %s: %s %s x %s M=%lld N=%lld K=%lld B=%lld, weight %zu bytes x %d copies, up to %d nodes",
+                 c_.id.c_str(), ggml_dispatch_layout_name(c_.layout), c_.src0_name.c_str(), c_.src1_name.c_str(),
+                 (long long) c_.M, (long long) c_.N, (long long) c_.K, (long long) c_.B, wbytes_, copies_,
+                 max_nodes_);
 
-    log_line("case %s: %s %s x %s M=%lld N=%lld K=%lld B=%lld, weight %zu bytes x %d copies, up to %d nodes",
-             c.id.c_str(), c.layout.c_str(), c.src0_name.c_str(), c.src1_name.c_str(), (long long) c.M,
-             (long long) c.N, (long long) c.K, (long long) c.B, wbytes, copies, max_nodes);
+        // data: one set of random weights uploaded into every copy, one activation tensor
+        const std::vector<uint8_t> wdata =
+            random_weights(c_.src0, storage_rows(c_), storage_row_len(c_), o.seed, o.threads);
+        const std::vector<uint8_t> xdata = random_weights(c_.src1, c_.M * c_.B, c_.K, o.seed + 1, o.threads);
 
-    // data: one set of random weights uploaded into every copy, one activation tensor
-    const std::vector<uint8_t> wdata =
-        random_weights(c.src0, storage_rows(c), storage_row_len(c), o.seed, o.threads);
-    const std::vector<uint8_t> xdata = random_weights(c.src1, c.M * c.B, c.K, o.seed + 1, o.threads);
+        build(dev_, c_, c_.M, copies_, max_nodes_, env.backend);
+        for (ggml_tensor * s : dev_.storage) {
+            ggml_backend_tensor_set(s, wdata.data(), 0, wdata.size());
+        }
+        ggml_backend_tensor_set(dev_.x, xdata.data(), 0, xdata.size());
 
-    mm_tensors dev;
-    build(dev, c, c.M, copies, max_nodes, env.backend);
-    for (ggml_tensor * s : dev.storage) {
-        ggml_backend_tensor_set(s, wdata.data(), 0, wdata.size());
-    }
-    ggml_backend_tensor_set(dev.x, xdata.data(), 0, xdata.size());
-
-    // CPU reference on a sample of output columns (all of them when M is small)
-    const std::vector<int64_t> cols = sample_columns(c.M, o.ref_cols);
-    std::vector<float>         ref;
-    {
+        // CPU reference on a sample of output columns (all of them when M is small)
+        cols_ = sample_columns(c_.M, o.ref_cols);
         mm_tensors r;
-        build(r, c, (int64_t) cols.size(), 1, 1, env.backend_ref);
+        build(r, c_, (int64_t) cols_.size(), 1, 1, env.backend_ref);
         ggml_backend_tensor_set(r.storage[0], wdata.data(), 0, wdata.size());
-        const size_t         xrow = ggml_row_size(c.src1, c.K);
-        std::vector<uint8_t> xs(xrow * cols.size() * (size_t) c.B);
+        const size_t         xrow = ggml_row_size(c_.src1, c_.K);
+        std::vector<uint8_t> xs(xrow * cols_.size() * (size_t) c_.B);
         size_t               k = 0;
-        for (int64_t b = 0; b < c.B; ++b) {
-            for (int64_t col : cols) {
-                memcpy(xs.data() + k * xrow, xdata.data() + (size_t) (b * c.M + col) * xrow, xrow);
+        for (int64_t b = 0; b < c_.B; ++b) {
+            for (int64_t col : cols_) {
+                memcpy(xs.data() + k * xrow, xdata.data() + (size_t) (b * c_.M + col) * xrow, xrow);
                 ++k;
             }
         }
@@ -352,235 +305,63 @@ void run_mul_mat_case(bench_env & env, const mm_case & c) {
         if (!compute(env.backend_ref, g.gf)) {
             throw std::runtime_error("CPU reference compute failed");
         }
-        ref.resize((size_t) (c.N * c.B) * cols.size());
-        ggml_backend_tensor_get(r.y[0], ref.data(), 0, ref.size() * sizeof(float));
+        ref_.resize((size_t) (c_.N * c_.B) * cols_.size());
+        ggml_backend_tensor_get(r.y[0], ref_.data(), 0, ref_.size() * sizeof(float));
     }
-    auto check = [&](int nodes) {
+
+    ggml_cgraph * graph(int nodes) override {
+        graph_ = make_graph(dev_.y, nodes);
+        return graph_.gf;
+    }
+
+    int copies() const override { return copies_; }
+
+    int max_nodes() const override { return max_nodes_; }
+
+    void poison(int nodes) override {
+        ::poison(dev_.y[0]);
+        ::poison(dev_.y[(size_t) nodes - 1]);
+    }
+
+    double check(int nodes) override {
         double worst = 0.0;
         for (int i : { 0, nodes - 1 }) {
-            const std::vector<float> out = read_columns(dev.y[(size_t) i], c, cols);
-            const double             e   = nmse(ref.data(), out.data(), ref.size());
+            const std::vector<float> out = read_columns(dev_.y[(size_t) i], c_, cols_);
+            const double             e   = nmse(ref_.data(), out.data(), ref_.size());
             if (std::isnan(e)) {
                 return (double) NAN;
             }
             worst = std::max(worst, e);
         }
         return worst;
-    };
-    const double setup_s = env.elapsed_s() - t_case0;
-
-    // candidates refused before timing: reported once per trial (with that trial's anchor), never timed
-    struct refused {
-        std::string route, status, route_ran, reason;
-        double      nmse;
-    };
-    std::vector<refused> refusals;
-    auto not_timed = [&](const std::string & route, const char * status, const std::string & route_ran, double e,
-                         const std::string & reason) {
-        refusals.push_back({ route, status, route_ran, reason, e });
-    };
-
-    // candidates: stock first (the anchor), then the requested routes the backend can be asked for
-    std::vector<candidate> cands;
-    cands.push_back({ "stock", 0, 0, 0 });
-    for (const std::string & r : c.routes) {
-        const int code = route_code(r);
-        if (code <= 0) {
-            not_timed(r, "ineligible", "", NAN, "unknown-route");
-        } else if (!api.present()) {
-            not_timed(r, "ineligible", "", NAN, "no-override-api");
-        } else {
-            cands.push_back({ r, code, 0, 0 });
-        }
     }
 
-    // eligibility: each candidate once on a graph of `copies` nodes; refused or wrong ones are not timed
-    int         nodes0 = copies;
-    std::string stock_ran;
-    {
-        graph_holder           g0 = make_graph(dev.y, nodes0);
-        std::vector<candidate> ok;
-        for (candidate & cd : cands) {
-            log_line("case %s: check route=%s", c.id.c_str(), cd.name.c_str());
-            api.set(cd.code);
-            for (int i : { 0, nodes0 - 1 }) {
-                poison(dev.y[(size_t) i]);
-            }
-            api.take();
-            for (int w = 0; w < o.warmup; ++w) {
-                if (!compute(env.backend, g0.gf)) {
-                    throw std::runtime_error("ggml_backend_graph_compute failed");
-                }
-            }
-            // one replay after the warm-up: its time sizes the graph and the replays per trial
-            const double last = time_graph(env.backend, g0.gf, 1)[0];
-            const ggml_dispatch_counts cnt = api.take();
-            const std::string ran = api.present() ? route_ran_of(cnt) : "unverified";
-            const double      e   = check(nodes0);
-            cd.node_us            = last / nodes0;
-            if (cd.code == 0) {
-                stock_ran = ran;
-            }
-            if (cd.code != 0 && cnt.ineligible > 0) {
-                not_timed(cd.name, "ineligible", ran, e, "fell-back:" + ran);
-                continue;
-            }
-            if (cd.code != 0 && ran != cd.name) {
-                not_timed(cd.name, "wrong", ran, e, "ran:" + ran);
-                continue;
-            }
-            if (cd.code != 0 && !(e <= c.nmse_max)) {
-                char buf[96];
-                snprintf(buf, sizeof(buf), "nmse %.3g > %.3g", e, c.nmse_max);
-                not_timed(cd.name, "wrong", ran, e, buf);
-                continue;
-            }
-            ok.push_back(cd);
-        }
-        cands = ok;
+    void describe(json & end) const override {
+        end["weight_bytes"]  = wbytes_;
+        end["rotated_bytes"] = wbytes_ * (size_t) copies_;
+        end["ref_cols"]      = cols_.size();
     }
 
-    // replicate nodes until one graph takes about target_graph_us (a multiple of `copies`)
-    const double stock_node_us = std::max(cands[0].node_us, 0.01);
-    int          nodes         = (int) std::ceil(o.target_graph_us / stock_node_us);
-    nodes                      = std::min(max_nodes, std::max(copies, (nodes + copies - 1) / copies * copies));
-    graph_holder g             = make_graph(dev.y, nodes);
-    for (candidate & cd : cands) {
-        const double graph_us = std::max(cd.node_us * nodes, 1.0);
-        cd.replays = (int) std::clamp((double) std::ceil(o.trial_ms * 1000.0 / graph_us), (double) o.min_replays,
-                                      (double) o.max_replays);
-    }
-    log_line("case %s: %d nodes per graph, %zu timed candidates, %d trials", c.id.c_str(), nodes, cands.size(),
-             c.trials);
+  private:
+    mm_case              c_;
+    size_t               wbytes_    = 0;
+    int                  copies_    = 1;
+    int                  max_nodes_ = 1;
+    mm_tensors           dev_;
+    graph_holder         graph_;
+    std::vector<int64_t> cols_;
+    std::vector<float>   ref_;
+};
 
-    // trials: candidates interleaved, order rotated each trial, stock in every trial as the anchor
-    const size_t                      n = cands.size();
-    std::vector<std::vector<json>>    trial_rows((size_t) c.trials);
-    std::vector<double>               anchors((size_t) c.trials, NAN);
-    for (int t = 0; t < c.trials; ++t) {
-        for (size_t k = 0; k < n; ++k) {
-            const candidate & cd = cands[(k + (size_t) t) % n];
-            log_line("case %s: trial %d route=%s", c.id.c_str(), t, cd.name.c_str());
-            api.set(cd.code);
-            for (int w = 0; w < o.warmup; ++w) {
-                if (!compute(env.backend, g.gf)) {
-                    throw std::runtime_error("ggml_backend_graph_compute failed");
-                }
-            }
-            api.take();
-            std::vector<double> s = time_graph(env.backend, g.gf, cd.replays - 1);
-            // the last replay writes into poisoned outputs, so a replay that skipped a node is caught
-            poison(dev.y[0]);
-            poison(dev.y[(size_t) nodes - 1]);
-            const std::vector<double> last = time_graph(env.backend, g.gf, 1);
-            s.push_back(last[0]);
-            const ggml_dispatch_counts cnt = api.take();
-            const double               e   = check(nodes);
+const op_def mul_mat_op = {
+    ggml_dispatch_op_name(GGML_DISPATCH_OP_MUL_MAT),
+    [](const op_case & c, const harness_opts &) { (void) parse_mm(c); },
+    [](bench_env & env, const op_case & c) -> std::unique_ptr<op_instance> {
+        return std::make_unique<mul_mat_instance>(env, c);
+    },
+    mm_test_file_line,
+};
 
-            std::string ran    = "unverified";
-            std::string status = "ok";
-            std::string reason;
-            if (api.present()) {
-                ran                    = route_ran_of(cnt);
-                const int64_t expected = (int64_t) nodes * cd.replays;
-                if (cd.code != 0 && cnt.ineligible > 0) {
-                    status = "ineligible";
-                    reason = "fell-back:" + ran;
-                } else if (cd.code != 0 && ran != cd.name) {
-                    status = "wrong";
-                    reason = "ran:" + ran;
-                } else if (counted_nodes(cnt) != expected) {
-                    status = "wrong";
-                    reason = "counted " + std::to_string(counted_nodes(cnt)) + " of " + std::to_string(expected) +
-                             " nodes";
-                }
-            }
-            if (status == "ok" && !(e <= c.nmse_max)) {
-                char buf[96];
-                snprintf(buf, sizeof(buf), "nmse %.3g > %.3g", e, c.nmse_max);
-                status = "wrong";
-                reason = buf;
-            }
-            json r             = row(c, cd.name, t);
-            r["us"]            = median(s) / nodes;
-            r["replays"]       = cd.replays;
-            r["nodes"]         = nodes;
-            r["weight_copies"] = copies;
-            r["anchor_us"]     = nullptr;
-            r["nmse"]          = std::isnan(e) ? json(nullptr) : json(e);
-            r["route_ran"]     = ran;
-            r["status"]        = status;
-            r["reason"]        = reason;
-            r["t_end_s"]       = env.elapsed_s();
-            if (cd.code == 0) {
-                anchors[(size_t) t] = r["us"].get<double>();
-            }
-            trial_rows[(size_t) t].push_back(r);
-        }
-    }
-    api.set(0);
+}  // namespace
 
-    // anchors and drift: a trial whose stock time is off the median stock time by > drift_max is marked
-    std::vector<double> valid;
-    for (double a : anchors) {
-        if (!std::isnan(a)) {
-            valid.push_back(a);
-        }
-    }
-    const double med = median(valid);
-    int          n_drifted = 0;
-    for (int t = 0; t < c.trials; ++t) {
-        for (const refused & f : refusals) {
-            json r             = row(c, f.route, t);
-            r["us"]            = nullptr;
-            r["replays"]       = 0;
-            r["nodes"]         = 0;
-            r["weight_copies"] = copies;
-            r["nmse"]          = std::isnan(f.nmse) ? json(nullptr) : json(f.nmse);
-            r["route_ran"]     = f.route_ran;
-            r["status"]        = f.status;
-            r["reason"]        = f.reason;
-            r["t_end_s"]       = nullptr;
-            trial_rows[(size_t) t].push_back(r);
-        }
-        const double a       = anchors[(size_t) t];
-        const double off     = std::fabs(a / med - 1.0);
-        const bool   drifted = !std::isnan(a) && off > c.drift_max;
-        n_drifted += drifted;
-        for (json & r : trial_rows[(size_t) t]) {
-            r["anchor_us"] = std::isnan(a) ? json(nullptr) : json(a);
-            if (drifted && r["status"] == "ok") {
-                char buf[64];
-                snprintf(buf, sizeof(buf), "anchor %+.1f%% off the median", 100.0 * (a / med - 1.0));
-                r["status"] = "drifted";
-                r["reason"] = buf;
-            }
-            emit(r);
-        }
-    }
-
-    json end;
-    end["kind"]          = "case";
-    end["case"]          = c.id;
-    end["status"]        = "done";
-    end["weight_bytes"]  = wbytes;
-    end["weight_copies"] = copies;
-    end["rotated_bytes"] = wbytes * (size_t) copies;
-    end["l2_bytes"]      = env.info.l2_bytes;
-    end["nodes"]         = nodes;
-    end["stock_route_ran"] = stock_ran;
-    end["ref_cols"]      = cols.size();
-    end["trials"]        = c.trials;
-    end["drifted"]       = n_drifted;
-    end["nmse_max"]      = c.nmse_max;
-    end["drift_max"]     = c.drift_max;
-    end["setup_s"]       = setup_s;
-    end["elapsed_s"]     = env.elapsed_s() - t_case0;
-    end["t_end_s"]       = env.elapsed_s();
-    json reps            = json::object();
-    for (const candidate & cd : cands) {
-        reps[cd.name] = cd.replays;
-    }
-    end["replays"] = reps;
-    emit(end);
-}
+GGML_DISPATCH_HARNESS_OP(mul_mat_op);

@@ -78,14 +78,18 @@ int main(void) {
     const int cpu_has_counts = cpu_reg && ggml_backend_reg_get_proc_address(cpu_reg, GGML_DISPATCH_PROC_GET_COUNTS) != NULL;
 
     // the installed table header: no table -> stock everywhere, no GPU match
+    int64_t key[GGML_DISPATCH_KEY_SLOTS] = {0};
+    key[GGML_DISPATCH_KEY_MUL_MAT_N]     = 4096;
+    key[GGML_DISPATCH_KEY_MUL_MAT_K]     = 4096;
+    key[GGML_DISPATCH_KEY_MUL_MAT_B]     = 1;
     const int lookup = ggml_dispatch_table_lookup(GGML_DISPATCH_OP_MUL_MAT, GGML_DISPATCH_LAYOUT_WEIGHT, GGML_TYPE_Q4_0,
-                                                  GGML_TYPE_F32, 8, 4096, 4096, 1);
+                                                  GGML_TYPE_F32, key, 8);
     const int matches = ggml_dispatch_table_gpu_matches("NVIDIA H200", 900, 132);
     struct ggml_dispatch_counts counts;
     memset(&counts, 0, sizeof(counts));
 
     const int ok = nmse_f32 < 1e-10 && nmse_q40 < 5e-4 && !cuda_registered && !cpu_has_override && !cpu_has_counts &&
-                   GGML_DISPATCH_TABLE_LAYOUT_VERSION == 1 && (GGML_DISPATCH_TABLE_RULE_COUNT > 0 || (lookup == 0 && matches == 0));
+                   GGML_DISPATCH_TABLE_LAYOUT_VERSION == 3 && (GGML_DISPATCH_TABLE_RULE_COUNT > 0 || (lookup == 0 && matches == 0));
     printf("{\"ok\":%s,\"nmse_f32\":%.3e,\"nmse_q4_0\":%.3e,\"cuda_registered\":%d,\"cpu_has_dispatch_procs\":%d,"
            "\"table_rules\":%d,\"lookup\":%d,\"gpu_matches\":%d,\"counts_size\":%d}\n",
            ok ? "true" : "false", nmse_f32, nmse_q40, cuda_registered, cpu_has_override || cpu_has_counts,

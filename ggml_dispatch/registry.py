@@ -1,0 +1,605 @@
+"""The one registry of ops, layouts, routes, route parameters, configurations and shape keys.
+
+Everything the Python stages and the native code call by name or by integer code is spelled here
+once; ``hook/codes.py`` renders it into the C header ``ggml-dispatch-codes.h`` (install writes it
+into the tree beside the other native files, the harness build gets the same file), and a test holds
+the op and type tables against the pinned tree's ``ggml/include/ggml.h``.
+
+* **ops** (:class:`Op`): the ggml ops the project measures, with their ggml enum name, the layout
+  classes they come in, and the shape-key class that identifies a tunable shape of the op.
+* **layouts** (:class:`Layout`): rules never cross layout classes.
+* **routes** (:class:`Route`): the kernel families a table or a forced run may choose, per op, each
+  with its named **parameters** and their legal values. Trace-only routes (paths stock takes that a
+  table never chooses) get codes after the table routes; they are never persisted as codes.
+* **configurations** (:class:`Config`): the decision unit, a route plus values for some of its
+  parameters. A parameter left out means "what stock does inside that route", so every route is a
+  configuration without parameters (``cublas``). Canonical text form: ``route`` or
+  ``route/name=value,name=value`` with the parameters in the route's declared order (the parser
+  takes any order). Integer form (C tables, the override API): bits 0-7 the route code, then each
+  parameter of the route in declared order in a field of :attr:`Param.bits` bits holding 0 (not set)
+  or 1 + the index of its value in :attr:`Param.values`. Code 0 is stock.
+* **shape keys**: one frozen dataclass per op (:class:`ShapeKey` for MUL_MAT, :class:`MulMatIdKey`,
+  :class:`FlashAttnKey`). A rule is an interval of ``M`` (tokens; Q columns for attention) per key.
+  In the C table a key is (op, layout, type0, type1, k[KEY_SLOTS]); a key's ``DEFAULT_FIELDS`` set to
+  0 make the per-type default the lookup falls back to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar, Final, Self
+
+# --------------------------------------------------------------------------------------------
+# ggml types of the pinned tree: id -> (name as ggml_type_name spells it, block size, bytes/block)
+
+
+@dataclass(frozen=True)
+class GgmlType:
+    id: int
+    name: str
+    block_size: int
+    type_size: int
+
+    @property
+    def quantized(self) -> bool:
+        return self.name not in _UNQUANTIZED
+
+    def row_bytes(self, ne0: int) -> int:
+        return (ne0 // self.block_size) * self.type_size
+
+    def bytes_per_element(self) -> float:
+        return self.type_size / self.block_size
+
+
+_QK_K = 256
+_TYPE_ROWS: tuple[tuple[int, str, int, int], ...] = (
+    (0, "f32", 1, 4),
+    (1, "f16", 1, 2),
+    (2, "q4_0", 32, 2 + 16),
+    (3, "q4_1", 32, 2 + 2 + 16),
+    (6, "q5_0", 32, 2 + 4 + 16),
+    (7, "q5_1", 32, 2 + 2 + 4 + 16),
+    (8, "q8_0", 32, 2 + 32),
+    (9, "q8_1", 32, 2 + 2 + 32),
+    (10, "q2_K", 256, 2 + 2 + _QK_K // 16 + _QK_K // 4),
+    (11, "q3_K", 256, 2 + _QK_K // 4 + _QK_K // 8 + 12),
+    (12, "q4_K", 256, 2 + 2 + _QK_K // 2 + 12),
+    (13, "q5_K", 256, 2 + 2 + _QK_K // 2 + _QK_K // 8 + 12),
+    (14, "q6_K", 256, 2 + _QK_K // 2 + _QK_K // 4 + _QK_K // 16),
+    (15, "q8_K", 256, 4 + _QK_K + _QK_K // 8),
+    (16, "iq2_xxs", 256, 2 + _QK_K // 4),
+    (17, "iq2_xs", 256, 2 + _QK_K // 4 + _QK_K // 32),
+    (18, "iq3_xxs", 256, 2 + _QK_K // 4 + _QK_K // 8),
+    (19, "iq1_s", 256, 2 + _QK_K // 8 + _QK_K // 16),
+    (20, "iq4_nl", 32, 2 + 16),
+    (21, "iq3_s", 256, 2 + _QK_K // 4 + _QK_K // 8 + _QK_K // 32 + 4),
+    (22, "iq2_s", 256, 2 + _QK_K // 4 + _QK_K // 16),
+    (23, "iq4_xs", 256, 2 + 2 + _QK_K // 2 + _QK_K // 64),
+    (24, "i8", 1, 1),
+    (25, "i16", 1, 2),
+    (26, "i32", 1, 4),
+    (27, "i64", 1, 8),
+    (28, "f64", 1, 8),
+    (29, "iq1_m", 256, _QK_K // 8 + _QK_K // 16 + _QK_K // 32),
+    (30, "bf16", 1, 2),
+    (34, "tq1_0", 256, 2 + 4 * 13),
+    (35, "tq2_0", 256, 2 + 64),
+    (39, "mxfp4", 32, 1 + 16),
+    (40, "nvfp4", 64, 4 + 32),
+    (41, "q1_0", 128, 2 + 16),
+    (42, "q2_0", 64, 2 + 16),
+)
+_UNQUANTIZED = frozenset({"f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64"})
+
+GGML_TYPES: Final[dict[str, GgmlType]] = {name: GgmlType(i, name, b, s) for i, name, b, s in _TYPE_ROWS}
+GGML_TYPES_BY_ID: Final[dict[int, GgmlType]] = {t.id: t for t in GGML_TYPES.values()}
+
+
+# --------------------------------------------------------------------------------------------
+# Ops, layouts, fused groups, reasons
+
+
+class Op(StrEnum):
+    MUL_MAT = "MUL_MAT"
+    MUL_MAT_ID = "MUL_MAT_ID"
+    FLASH_ATTN_EXT = "FLASH_ATTN_EXT"
+
+
+class Layout(StrEnum):
+    """Rules never cross layout classes."""
+
+    WEIGHT = "weight"  # contiguous src0, B = 1
+    ATTENTION = "attention"  # src0 is a KV-cache view (non-contiguous) or B > 1; FLASH_ATTN_EXT's K/V
+    EXPERT = "expert"  # MUL_MAT_ID
+
+
+LAYOUT_CODES: Final[dict[Layout, int]] = {Layout.WEIGHT: 0, Layout.ATTENTION: 1, Layout.EXPERT: 2}
+
+
+class Fused(StrEnum):
+    """Node groups ggml_cuda_try_fuse runs as one kernel (the table never overrides them)."""
+
+    GLU = "glu"
+    BIAS = "bias"
+    SCALE = "scale"
+
+
+# code 0 = not fused
+FUSED_CODES: Final[dict[Fused, int]] = {Fused.GLU: 1, Fused.BIAS: 2, Fused.SCALE: 3}
+
+# Why a node ran what it ran (trace `reason`); "ineligible:<why>" carries the eligibility answer.
+REASONS: Final[tuple[str, ...]] = ("stock", "table", "forced", "fused", "ineligible")
+
+# The eligibility check's answers (hook/native/ggml-dispatch-eligibility.cuh), in code order; "ok" = 0.
+INELIGIBLE: Final[dict[str, str]] = {
+    "ok": "eligible",
+    "route": "not a valid configuration of a table route",
+    "vendor": "not an NVIDIA device",
+    "no_device_code": "no compiled arch <= cc, or the kernel needs a newer one",
+    "fwht": "the FWHT hint path owns this node",
+    "src1_type": "kernel wrappers assert src1 F32",
+    "dst_type": "kernel wrappers assert dst F32",
+    "src0_type": "no kernel for this weight type",
+    "element_stride": "nb[0] != type size (asserted by every wrapper)",
+    "batch": "M outside the compiled template range",
+    "align": "strides not aligned for the kernel's vector loads",
+    "rows": "N not a multiple of the kernel's rows per block",
+    "cols": "K not a multiple of the kernel's reduction step",
+    "padding": "padded compute-buffer view (mmvq/mmq assert)",
+    "smem": "MMQ tiles need >= 48 KiB shared memory per block",
+    "dst_layout": "cuBLAS asserts a contiguous dst",
+    "convert": "cuBLAS has no strided conversion for this weight type",
+    "op": "the configuration's route does not serve this op",
+    "params": "the configuration sets route parameters this hook cannot apply yet",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Routes and their parameters
+
+
+@dataclass(frozen=True)
+class Param:
+    """A route parameter: its name in config strings and its legal values (left out = stock's choice)."""
+
+    name: str
+    values: tuple[str, ...]
+    doc: str
+
+    @property
+    def bits(self) -> int:
+        """Width of its field in a config code (holds 0 = not set, or 1 + value index)."""
+        return max(1, len(self.values).bit_length())
+
+
+class Route(StrEnum):
+    """Kernel families a table or a forced run may choose."""
+
+    MMVF = "mmvf"
+    MMF = "mmf"
+    MMVQ = "mmvq"
+    MMQ = "mmq"
+    CUBLAS = "cublas"
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    route: Route
+    code: int  # 1..ROUTE_CODE_MASK; 0 is stock
+    ops: tuple[Op, ...]  # the ops whose nodes may run it
+    params: tuple[Param, ...]
+    doc: str
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+ROUTE_CODE_BITS: Final = 8
+ROUTE_CODE_MASK: Final = (1 << ROUTE_CODE_BITS) - 1
+STOCK_CODE: Final = 0
+
+_MMQ_J: Final = tuple(str(j) for j in range(8, 129, 8))  # mul_mat_q_switch_J's compiled widths (mmq.cuh)
+
+ROUTES: Final[dict[Route, RouteSpec]] = {
+    Route.MMVF: RouteSpec(
+        Route.MMVF, 1, (Op.MUL_MAT, Op.MUL_MAT_ID), (), "mul_mat_vec_f (f32/f16/bf16 vector)"
+    ),
+    Route.MMF: RouteSpec(Route.MMF, 2, (Op.MUL_MAT, Op.MUL_MAT_ID), (), "mul_mat_f (f16/bf16 tensor cores)"),
+    Route.MMVQ: RouteSpec(Route.MMVQ, 3, (Op.MUL_MAT, Op.MUL_MAT_ID), (), "mul_mat_vec_q (quantized vector)"),
+    Route.MMQ: RouteSpec(
+        Route.MMQ,
+        4,
+        (Op.MUL_MAT, Op.MUL_MAT_ID),
+        (
+            Param("j", _MMQ_J, "column tile width J (stock: fewest column tiles, then the smallest J)"),
+            Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
+        ),
+        "mul_mat_q (quantized tiles, Q8_1 activations)",
+    ),
+    Route.CUBLAS: RouteSpec(
+        Route.CUBLAS,
+        5,
+        (Op.MUL_MAT,),
+        (
+            Param("out", ("f16", "f32"), "GEMM output type: f16 then a convert to f32, or f32 directly"),
+            Param("compute", ("f16", "f32", "bf16"), "cuBLAS compute type"),
+        ),
+        "cuBLAS GEMM after dequantization",
+    ),
+}
+
+# Paths stock takes that a table never chooses: reported by the trace, counted as "other" by the
+# override API's counts. Their codes follow the table routes' (native side only, never persisted).
+TRACE_ONLY_ROUTES: Final[dict[str, str]] = {
+    "mmvf_t": "the transposed-vector mmvf path (ne01 == 1)",
+    "fwht": "the FWHT hint path",
+    "id_sorted": "MUL_MAT_ID fallback: per-expert MUL_MATs after sorting rows",
+}
+
+ROUTE_CODES: Final[dict[Route, int]] = {r: s.code for r, s in ROUTES.items()}
+ROUTE_COUNT: Final = max(ROUTE_CODES.values()) + 1  # table route codes 0..ROUTE_COUNT-1, 0 = stock
+TRACE_ROUTE_CODES: Final[dict[str, int]] = {
+    **{r.value: c for r, c in ROUTE_CODES.items()},
+    **{name: ROUTE_COUNT + i for i, name in enumerate(TRACE_ONLY_ROUTES)},
+}
+
+
+def route_names_by_code() -> list[str]:
+    """Every route name indexed by its code (table routes, then trace-only); [0] = "stock"."""
+    names = ["stock"] + [""] * (len(TRACE_ROUTE_CODES))
+    for name, code in TRACE_ROUTE_CODES.items():
+        names[code] = name
+    if "" in names:
+        raise AssertionError("route codes are not contiguous")
+    return names
+
+
+def param_shifts(spec: RouteSpec) -> list[int]:
+    """Bit offset of each parameter's field in a config code of this route."""
+    shifts, at = [], ROUTE_CODE_BITS
+    for p in spec.params:
+        shifts.append(at)
+        at += p.bits
+    if at > 31:
+        raise AssertionError(f"config codes of {spec.route} need {at} bits")
+    return shifts
+
+
+# --------------------------------------------------------------------------------------------
+# Configurations: route + parameter values
+
+_NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """A config string or code that names no legal configuration."""
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """A route plus the values of some of its parameters (in the route's declared order)."""
+
+    route: Route
+    params: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = ROUTES[self.route]
+        order = [p.name for p in spec.params]
+        seen: list[str] = []
+        for name, value in self.params:
+            p = spec.param(name)
+            if p is None:
+                raise ConfigError(f"route {self.route} has no parameter {name!r} (it has: {_names(order)})")
+            if value not in p.values:
+                raise ConfigError(f"{self.route}/{name}={value!r} is not one of {', '.join(p.values)}")
+            if name in seen:
+                raise ConfigError(f"parameter {name!r} given twice")
+            seen.append(name)
+        if seen != [n for n in order if n in seen]:
+            raise ConfigError(f"parameters out of the declared order ({', '.join(order)}); use Config.of")
+
+    @classmethod
+    def of(cls, route: Route | str, params: Mapping[str, str] | None = None) -> Config:
+        """A config from a route and a mapping of parameter values (any order)."""
+        try:
+            r = Route(route)
+        except ValueError:
+            raise ConfigError(f"unknown route {route!r} (routes: {_names(r.value for r in Route)})") from None
+        given = dict(params or {})
+        spec = ROUTES[r]
+        unknown = [n for n in given if spec.param(n) is None]
+        if unknown:
+            names = _names(p.name for p in spec.params)
+            raise ConfigError(f"route {r} has no parameter {unknown[0]!r} (it has: {names})")
+        return cls(r, tuple((p.name, given[p.name]) for p in spec.params if p.name in given))
+
+    @classmethod
+    def parse(cls, text: str) -> Config:
+        """``route`` or ``route/name=value,...`` (parameters in any order, each at most once)."""
+        if not isinstance(text, str) or not text:
+            raise ConfigError("empty configuration")
+        route, sep, rest = text.partition("/")
+        params: dict[str, str] = {}
+        if sep:
+            if not rest:
+                raise ConfigError(f"{text!r}: no parameters after '/'")
+            for part in rest.split(","):
+                name, eq, value = part.partition("=")
+                if not eq or not _NAME.match(name) or not value:
+                    raise ConfigError(f"{text!r}: {part!r} is not name=value")
+                if name in params:
+                    raise ConfigError(f"{text!r}: parameter {name!r} given twice")
+                params[name] = value
+        return cls.of(route, params)
+
+    @classmethod
+    def from_code(cls, code: int) -> Config:
+        route_code = code & ROUTE_CODE_MASK
+        spec = next((s for s in ROUTES.values() if s.code == route_code), None)
+        if spec is None or code < 0:
+            raise ConfigError(f"config code {code}: no route with code {route_code}")
+        params = []
+        rest = code
+        for p, shift in zip(spec.params, param_shifts(spec), strict=True):
+            v = (code >> shift) & ((1 << p.bits) - 1)
+            rest &= ~(((1 << p.bits) - 1) << shift)
+            if v > len(p.values):
+                raise ConfigError(f"config code {code}: {spec.route}/{p.name} value {v} out of range")
+            if v:
+                params.append((p.name, p.values[v - 1]))
+        if rest != route_code:
+            raise ConfigError(f"config code {code}: bits beyond the parameters of {spec.route}")
+        return cls(spec.route, tuple(params))
+
+    @property
+    def code(self) -> int:
+        spec = ROUTES[self.route]
+        code = spec.code
+        values = dict(self.params)
+        for p, shift in zip(spec.params, param_shifts(spec), strict=True):
+            if p.name in values:
+                code |= (1 + p.values.index(values[p.name])) << shift
+        return code
+
+    @property
+    def is_plain(self) -> bool:
+        """No parameter set: the route as stock runs it."""
+        return not self.params
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.route.value
+        return self.route.value + "/" + ",".join(f"{n}={v}" for n, v in self.params)
+
+
+def _names(names: Any) -> str:
+    return ", ".join(names) or "none"
+
+
+def canonical_config(text: str) -> str:
+    """The canonical spelling of a config string (ConfigError if it names none)."""
+    return str(Config.parse(text))
+
+
+def config_route(text: str) -> str:
+    """The route name of a config string."""
+    return Config.parse(text).route.value
+
+
+def config_order(text: str) -> tuple[int, int]:
+    """Sort key of configs: route code, then config code (a plain route sorts first)."""
+    c = Config.parse(text)
+    return (ROUTES[c.route].code, c.code)
+
+
+# --------------------------------------------------------------------------------------------
+# Shape keys, one class per op
+
+KEY_SLOTS: Final = 5
+
+
+def kv_bucket(n_kv: int) -> int:
+    """FLASH_ATTN_EXT KV-length bucket: the smallest power of two >= n_kv (1 for n_kv <= 1)."""
+    return 1 if n_kv <= 1 else 1 << (int(n_kv) - 1).bit_length()
+
+
+class _Key:
+    """Shared behaviour of the per-op shape keys (frozen dataclasses whose first fields are op, layout).
+
+    A subclass declares ``TYPE_FIELDS`` (two ggml type names, C slots type0/type1), ``INT_FIELDS``
+    (up to KEY_SLOTS integers, C slots k[0..]) and ``DEFAULT_FIELDS`` (integer fields a per-type
+    default sets to 0)."""
+
+    OP: ClassVar[Op]
+    TYPE_FIELDS: ClassVar[tuple[str, str]]
+    INT_FIELDS: ClassVar[tuple[str, ...]]
+    DEFAULT_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # integer fields a row may lack (or hold null in): their value then
+    OPTIONAL_FIELDS: ClassVar[Mapping[str, int]] = {}
+
+    op: str
+    layout: str
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        return ("op", "layout", *cls.TYPE_FIELDS, *cls.INT_FIELDS)
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Self:
+        """The key of a tuning or census row (any mapping with the key's columns)."""
+        vals: list[Any] = [str(row["op"]), str(row["layout"])]
+        vals += [str(row[f]) for f in cls.TYPE_FIELDS]
+        for f in cls.INT_FIELDS:
+            v = row.get(f) if f in cls.OPTIONAL_FIELDS else row[f]
+            missing = v is None or (isinstance(v, float) and v != v)
+            vals.append(cls.OPTIONAL_FIELDS[f] if missing and f in cls.OPTIONAL_FIELDS else int(v))  # type: ignore[arg-type]
+        return cls(*vals)
+
+    def _replace_ints(self, values: Mapping[str, int]) -> Self:
+        return type(self)(*(values.get(f, getattr(self, f)) for f in self.fields()))
+
+    def group(self) -> Self:
+        """The per-type default key this shape falls under (itself when the op has no defaults)."""
+        return self._replace_ints({f: 0 for f in self.DEFAULT_FIELDS})
+
+    @property
+    def is_default(self) -> bool:
+        return bool(self.DEFAULT_FIELDS) and all(getattr(self, f) == 0 for f in self.DEFAULT_FIELDS)
+
+    def slots(self) -> tuple[int, ...]:
+        """(type0 id, type1 id, k[0..KEY_SLOTS-1]) as the C table holds them."""
+        ks = [int(getattr(self, f)) for f in self.INT_FIELDS]
+        return (
+            GGML_TYPES[getattr(self, self.TYPE_FIELDS[0])].id,
+            GGML_TYPES[getattr(self, self.TYPE_FIELDS[1])].id,
+            *ks,
+            *([0] * (KEY_SLOTS - len(ks))),
+        )
+
+    def codes(self) -> tuple[int, ...]:
+        """Sort order shared with the C rules array: (op, layout, type0, type1, k...)."""
+        return (OP_CODES[Op(self.op)], LAYOUT_CODES[Layout(self.layout)], *self.slots())
+
+    def label(self) -> str:
+        """For people: ``MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1`` (``N=* K=*`` for a default)."""
+        t0, t1 = (getattr(self, f) for f in self.TYPE_FIELDS)
+        parts = [
+            f"{f}=*" if self.is_default and f in self.DEFAULT_FIELDS else f"{f}={getattr(self, f)}"
+            for f in self.INT_FIELDS
+        ]
+        return f"{self.op} {self.layout} {t0}x{t1} " + " ".join(parts)
+
+    def id(self) -> str:
+        """For case ids and journals: ``MUL_MAT:weight:q4_K:f32:N4096:K4096:B1``."""
+        t0, t1 = (getattr(self, f) for f in self.TYPE_FIELDS)
+        return ":".join([self.op, self.layout, t0, t1, *(f"{f}{getattr(self, f)}" for f in self.INT_FIELDS)])
+
+    def seed_text(self) -> str:
+        """The key's part of a deterministic per-point seed: its fields joined by '|'."""
+        return "|".join(str(getattr(self, f)) for f in self.fields())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.fields()}
+
+
+@dataclass(frozen=True, order=True)
+class ShapeKey(_Key):
+    """MUL_MAT: (op, layout, src0_type, src1_type, N, K, B); in a table N = K = 0 is a per-type default."""
+
+    OP: ClassVar[Op] = Op.MUL_MAT
+    TYPE_FIELDS: ClassVar[tuple[str, str]] = ("src0_type", "src1_type")
+    INT_FIELDS: ClassVar[tuple[str, ...]] = ("N", "K", "B")
+    DEFAULT_FIELDS: ClassVar[tuple[str, ...]] = ("N", "K")
+
+    op: str
+    layout: str
+    src0_type: str
+    src1_type: str
+    N: int
+    K: int
+    B: int
+
+
+@dataclass(frozen=True, order=True)
+class MulMatIdKey(_Key):
+    """MUL_MAT_ID: types, N, K, E experts, U used per token and a routing bucket (0 = any routing)."""
+
+    OP: ClassVar[Op] = Op.MUL_MAT_ID
+    TYPE_FIELDS: ClassVar[tuple[str, str]] = ("src0_type", "src1_type")
+    INT_FIELDS: ClassVar[tuple[str, ...]] = ("N", "K", "E", "U", "routing")
+    DEFAULT_FIELDS: ClassVar[tuple[str, ...]] = ("N", "K")
+    OPTIONAL_FIELDS: ClassVar[Mapping[str, int]] = {"routing": 0}
+
+    op: str
+    layout: str
+    src0_type: str
+    src1_type: str
+    N: int
+    K: int
+    E: int
+    U: int
+    routing: int
+
+
+@dataclass(frozen=True, order=True)
+class FlashAttnKey(_Key):
+    """FLASH_ATTN_EXT: K/V types, head dims D_K/D_V, GQA ratio (Q heads / KV heads), KV-length bucket
+    (:func:`kv_bucket`). M of its rules is the number of Q columns."""
+
+    OP: ClassVar[Op] = Op.FLASH_ATTN_EXT
+    TYPE_FIELDS: ClassVar[tuple[str, str]] = ("k_type", "v_type")
+    INT_FIELDS: ClassVar[tuple[str, ...]] = ("D_K", "D_V", "gqa", "kv")
+
+    op: str
+    layout: str
+    k_type: str
+    v_type: str
+    D_K: int
+    D_V: int
+    gqa: int
+    kv: int
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op: Op
+    code: int
+    ggml_op: str  # the enum name in ggml.h
+    layouts: tuple[Layout, ...]
+    key: type[_Key]
+    doc: str
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """The table routes its nodes may run, by code."""
+        return tuple(r for r, s in sorted(ROUTES.items(), key=lambda kv: kv[1].code) if self.op in s.ops)
+
+    @property
+    def default_mask(self) -> int:
+        """Bit i set: key slot k[i] is 0 in this op's per-type defaults."""
+        return sum(1 << self.key.INT_FIELDS.index(f) for f in self.key.DEFAULT_FIELDS)
+
+
+OPS: Final[dict[Op, OpSpec]] = {
+    Op.MUL_MAT: OpSpec(
+        Op.MUL_MAT,
+        0,
+        "GGML_OP_MUL_MAT",
+        (Layout.WEIGHT, Layout.ATTENTION),
+        ShapeKey,
+        "Y = X W (dense matmul)",
+    ),
+    Op.MUL_MAT_ID: OpSpec(
+        Op.MUL_MAT_ID, 1, "GGML_OP_MUL_MAT_ID", (Layout.EXPERT,), MulMatIdKey, "expert matmul (MoE)"
+    ),
+    Op.FLASH_ATTN_EXT: OpSpec(
+        Op.FLASH_ATTN_EXT, 2, "GGML_OP_FLASH_ATTN_EXT", (Layout.ATTENTION,), FlashAttnKey, "FlashAttention"
+    ),
+}
+OP_CODES: Final[dict[Op, int]] = {o: s.code for o, s in OPS.items()}
+
+for _spec in OPS.values():
+    assert _spec.key.OP is _spec.op and len(_spec.key.INT_FIELDS) <= KEY_SLOTS
+    assert [f.name for f in dataclasses.fields(_spec.key)] == list(_spec.key.fields())  # type: ignore[arg-type]
+
+
+def op_spec(op: Op | str) -> OpSpec:
+    return OPS[Op(op)]
+
+
+def key_class(op: Op | str) -> type[_Key]:
+    return OPS[Op(op)].key
+
+
+def shape_key(row: Mapping[str, Any]) -> Any:
+    """The shape key of a row (or rule) of any op, by its ``op`` field."""
+    return key_class(str(row["op"])).of(row)
+
+
+def route_allowed(op: Op | str, config: str) -> bool:
+    """May nodes of ``op`` run this configuration's route?"""
+    return Op(op) in ROUTES[Config.parse(config).route].ops

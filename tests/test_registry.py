@@ -1,0 +1,358 @@
+"""The registry (ggml_dispatch/registry.py) against the pinned tree's ggml.h / ggml.c, its configuration
+forms, and the generated ggml-dispatch-codes.h: compiled by gcc (C11) and g++ (C++17), it answers what
+the Python registry answers for every legal configuration and for malformed ones."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ggml_dispatch import fetch, registry, schema
+from hook import codes
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ggml_h() -> str:
+    return (fetch.llama_cpp_dir() / "ggml" / "include" / "ggml.h").read_text()
+
+
+def _enum(text: str, name: str) -> dict[str, int]:
+    body = re.search(rf"enum {name} \{{(.*?)\}};", text, re.S)
+    assert body, name
+    values: dict[str, int] = {}
+    nxt = 0
+    for line in body.group(1).splitlines():
+        line = line.split("//")[0].strip().rstrip(",")
+        m = re.fullmatch(r"([A-Z0-9_]+)(?:\s*=\s*(\d+))?", line)
+        if not m:
+            continue
+        nxt = int(m.group(2)) if m.group(2) else nxt
+        values[m.group(1)] = nxt
+        nxt += 1
+    return values
+
+
+def test_ops_are_the_pinned_trees_ops(ggml_h: str) -> None:
+    ops = _enum(ggml_h, "ggml_op")
+    assert ops["GGML_OP_NONE"] == 0 and len(ops) > 50
+    for spec in registry.OPS.values():
+        assert spec.ggml_op in ops, spec.ggml_op
+        assert spec.ggml_op == f"GGML_OP_{spec.op.value}"
+    assert sorted(s.code for s in registry.OPS.values()) == list(range(len(registry.OPS)))
+
+
+def test_types_are_the_pinned_trees_types(ggml_h: str) -> None:
+    types = _enum(ggml_h, "ggml_type")
+    count = types.pop("GGML_TYPE_COUNT")
+    assert {f"GGML_TYPE_{t.name.upper()}": t.id for t in registry.GGML_TYPES.values()} == types
+    assert max(types.values()) == count - 1
+    # the names as ggml_type_name spells them (ggml.c's type_traits)
+    ggml_c = (fetch.llama_cpp_dir() / "ggml" / "src" / "ggml.c").read_text()
+    traits = dict(re.findall(r"\[(GGML_TYPE_[A-Z0-9_]+)\]\s*=\s*\{\s*\.type_name\s*=\s*\"([^\"]+)\"", ggml_c))
+    for t in registry.GGML_TYPES.values():
+        assert traits[f"GGML_TYPE_{t.name.upper()}"] == t.name
+    assert schema.GGML_TYPES is registry.GGML_TYPES
+
+
+def test_schema_names_come_from_the_registry() -> None:
+    assert schema.Route is registry.Route and schema.Op is registry.Op and schema.Layout is registry.Layout
+    assert {r: s.code for r, s in registry.ROUTES.items()} == schema.ROUTE_CODES
+    assert frozenset(registry.TRACE_ROUTE_CODES) == schema.TRACE_ROUTES
+    assert schema.SHAPE_KEY == ("op", "layout", "src0_type", "src1_type", "N", "K", "B")
+    assert [registry.route_names_by_code()[c] for c in range(registry.ROUTE_COUNT)] == [
+        "stock",
+        *[r.value for r in sorted(registry.Route, key=lambda r: registry.ROUTES[r].code)],
+    ]
+
+
+def _all_configs() -> list[registry.Config]:
+    out = []
+    for route, spec in registry.ROUTES.items():
+        choices = [[None, *p.values] for p in spec.params]
+        for values in itertools.product(*choices):
+            given = {p.name: v for p, v in zip(spec.params, values, strict=True) if v is not None}
+            out.append(registry.Config.of(route, given))
+    return out
+
+
+def test_config_text_and_code_round_trip() -> None:
+    configs = _all_configs()
+    assert len({c.code for c in configs}) == len(configs)  # one code per configuration
+    for c in configs:
+        assert registry.Config.parse(str(c)) == c and registry.Config.from_code(c.code) == c
+        assert c.code & registry.ROUTE_CODE_MASK == registry.ROUTES[c.route].code
+    assert str(registry.Config.parse("cublas/compute=f16,out=f32")) == "cublas/out=f32,compute=f16"
+    assert registry.Config.parse("cublas").is_plain and registry.Config.parse("cublas").code == 5
+    assert registry.canonical_config("mmq/stream_k=off,j=128") == "mmq/j=128,stream_k=off"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        ("stock", "unknown route 'stock'"),
+        ("cublas/", "no parameters"),
+        ("cublas/out", "not name=value"),
+        ("cublas/out=", "not name=value"),
+        ("cublas/out=f64", "is not one of f16, f32"),
+        ("cublas/out=f32,out=f16", "given twice"),
+        ("mmq/out=f32", "route mmq has no parameter 'out'"),
+        ("mmvq/j=8", "route mmvq has no parameter 'j' (it has: none)"),
+    ],
+)
+def test_bad_config_strings_say_why(text: str, message: str) -> None:
+    with pytest.raises(registry.ConfigError, match=re.escape(message)):
+        registry.Config.parse(text)
+
+
+def test_bad_config_codes_are_refused() -> None:
+    for code in (-1, 0, 200, 5 | (3 << 8), 5 | (1 << 20), 4 | (17 << 8)):
+        with pytest.raises(registry.ConfigError):
+            registry.Config.from_code(code)
+
+
+def test_issue_configurations_are_declared() -> None:
+    cublas, mmq = registry.ROUTES[registry.Route.CUBLAS], registry.ROUTES[registry.Route.MMQ]
+    assert {p.name: p.values for p in cublas.params} == {
+        "out": ("f16", "f32"),
+        "compute": ("f16", "f32", "bf16"),
+    }
+    assert {p.name: p.values for p in mmq.params} == {
+        "j": tuple(str(j) for j in range(8, 129, 8)),
+        "stream_k": ("on", "off"),
+    }
+
+
+def test_shape_keys_per_op() -> None:
+    k = registry.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 4096, 14336, 1)
+    assert k.label() == "MUL_MAT weight q4_Kxf32 N=4096 K=14336 B=1"
+    assert k.group().label() == "MUL_MAT weight q4_Kxf32 N=* K=* B=1" and k.group().is_default
+    assert k.id() == "MUL_MAT:weight:q4_K:f32:N4096:K14336:B1"
+    assert k.codes() == (0, 0, 12, 0, 4096, 14336, 1, 0, 0)
+    row = {"op": "MUL_MAT_ID", "layout": "expert", "src0_type": "q4_K", "src1_type": "f32", "N": 768}
+    moe = registry.shape_key({**row, "K": 2048, "E": 128, "U": 8})
+    assert isinstance(moe, registry.MulMatIdKey) and moe.routing == 0  # routing bucket: optional column
+    assert moe.codes() == (1, 2, 12, 0, 768, 2048, 128, 8, 0) and moe.group().N == 0
+    fa = registry.FlashAttnKey("FLASH_ATTN_EXT", "attention", "q8_0", "q8_0", 256, 256, 6, 65536)
+    assert fa.codes() == (2, 1, 8, 8, 256, 256, 6, 65536, 0) and fa.group() is not fa and not fa.is_default
+    assert [registry.kv_bucket(n) for n in (1, 4096, 4097, 49152)] == [1, 4096, 8192, 65536]
+    assert registry.OPS[registry.Op.FLASH_ATTN_EXT].default_mask == 0
+    assert registry.OPS[registry.Op.MUL_MAT].routes == tuple(registry.Route)
+    assert registry.Route.CUBLAS not in registry.OPS[registry.Op.MUL_MAT_ID].routes
+
+
+DRIVER = r"""
+#include "ggml-dispatch-codes.h"
+#include <stdio.h>
+#include <string.h>
+
+static void names(const char * key, const char * (*fn)(int), int n, int first) {
+    printf("\"%s\":[", key);
+    for (int i = 0; i < n; ++i) {
+        const char * s = fn(i);
+        printf(i ? ",\"%s\"" : "\"%s\"", s ? s : "null");
+    }
+    printf("]%s", first ? "," : ",");
+}
+
+int main(void) {
+    printf("{");
+    names("ops", ggml_dispatch_op_name, GGML_DISPATCH_OP_COUNT, 1);
+    names("layouts", ggml_dispatch_layout_name, GGML_DISPATCH_LAYOUT_COUNT, 1);
+    names("routes", ggml_dispatch_route_name, GGML_DISPATCH_TRACE_ROUTE_COUNT, 1);
+    names("fused", ggml_dispatch_fused_name, GGML_DISPATCH_FUSED_COUNT, 1);
+    names("reasons", ggml_dispatch_reason_name, GGML_DISPATCH_REASON_COUNT, 1);
+    names("whys", ggml_dispatch_why_name, GGML_DISPATCH_WHY_COUNT, 1);
+    printf("\"route_count\":%d,\"route_ops\":[", GGML_DISPATCH_ROUTE_COUNT);
+    for (int r = 0; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
+        int mask = 0;
+        for (int op = 0; op < GGML_DISPATCH_OP_COUNT; ++op) {
+            mask |= ggml_dispatch_route_allows_op(r, op) << op;
+        }
+        printf(r ? ",%d" : "%d", mask);
+    }
+    const int masks[GGML_DISPATCH_OP_COUNT] = GGML_DISPATCH_OP_DEFAULT_MASKS;
+    printf("],\"default_masks\":[%d,%d,%d],", masks[0], masks[1], masks[2]);
+    printf("\"mul_mat_slots\":[%d,%d,%d],\"configs\":[", GGML_DISPATCH_KEY_MUL_MAT_N,
+           GGML_DISPATCH_KEY_MUL_MAT_K, GGML_DISPATCH_KEY_MUL_MAT_B);
+    char line[256];
+    int  first = 1;
+    while (fgets(line, sizeof(line), stdin)) {
+        line[strcspn(line, "\n")] = 0;
+        int32_t code = -7;
+        const int ok = ggml_dispatch_config_parse(line, &code);
+        char text[64] = "";
+        const int n = ok ? ggml_dispatch_config_format(code, text, sizeof(text)) : 0;
+        printf("%s[%d,%d,\"%s\",%d,%d]", first ? "" : ",", ok, ok ? (int) code : 0, text, n,
+               ok ? ggml_dispatch_config_valid(code) : 0);
+        first = 0;
+    }
+    printf("],\"valid\":[");
+    for (int32_t c = 0; c < (1 << 16); ++c) {
+        if (ggml_dispatch_config_valid(c)) {
+            printf(c ? ",%d" : "%d", (int) c);
+        }
+    }
+    printf("]}\n");
+    return 0;
+}
+"""
+
+BAD = [
+    "",
+    "stock",
+    "cublas/",
+    "cublas/out",
+    "cublas/out=",
+    "cublas/out=f64",
+    "cublas/out=f32,out=f16",
+    "mmq/out=f32",
+    "mmvq/j=8",
+    "cublas/out=f32,",
+    "cublas/=f32",
+    "mmq/j=64,",
+    "CUBLAS",
+    "cublas /out=f32",
+]
+
+
+@pytest.mark.parametrize(
+    ("compiler", "suffix"), [(["gcc", "-std=c11"], ".c"), (["g++", "-std=c++17"], ".cpp")]
+)
+def test_codes_header_compiles_and_agrees_with_python(
+    compiler: list[str], suffix: str, tmp_path: Path
+) -> None:
+    codes.write_codes_header(tmp_path)
+    src = tmp_path / f"driver{suffix}"
+    src.write_text(DRIVER)
+    exe = tmp_path / "driver"
+    flags = ["-Wall", "-Wextra", "-Werror", "-pedantic"]
+    build = subprocess.run(
+        [*compiler, *flags, "-I", str(tmp_path), str(src), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert build.returncode == 0, build.stderr
+    configs = _all_configs()
+    shuffled = [
+        str(registry.Config.of(c.route, dict(reversed(c.params)))) for c in configs
+    ]  # any order parses
+    lines = [str(c) for c in configs] + shuffled + BAD
+    out: dict[str, Any] = json.loads(
+        subprocess.run(
+            [str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert out["ops"] == [o.value for o in sorted(registry.OPS, key=lambda o: registry.OP_CODES[o])]
+    assert out["layouts"] == [
+        lay.value for lay in sorted(registry.LAYOUT_CODES, key=registry.LAYOUT_CODES.get)
+    ]
+    assert out["routes"] == registry.route_names_by_code()
+    assert out["fused"] == [
+        "null",
+        *(f.value for f in sorted(registry.FUSED_CODES, key=registry.FUSED_CODES.get)),
+    ]
+    assert out["reasons"] == list(registry.REASONS)
+    assert out["whys"] == list(registry.INELIGIBLE) and out["whys"][0] == "ok"
+    assert out["route_count"] == registry.ROUTE_COUNT
+    assert out["route_ops"] == [0] + [
+        sum(1 << registry.OP_CODES[o] for o in s.ops)
+        for s in sorted(registry.ROUTES.values(), key=lambda s: s.code)
+    ]
+    assert out["default_masks"] == [
+        registry.OPS[o].default_mask for o in sorted(registry.OPS, key=registry.OP_CODES.get)
+    ]
+    assert out["mul_mat_slots"] == [0, 1, 2]
+    got = out["configs"]
+    n = len(configs)
+    for c, row, again in zip(configs, got[:n], got[n : 2 * n], strict=True):
+        assert row == [1, c.code, str(c), len(str(c)), 1], (str(c), row)
+        assert again == row
+    assert all(row[0] == 0 for row in got[2 * n :]), list(zip(BAD, got[2 * n :], strict=True))
+    assert out["valid"] == [0, *sorted(c.code for c in configs)]
+
+
+def test_no_hand_copied_name_list_in_c() -> None:
+    """Route, op, layout, fused and reason names reach C only through the generated header."""
+    names = [r.value for r in registry.Route] + list(registry.TRACE_ONLY_ROUTES)
+    names += (
+        [lay.value for lay in registry.Layout] + [f.value for f in registry.Fused] + list(registry.REASONS)
+    )
+    names += [o.value for o in registry.Op]
+    names.remove("table")  # also a GGML_CUDA_DISPATCH mode, which the env parser spells
+    names.remove("ineligible")  # also a trial status (schema.TrialStatus), which the harness writes
+    native = [
+        *sorted((REPO / "hook" / "native").glob("*.h")),
+        *sorted((REPO / "hook" / "native").glob("*.cu*")),
+    ]
+    native += sorted((REPO / "tuner" / "harness").glob("*.[ch]*"))
+    assert native
+    for path in native:
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)  # code, not comments
+        for name in names:
+            assert f'"{name}"' not in text, f"{path.name} spells {name!r}"
+    assert not (REPO / "tuner" / "harness" / "dispatch_api.h").exists()
+
+
+def test_census_refuses_a_trace_record_of_an_op_it_does_not_read(tmp_path: Path) -> None:
+    """FLASH_ATTN_EXT is in the registry before the trace records it: ingest names the line, writes none."""
+    from click.testing import CliRunner
+
+    from ggml_dispatch.cli import main
+
+    lines = (REPO / "samples" / "trace-smollm2.jsonl").read_text().splitlines()
+    route = next(i for i, ln in enumerate(lines) if '"kind":"route"' in ln.replace(" ", ""))
+    rec = json.loads(lines[route])
+    rec["op"] = "FLASH_ATTN_EXT"
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join([*lines[:route], json.dumps(rec), *lines[route + 1 :]]) + "\n")
+    out = tmp_path / "c.parquet"
+    res = CliRunner().invoke(main, ["census", "ingest", str(trace), "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert f"{trace}:{route + 1}:" in res.output and "unknown op" in res.output
+    assert not out.exists()
+
+
+def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> None:
+    from test_codegen_support import frame, trials
+
+    from codegen import decide
+    from ggml_dispatch.errors import InputError
+
+    rows = trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4, N=2880, K=2880, op="MUL_MAT_ID", layout="expert")
+    with pytest.raises(InputError, match="MUL_MAT_ID rows need the columns E, U"):
+        decide.decide(frame(rows), decide.Params())
+    df = frame(rows).assign(E=32, U=4)
+    d = decide.decide(df, decide.Params())
+    (key,) = d.evals
+    assert isinstance(key, registry.MulMatIdKey) and (key.E, key.U, key.routing) == (32, 4, 0)
+    assert [(r.route, r.M_lo, r.M_hi) for r in d.rules] == [("mmvq", 4, 4)]
+    # no route serves FLASH_ATTN_EXT yet: its rows are refused, naming the row
+    fa = trials(speed={"mmq": 1.0}, M=1, op="FLASH_ATTN_EXT", layout="attention")
+    with pytest.raises(InputError, match="row 0: route: route 'mmq' does not serve FLASH_ATTN_EXT"):
+        decide.decide(frame(fa), decide.Params())
+
+
+def test_decide_times_configurations_and_refuses_one_of_another_route() -> None:
+    from test_codegen_support import frame, trials
+
+    from codegen import decide
+    from ggml_dispatch.errors import InputError
+
+    df = frame(trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4))
+    df["config"] = df["route"].map({"mmq": "mmq/stream_k=off,j=16", "mmvq": None})
+    d = decide.decide(df, decide.Params())
+    # the config column names the candidate (canonical spelling), a row without one is its plain route
+    assert set(d.evals[next(iter(d.evals))][4]) == {"mmq/j=16,stream_k=off", "mmvq"}
+    bad = df.assign(config=df["route"].map({"mmq": "cublas/out=f32", "mmvq": None}))
+    with pytest.raises(InputError, match="row 0: config: config 'cublas/out=f32' is not a configuration of"):
+        decide.decide(bad, decide.Params())
+    bad = df.assign(config=df["route"].map({"mmq": "mmq/j=7", "mmvq": None}))
+    with pytest.raises(InputError, match="row 0: config: mmq/j='7' is not one of"):
+        decide.decide(bad, decide.Params())

@@ -1,0 +1,90 @@
+// The harness's op interface: what one op's file (mul_mat.cpp today) gives the generic measurement in
+// bench.cpp. Adding an op is one file that defines an op_def and registers it with GGML_DISPATCH_HARNESS_OP.
+//
+// As upstream's tools/tuning measure_cell: the op file builds the graph (replicated nodes over rotated
+// weight copies), its CPU reference and the output check; bench.cpp owns eligibility, replication, the
+// trials with candidates interleaved and stock re-measured as the anchor, drift and the output lines, and
+// switches candidates only through the set/clear-candidate callbacks.
+#pragma once
+
+#include "bench.h"
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// A case the harness cannot run as given (bad field, unsupported op or layout).
+struct case_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// The fields every case has, whatever its op; `spec` is the whole case object for the op's own fields.
+struct op_case {
+    std::string              id;
+    std::string              op;          // registry op name ("MUL_MAT")
+    std::vector<std::string> candidates;  // configurations besides stock, canonical text ("mmq", "cublas/out=f32")
+    int                      trials    = 5;
+    double                   nmse_max  = 5e-4;
+    double                   drift_max = 0.10;
+    bool                     rotate    = true;
+    json                     spec;
+};
+
+// One case's graphs on the device under test, set up by the op's file.
+struct op_instance {
+    virtual ~op_instance() = default;
+
+    // The graph of `nodes` replicated nodes (a multiple of copies(), at most max_nodes()); the instance keeps it.
+    virtual ggml_cgraph * graph(int nodes)  = 0;
+    virtual int           copies() const    = 0;  // weight copies rotated through the nodes
+    virtual int           max_nodes() const = 0;
+    // Poisons the outputs of the first and the last of `nodes` nodes (a skipped node is then caught).
+    virtual void          poison(int nodes) = 0;
+    // Worst NMSE of the first and the last node's output against the CPU reference (NaN: an unwritten output).
+    virtual double        check(int nodes)  = 0;
+    // Op-specific fields of the closing {"kind": "case"} line (weight bytes, reference columns, ...).
+    virtual void          describe(json & end) const = 0;
+};
+
+struct op_def {
+    const char * op;  // registry op name
+    // Checks the op's own fields of a case (throws case_error naming the field).
+    std::function<void(const op_case &, const harness_opts &)>                       validate;
+    std::function<std::unique_ptr<op_instance>(bench_env &, const op_case &)>         setup;
+    // One line of a test-backend-ops --test-file for the case; empty function: the op has no such form.
+    std::function<std::string(const op_case &)>                                       test_file_line;
+};
+
+// The registered ops (each op file registers itself once at start-up).
+std::vector<const op_def *> & harness_ops();
+const op_def *                find_op(const std::string & name);
+
+struct op_registrar {
+    explicit op_registrar(const op_def & def) { harness_ops().push_back(&def); }
+};
+
+#define GGML_DISPATCH_HARNESS_OP(def) static const op_registrar ggml_dispatch_harness_op_registrar_(def)
+
+// Candidate switching, as measure_cell's set/clear callbacks: set(config code) before a candidate's
+// computes, clear() for stock. The default drives the patched ggml-cuda's override API.
+struct candidate_control {
+    std::function<bool()>    present;  // false: only stock can be measured
+    std::function<void(int)> set;
+    std::function<void()>    clear;
+};
+
+candidate_control dispatch_candidates(const dispatch_api & api);
+
+// Validates the common fields of one case object and the op's own (throws case_error naming the field).
+op_case parse_case(const json & j, const harness_opts & o);
+
+// Measures one case: eligibility and numerics of every candidate first, then interleaved trials with
+// stock as the anchor in each; emits the trial rows and a closing {"kind": "case"} line. t_case0: when the
+// case's setup began (env.elapsed_s()).
+void measure_case(bench_env & env, const op_case & c, op_instance & inst, const candidate_control & cand,
+                  double t_case0);
+
+// Sets the case up with its op's file and measures it with the override API as the candidate control.
+void run_case(bench_env & env, const op_case & c);
