@@ -12,8 +12,8 @@ from pathlib import Path
 
 from autotune import env as env_mod
 from autotune import plan as plan_mod
+from ggml_dispatch.artifacts import ab
 from hook import install as inst
-from report import ab
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from typing import Any, Final
 import click
 
 from ggml_dispatch import fileio
+from ggml_dispatch.artifacts import ab
 from ggml_dispatch.errors import InputError
-from report import ab
 
 LIB_NAME: Final = "libggml-cuda.so"
 DEFAULT_BENCH: Final = ("-p 512,2048 -n 0 -b 2048 -ub 512 -fa on -ngl 99", "-p 0 -n 128 -fa on -ngl 99")

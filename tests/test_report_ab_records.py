@@ -16,9 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from codegen import table as table_mod
+from ggml_dispatch.artifacts import ab
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
-from report import ab, abrun
+from report import ab as report_ab
+from report import abrun
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"
@@ -76,7 +78,7 @@ def test_round_trip_with_provenance(tmp_path: Path) -> None:
     assert back == recs and not any(r.legacy for r in back)
     assert json.loads(out.read_text().splitlines()[0])["schema"] == ab.SCHEMA
     # report's own reader reads the new records too (extra keys ignored)
-    recs2, _ = ab.load_ab([out])
+    recs2, _ = report_ab.load_ab([out])
     assert [(r.arm, r.tps) for r in recs2] == [("table", 45902.5), ("stock", 40000.0)]
 
 
@@ -147,8 +149,8 @@ def test_report_refuses_ab_records_of_another_table(tmp_path: Path) -> None:
 
 def test_report_input_entries_note_legacy_records() -> None:
     paths = sorted(TABLES.glob("ab-*.jsonl"))
-    _, files = ab.load_ab(paths)
-    out = ab.provenance_details(paths, files, TABLES / "table.json")
+    _, files = report_ab.load_ab(paths)
+    out = report_ab.provenance_details(paths, files, TABLES / "table.json")
     assert len(out) == len(paths)
     for f in out:
         assert dict(f.details)["provenance"].endswith("the applied table is not checked)")
