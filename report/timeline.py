@@ -20,7 +20,6 @@ Everything here is pure except :func:`load_profile`, which reads files and turns
 from __future__ import annotations
 
 import io
-import json
 import re
 import tarfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ggml_dispatch.artifacts import timeline as timeline_artifact
+from ggml_dispatch.artifacts.timeline import FORMAT as FORMAT
+from ggml_dispatch.artifacts.timeline import BenchRun, Timeline, parse_bench
 from ggml_dispatch.errors import InputError
 
-FORMAT: Final = "# kernel-timeline/1"
 ARMS: Final = ("stock", "table", "crude")
 MATMUL_CATEGORIES: Final = ("mmvq", "mmq", "mmvf", "mmf", "cublas", "conversion")
 CATEGORIES: Final = (*MATMUL_CATEGORIES, "attention", "other", "copy")
@@ -79,85 +80,9 @@ def classify(kernel: str) -> str:
     return "other"
 
 
-@dataclass(frozen=True)
-class Timeline:
-    kernels: tuple[tuple[int, int, str], ...]  # (start ns, end ns, category)
-    copies: tuple[tuple[int, int], ...]  # memcpy and memset intervals
-    dropped: int
-
-
 def parse_ktl(lines: Iterable[str], path: Path) -> Timeline:
-    """A ``.ktl`` file -> :class:`Timeline`; incomplete files (no ``D`` line) are refused."""
-    names: dict[int, str] = {}
-    kernels: list[tuple[int, int, str]] = []
-    copies: list[tuple[int, int]] = []
-    dropped: int | None = None
-    lineno = 0
-    for lineno, line in enumerate(lines, start=1):
-        line = line.rstrip("\n")
-        if lineno == 1:
-            if line != FORMAT:
-                raise InputError(path, f"not a kernel timeline (expected {FORMAT!r})", line=1)
-            continue
-        if not line:
-            continue
-        if dropped is not None:
-            raise InputError(path, "records after the closing D line", line=lineno)
-        kind, _, rest = line.partition(" ")
-        try:
-            if kind == "N":
-                ident, _, name = rest.partition(" ")
-                names[int(ident)] = name
-            elif kind == "K":
-                start, end, _stream, _graph, ident = rest.split(" ")
-                kernels.append((int(start), int(end), classify(names[int(ident)])))
-            elif kind in ("C", "S"):
-                start, end = rest.split(" ")[:2]
-                copies.append((int(start), int(end)))
-            elif kind == "D":
-                dropped = int(rest)
-            else:
-                raise InputError(path, f"unknown record kind {kind!r}", line=lineno)
-        except (ValueError, KeyError) as e:
-            raise InputError(path, f"malformed {kind} record ({e})", line=lineno) from None
-    if lineno == 0:
-        raise InputError(path, "empty kernel timeline")
-    if dropped is None:
-        raise InputError(path, "truncated: no closing D line (the process did not exit cleanly)", line=lineno)
-    return Timeline(tuple(kernels), tuple(copies), dropped)
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    """What llama-bench reported for the profiled process."""
-
-    n_prompt: int
-    n_gen: int
-    n_ubatch: int
-    reps: int
-    avg_ns: float
-
-
-def parse_bench(lines: Iterable[str], path: Path) -> BenchRun:
-    records = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            records.append(
-                (
-                    lineno,
-                    BenchRun(
-                        d["n_prompt"], d["n_gen"], d["n_ubatch"], len(d["samples_ns"]), float(d["avg_ns"])
-                    ),
-                )
-            )
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise InputError(path, f"not a llama-bench JSON Lines record ({e})", line=lineno) from None
-    if len(records) != 1:
-        raise InputError(path, f"expected one llama-bench test per profiled process, found {len(records)}")
-    return records[0][1]
+    """A ``.ktl`` file with every kernel classified (the one reader: ggml_dispatch.artifacts.timeline)."""
+    return timeline_artifact.parse_ktl(lines, path, classify)
 
 
 def runs_in_timeline(bench: BenchRun) -> float:
