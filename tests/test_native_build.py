@@ -541,7 +541,7 @@ def test_glue_default_mode_runs_stock_and_traces_it(glue: dict[str, Path], tmp_p
         "smpbo": 232448,
         "vram_mib": 143771,  # from cudaDeviceProp.totalGlobalMem (the tree leaves total_vram unset)
     }
-    assert header["patch_hash"] == inst.patch_hash(inst.native_sources(), inst.load_hunks())
+    assert header["patch_hash"] == inst.patch_hash(inst.native_sources(), inst.load_specs())
     assert header["upstream_commit"] == (fetch.llama_cpp_dir() / "UPSTREAM_COMMIT").read_text().strip()
     assert header["table_hash"] is None and header["build"]["cuda_arch_list"] == "900"
     assert header["build"]["options"]["GGML_CUDA_GRAPHS"] is True
