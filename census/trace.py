@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 
 PREFIX: Final = schema.TRACE_STDERR_PREFIX.encode()
@@ -61,6 +61,7 @@ class RouteKey:
     route: str
     stock_route: str
     reason: str
+    config: str | None = None  # the configuration that ran (canonical text), where the trace records it
 
 
 class Tally:
@@ -271,6 +272,15 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
     count = obj["count"]
     if not 0 < count <= MAX_DIM:
         raise RecordError(f"{what}: count must be a positive integer, got {count}")
+    config = obj.get("config")
+    if config is not None:
+        try:
+            parsed = registry.Config.parse(config)
+        except registry.ConfigError as e:
+            raise RecordError(f"{what}: config {_describe(config)}: {e}") from None
+        if parsed.route.value != route:
+            raise RecordError(f"{what}: config {_describe(config)} is not a configuration of route {route!r}")
+        config = str(parsed)
     t_us = obj.get("t_us")
     if t_us is not None and t_us < 0:
         raise RecordError(f"{what}: t_us must not be negative, got {t_us}")
@@ -292,6 +302,7 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
         route=route,
         stock_route=stock_route,
         reason=reason,
+        config=config,
     )
     return key, count, None if t_us is None else float(t_us)
 

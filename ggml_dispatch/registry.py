@@ -154,7 +154,7 @@ INELIGIBLE: Final[dict[str, str]] = {
     "dst_layout": "cuBLAS asserts a contiguous dst",
     "convert": "cuBLAS has no strided conversion for this weight type",
     "op": "the configuration's route does not serve this op",
-    "params": "the configuration sets route parameters this hook cannot apply yet",
+    "params": "a parameter value this node cannot take (no converter, no compiled J, no stream-k)",
 }
 
 

@@ -205,7 +205,8 @@ TRACE_ROUTE_FIELDS: Final[dict[str, str]] = {
     "reason": "str",
     "count": "int",
 }
-TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num"}
+# config: the configuration that ran, canonical text (null for a trace-only path)
+TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null"}
 TRACE_HEADER_FIELDS: Final[dict[str, str]] = {
     "schema": "str",
     "upstream_commit": "str|null",
