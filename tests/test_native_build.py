@@ -667,7 +667,9 @@ def test_glue_forced_routes_only_where_eligible(
 
 
 @needs_nvcc
-def test_glue_forced_configuration_with_parameters_runs_and_is_traced(glue: dict[str, Path], tmp_path: Path) -> None:
+def test_glue_forced_configuration_with_parameters_runs_and_is_traced(
+    glue: dict[str, Path], tmp_path: Path
+) -> None:
     """force:<config> with parameters (any order) runs the route wherever route and values are eligible;
     the trace records the configuration that ran in canonical form."""
     trace = tmp_path / "trace.jsonl"
@@ -679,7 +681,8 @@ def test_glue_forced_configuration_with_parameters_runs_and_is_traced(glue: dict
     assert recs[0]["dispatch"]["force_config"] == "cublas/out=f32,compute=f16"
     mm = [r for r in recs[1:-1] if r["op"] == "MUL_MAT" and not r["fused"]]
     forced = [r for r in mm if r["reason"] == "forced"]
-    assert forced and all(r["route"] == "cublas" and r["config"] == "cublas/out=f32,compute=f16" for r in forced)
+    config = "cublas/out=f32,compute=f16"
+    assert forced and all(r["route"] == "cublas" and r["config"] == config for r in forced)
     assert all(r["config"] == r["route"] for r in mm if r["reason"] != "forced")  # stock: the plain route
     assert out["counts"]["forced"] == sum(r["count"] for r in forced)
 
