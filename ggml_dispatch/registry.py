@@ -376,6 +376,19 @@ class Config:
         return self.route.value + "/" + ",".join(f"{n}={v}" for n, v in self.params)
 
 
+def route_configs(route: Route | str) -> list[Config]:
+    """Every configuration of a route a sweep times: the plain route, then every combination of all its
+    parameters' values (declared order; eligibility per shape is the hook's check)."""
+    spec = ROUTES[Route(route)]
+    out = [Config(spec.route)]
+    combos: list[tuple[tuple[str, str], ...]] = [()]
+    for p in spec.params:
+        combos = [(*c, (p.name, v)) for c in combos for v in p.values]
+    if spec.params:
+        out += [Config(spec.route, c) for c in combos]
+    return out
+
+
 def _names(names: Any) -> str:
     return ", ".join(names) or "none"
 

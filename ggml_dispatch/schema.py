@@ -309,6 +309,10 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
     "source": "string",
 }
 
+# Tuning columns a reader fills with nulls where an older file lacks them. config: the configuration
+# timed, canonical text (registry.Config); its route is the row's route.
+TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {"config": "string"}
+
 # The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the
 # other ops' keys are registry.MulMatIdKey and registry.FlashAttnKey (registry.key_class(op)).
 ShapeKey = registry.ShapeKey

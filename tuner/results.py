@@ -21,16 +21,17 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, registry, schema
 from ggml_dispatch.errors import InputError
 
 META_TUNER: Final = schema.META_PREFIX + "tuner"  # sweep settings (JSON)
 META_TUNER_CASES: Final = schema.META_PREFIX + "tuner_cases"  # per-case details (JSON)
 TABLE_ROUTES: Final = frozenset(r.value for r in schema.Route)
-ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "trial")
+ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "config", "trial")
+COLUMNS: Final = {**schema.TUNING_COLUMNS, **schema.TUNING_OPTIONAL_COLUMNS}
 
 _ARROW: Final = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
-TUNING_ARROW_SCHEMA: Final = pa.schema([pa.field(n, _ARROW[t]) for n, t in schema.TUNING_COLUMNS.items()])
+TUNING_ARROW_SCHEMA: Final = pa.schema([pa.field(n, _ARROW[t]) for n, t in COLUMNS.items()])
 
 
 def _num(v: Any) -> float | None:
@@ -55,6 +56,14 @@ def provenance(header: Mapping[str, Any], stamp: Mapping[str, str]) -> dict[str,
     }
 
 
+def candidate_config(name: Any) -> registry.Config | None:
+    """The configuration a harness candidate name spells (None: stock's own rows or not a configuration)."""
+    try:
+        return registry.Config.parse(str(name))
+    except registry.ConfigError:
+        return None
+
+
 def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The tuning rows of one journal case record (done or failed)."""
     spec = rec["spec"]
@@ -66,7 +75,8 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [
             {
                 **base,
-                "route": route,
+                "route": cfg.route.value,
+                "config": str(cfg),
                 "trial": 0,
                 "us": None,
                 "replays": 0,
@@ -76,17 +86,19 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "route_ran": "",
                 "status": status,
             }
-            for route in spec["routes"]
-            if route in TABLE_ROUTES
+            for cfg in (candidate_config(r) for r in spec["routes"])
+            if cfg is not None
         ]
     out = []
     for line in rec.get("trials", []):
-        if line.get("route") not in TABLE_ROUTES:
+        cfg = candidate_config(line.get("route"))
+        if cfg is None:
             continue  # stock's own rows: carried as anchor_us
         out.append(
             {
                 **base,
-                "route": str(line["route"]),
+                "route": cfg.route.value,
+                "config": str(cfg),
                 "trial": int(line["trial"]),
                 "us": _num(line.get("us")),
                 "replays": int(line.get("replays") or 0),
@@ -131,7 +143,7 @@ def case_details(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    cols = {name: [r.get(name) for r in rows] for name in schema.TUNING_COLUMNS}
+    cols = {name: [r.get(name) for r in rows] for name in COLUMNS}
     return pa.Table.from_pydict(cols, schema=TUNING_ARROW_SCHEMA)
 
 
@@ -177,7 +189,10 @@ def read_tuning(path: str | Path) -> tuple[pa.Table, dict[str, str]]:
     missing = [c for c in schema.TUNING_COLUMNS if c not in table.column_names]
     if missing:
         raise InputError(p, f"missing columns {', '.join(missing)}")
-    return table.select(list(schema.TUNING_COLUMNS)).cast(TUNING_ARROW_SCHEMA), meta
+    for name in schema.TUNING_OPTIONAL_COLUMNS:
+        if name not in table.column_names:  # an older file: rows of plain routes
+            table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))
+    return table.select(list(COLUMNS)).cast(TUNING_ARROW_SCHEMA), meta
 
 
 def merge_tuning(paths: Sequence[Path], out: Path, *, allow_mixed: bool = False) -> int:
