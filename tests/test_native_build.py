@@ -212,7 +212,7 @@ def test_hook_symbols_resolve(cuda_objects: dict[str, subprocess.CompletedProces
     if nm is None:
         pytest.skip("nm (binutils) is not installed")
     objs = Path(cuda_objects["dir"].stdout)
-    for k in ("ggml-cuda", "ggml-dispatch"):
+    for k in ("ggml-cuda", "ggml-dispatch", "mmq-q4_k"):
         assert cuda_objects[k].returncode == 0, cuda_objects[k].stderr[-2000:]
 
     def symbols(obj: str, kind: str) -> set[str]:
@@ -222,7 +222,13 @@ def test_hook_symbols_resolve(cuda_objects: dict[str, subprocess.CompletedProces
 
     needed = symbols("ggml-cuda.o", "U")
     defined = symbols("ggml-dispatch.o", "T") | symbols("ggml-dispatch.o", "B")
-    assert any("ggml_cuda_dispatch_select_mul_mat" in s for s in needed)
+    assert any("ggml_cuda_dispatch_begin_mul_mat" in s for s in needed)
+    assert any("ggml_cuda_dispatch_end_mul_mat" in s for s in needed)
+    assert any("ggml_dispatch_params_current" in s for s in needed)
+    # the patched mmq.cuh reads the parameters: every mmq instance needs them from ggml-dispatch.o
+    mmq_needed = symbols("mmq-q4_k.o", "U")
+    assert any("ggml_dispatch_params_current" in s for s in mmq_needed)
+    assert mmq_needed <= defined, mmq_needed - defined
     assert any("ggml_backend_cuda_dispatch_get_counts" in s for s in needed)
     assert needed <= defined, needed - defined
 
