@@ -18,6 +18,7 @@ on every verdict:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -37,11 +38,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from census import estimate
 from codegen import decide
 from codegen import table as table_mod
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
-from report import timeline
+from report import analysis, timeline
 
 PLOTS_DIR: Final = "plots"
 REPORT_NAME: Final = "REPORT.md"
@@ -1126,7 +1128,9 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     if inputs.census is not None:
         md += _section_census(inputs.census, figs)
     md += _section_status(inputs.tuning, points)
-    md += _section_shapes(points, inputs.table, params, gpu, figs)
+    r0 = inputs.tuning.iloc[0]
+    spec = analysis.gpu_spec(str(r0["gpu_name"]), int(r0["gpu_cc"]), int(r0["gpu_sm_count"]))
+    md += _section_shapes(points, inputs.table, params, gpu, figs, spec)
     if inputs.notes and inputs.notes.strip():
         md += ["## Notes", "", inputs.notes.strip(), ""]
     return Report("\n".join(md).rstrip("\n") + "\n", figs.files)
@@ -1696,7 +1700,12 @@ def _section_status(df: pd.DataFrame, points: Sequence[Point]) -> list[str]:
 
 
 def _section_shapes(
-    points: Sequence[Point], table: TableView | None, params: decide.Params, gpu: str, figs: _Figures
+    points: Sequence[Point],
+    table: TableView | None,
+    params: decide.Params,
+    gpu: str,
+    figs: _Figures,
+    spec: estimate.GpuSpec,
 ) -> list[str]:
     md = [
         "## Time vs M per shape key",
@@ -1705,7 +1714,9 @@ def _section_shapes(
         "`stock/route` is the median of the per-trial ratios anchor_us/us with a 95% paired bootstrap CI "
         f"({params.resamples} resamples); `faster`/`slower` only beyond noise (the CI excludes 1). "
         "`decision` marks the route the decision rule picks (the fastest, if it passes); otherwise the "
-        "reason it does not pass is given.",
+        "reason it does not pass is given. `× roofline` is the median time over the roofline limit "
+        f"max(bytes / {spec.hbm_gbs / 1000:g} TB/s, FLOPs / {spec.tensor_tflops:g} TFLOP/s) of {spec.name} "
+        f"({spec.source}): 1 is at the hardware limit; the per-M line `best` gives it for the fastest.",
         "",
     ]
     by_type: dict[tuple[str, str, str, str], list[Point]] = defaultdict(list)
@@ -1739,13 +1750,31 @@ def _section_shapes(
                 "stock/route",
                 "95% CI",
             ]
-            md += [*md_table([*header, "verdict", "decision"], _point_rows(spoints, table)), ""]
+            md += [
+                *md_table([*header, "verdict", "decision", "× roofline"], _point_rows(spoints, table, spec)),
+                "",
+            ]
     return md
 
 
-def _point_rows(points: Sequence[Point], table: TableView | None) -> list[list[str]]:
+def fmt_roofline(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def best_time(p: Point) -> tuple[str, float | None]:
+    """The fastest measured candidate of a point (stock included) and its median time."""
+    best: tuple[str, float | None] = ("stock", p.stock.median if _finite(p.stock.median) else None)
+    for rp in p.routes:
+        m = rp.times.median
+        if _finite(m) and (best[1] is None or m < best[1]):
+            best = (rp.route, m)
+    return best
+
+
+def _point_rows(points: Sequence[Point], table: TableView | None, spec: estimate.GpuSpec) -> list[list[str]]:
     rows: list[list[str]] = []
     for p in points:
+        roof = functools.partial(analysis.roofline_fraction, key=p.shape, M=p.M, spec=spec)
         st = p.stock
         table_route = table.route_at(p.shape, p.M) if table is not None else None
         stock_note = "stock stays" if p.chosen is None else ""
@@ -1764,6 +1793,7 @@ def _point_rows(points: Sequence[Point], table: TableView | None) -> list[list[s
                 "",
                 "",
                 stock_note,
+                fmt_roofline(roof(st.median)),
             ]
         )
         for rp in p.routes:
@@ -1787,6 +1817,24 @@ def _point_rows(points: Sequence[Point], table: TableView | None) -> list[list[s
                     fmt_ci(rp.ev.ci_low, rp.ev.ci_high),
                     rp.verdict(),
                     md_escape("; ".join(notes)),
+                    fmt_roofline(roof(rp.times.median)),
                 ]
             )
+        name, t = best_time(p)
+        rows.append(
+            [
+                str(p.M),
+                f"best: {md_escape(name)}",
+                "",
+                "",
+                fmt_us(t),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                fmt_roofline(roof(t)),
+            ]
+        )
     return rows
