@@ -87,6 +87,7 @@ class TrialStatus(StrEnum):
     INELIGIBLE = "ineligible"
     WRONG = "wrong"
     DRIFTED = "drifted"
+    PRUNED = "pruned"  # racing stopped timing it: slower than the point's best beyond noise (us null)
     # failures are written as "failed:<msg>"
 
 

@@ -48,7 +48,7 @@ from report import analysis, timeline
 PLOTS_DIR: Final = "plots"
 REPORT_NAME: Final = "REPORT.md"
 
-STATUS_KINDS: Final = ("ok", "ineligible", "wrong", "drifted", "failed")
+STATUS_KINDS: Final = ("ok", "ineligible", "wrong", "drifted", "failed", "pruned")
 AB_ARMS: Final = ("stock", "table", "crude")
 # (arm, baseline) pairs compared per (model, test, ubatch); a table must beat the crude rule too.
 AB_COMPARISONS: Final = (("table", "stock"), ("crude", "stock"), ("table", "crude"))
@@ -403,8 +403,8 @@ def _present(v: Any) -> bool:
 
 
 def status_kind(status: str) -> str | None:
-    """``ok``/``ineligible``/``wrong``/``drifted``/``failed`` for a tuning status; None if invalid."""
-    if status in ("ok", "ineligible", "wrong", "drifted"):
+    """The kind of a tuning status (one of STATUS_KINDS); None if invalid."""
+    if status in ("ok", "ineligible", "wrong", "drifted", "pruned"):
         return status
     if status.startswith(schema.FAILED_PREFIX):
         return "failed"
@@ -419,7 +419,7 @@ def load_tuning(path: Path, params: decide.Params) -> tuple[pd.DataFrame, InputF
         if not isinstance(status, str) or status_kind(status) is None:
             raise InputError(
                 path,
-                f"unknown status {status!r} (ok, ineligible, wrong, drifted or failed:<msg>)",
+                f"unknown status {status!r} (ok, ineligible, wrong, drifted, pruned or failed:<msg>)",
                 field=f"row {i}: status",
             )
     decide.check_rows(df, path, params)

@@ -276,7 +276,8 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
     # status counts, nothing hidden
     n_rows = len(rows)
     assert (
-        f"{n_rows} trial rows: ok {n_rows - 5 - 5 - 1 - 1}, ineligible 5, wrong 5, drifted 1, failed 1." in md
+        f"{n_rows} trial rows: ok {n_rows - 5 - 5 - 1 - 1}, ineligible 5, wrong 5, drifted 1, failed 1, "
+        "pruned 0." in md
     )
     assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | cublas | 15 | 9 | 5 | 0 | 0 | 1 |" in md
     assert "| MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1 | mmvq | 15 | 10 | 0 | 5 | 0 | 0 |" in md

@@ -178,6 +178,7 @@ def test_status_kind() -> None:
         "ineligible",
     ]
     assert report.status_kind("fail") is None
+    assert report.status_kind("pruned") == "pruned"  # racing stopped timing the candidate
 
 
 def test_md_escape_keeps_table_cells_intact() -> None:
