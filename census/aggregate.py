@@ -98,7 +98,6 @@ class Aggregator:
             route=p(key.route),
             stock_route=p(key.stock_route),
             reason=p(key.reason),
-            config=p(key.config),
         )
 
 

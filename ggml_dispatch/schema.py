@@ -207,8 +207,7 @@ TRACE_ROUTE_FIELDS: Final[dict[str, str]] = {
     "reason": "str",
     "count": "int",
 }
-# config: the configuration that ran, canonical text (null for a trace-only path)
-TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null"}
+TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num"}
 TRACE_HEADER_FIELDS: Final[dict[str, str]] = {
     "schema": "str",
     "upstream_commit": "str|null",
@@ -310,10 +309,6 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
     "status": "string",
     "source": "string",
 }
-
-# Tuning columns a reader fills with nulls where an older file lacks them. config: the configuration
-# timed, canonical text (registry.Config); its route is the row's route.
-TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {"config": "string"}
 
 # The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the
 # other ops' keys are registry.MulMatIdKey and registry.FlashAttnKey (registry.key_class(op)).
