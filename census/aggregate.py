@@ -98,6 +98,7 @@ class Aggregator:
             route=p(key.route),
             stock_route=p(key.stock_route),
             reason=p(key.reason),
+            config=p(key.config),
         )
 
 

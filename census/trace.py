@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
 
@@ -68,6 +68,7 @@ class RouteKey:
     route: str
     stock_route: str
     reason: str
+    config: str | None = None  # the configuration that ran (canonical text), where the trace records it
 
 
 class Tally:
@@ -279,6 +280,15 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
     count = obj["count"]
     if not 0 < count <= MAX_DIM:
         raise RecordError(f"{what}: count must be a positive integer, got {count}")
+    config = obj.get("config")
+    if config is not None:
+        try:
+            parsed = registry.Config.parse(config)
+        except registry.ConfigError as e:
+            raise RecordError(f"{what}: config {_describe(config)}: {e}") from None
+        if parsed.route.value != route:
+            raise RecordError(f"{what}: config {_describe(config)} is not a configuration of route {route!r}")
+        config = str(parsed)
     t_us = obj.get("t_us")
     if t_us is not None and not 0 <= t_us <= MAX_T_US:
         raise RecordError(f"{what}: t_us must be a time per call in [0, {MAX_T_US:g}] us, got {t_us!r}")
@@ -300,6 +310,7 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
         route=route,
         stock_route=stock_route,
         reason=reason,
+        config=config,
     )
     return key, count, None if t_us is None else float(t_us)
 

@@ -154,7 +154,7 @@ INELIGIBLE: Final[dict[str, str]] = {
     "dst_layout": "cuBLAS asserts a contiguous dst",
     "convert": "cuBLAS has no strided conversion for this weight type",
     "op": "the configuration's route does not serve this op",
-    "params": "the configuration sets route parameters this hook cannot apply yet",
+    "params": "a parameter value this node cannot take (no converter, no compiled J, no stream-k)",
 }
 
 
@@ -374,6 +374,19 @@ class Config:
         if not self.params:
             return self.route.value
         return self.route.value + "/" + ",".join(f"{n}={v}" for n, v in self.params)
+
+
+def route_configs(route: Route | str) -> list[Config]:
+    """Every configuration of a route a sweep times: the plain route, then every combination of all its
+    parameters' values (declared order; eligibility per shape is the hook's check)."""
+    spec = ROUTES[Route(route)]
+    out = [Config(spec.route)]
+    combos: list[tuple[tuple[str, str], ...]] = [()]
+    for p in spec.params:
+        combos = [(*c, (p.name, v)) for c in combos for v in p.values]
+    if spec.params:
+        out += [Config(spec.route, c) for c in combos]
+    return out
 
 
 def _names(names: Any) -> str:

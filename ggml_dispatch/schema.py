@@ -207,7 +207,8 @@ TRACE_ROUTE_FIELDS: Final[dict[str, str]] = {
     "reason": "str",
     "count": "int",
 }
-TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num"}
+# config: the configuration that ran, canonical text (null for a trace-only path)
+TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null"}
 TRACE_HEADER_FIELDS: Final[dict[str, str]] = {
     "schema": "str",
     "upstream_commit": "str|null",
@@ -309,6 +310,10 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
     "status": "string",
     "source": "string",
 }
+
+# Tuning columns a reader fills with nulls where an older file lacks them. config: the configuration
+# timed, canonical text (registry.Config); its route is the row's route.
+TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {"config": "string"}
 
 # The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the
 # other ops' keys are registry.MulMatIdKey and registry.FlashAttnKey (registry.key_class(op)).

@@ -58,13 +58,13 @@ def install_cmd(
     \b
     Copies the native sources into ggml/src/ggml-cuda/, renders ggml-dispatch-table.h from
     --table (or the no-table header), stamps the upstream commit and patch hash, and applies the
-    anchored edits to ggml-cuda.cu. Installing twice is the same as once; installing another table
+    anchored edits to ggml-cuda.cu and mmq.cuh. Installing twice is the same as once; installing another table
     rewrites only the table header. A tree whose dispatch code differs from the pinned one is
     refused with the hunk and function that do not match.
 
     \b
     At run time (after rebuilding llama.cpp):
-      GGML_CUDA_DISPATCH=table|off|force:<route>   route selection (default: table)
+      GGML_CUDA_DISPATCH=table|off|force:<config>  route selection (default: table)
       GGML_CUDA_ROUTE_TRACE=<path>|stderr          route trace (ggml-route-trace/1)
 
     \b

@@ -3,11 +3,12 @@
 ``install`` copies the native sources of ``hook/native/`` into ``ggml/src/ggml-cuda/`` (whose
 CMakeLists globs ``*.cu``), writes ``ggml-dispatch-codes.h`` rendered from the registry
 (``hook/codes.py``), renders the table header (the "no table" header by default), stamps the
-upstream commit and the patch hash into ``ggml-dispatch-build.h``, applies the anchored edits of
-``ggml-cuda.hook`` to ``ggml-cuda.cu`` and records all of it in ``ggml-dispatch.install.json``.
+upstream commit and the patch hash into ``ggml-dispatch-build.h``, applies the anchored edits of each
+hook spec to its target (``ggml-cuda.hook`` to ``ggml-cuda.cu``, ``mmq.cuh.hook`` to ``mmq.cuh``) and
+records all of it in ``ggml-dispatch.install.json`` (per target: original and patched sha256, hunks).
 
-* Idempotent: installing again re-derives the pristine ``ggml-cuda.cu`` from the record and applies the
-  hook anew; files whose content is unchanged are not rewritten (an incremental build stays
+* Idempotent: installing again re-derives each pristine target from the record and applies the
+  hooks anew; files whose content is unchanged are not rewritten (an incremental build stays
   incremental; a new table rewrites only the table header, compiled into ``ggml-dispatch.cu`` alone).
 * ``uninstall`` restores the tree byte for byte: the hook is reverted, the added files are removed.
 * Every failure is an :class:`InstallError` naming the file and the hunk/function that does not match;
@@ -31,12 +32,15 @@ from hook import codes, patch
 
 NATIVE_DIR: Final = Path(__file__).resolve().parent / "native"
 HOOK_SPEC: Final = "ggml-cuda.hook"
-# Copied verbatim into ggml/src/ggml-cuda/ (the patch hash covers them and the hook spec).
+# Each edited file of ggml/src/ggml-cuda/ and its hook spec, in the order they are applied.
+HOOK_SPECS: Final[dict[str, str]] = {"ggml-cuda.cu": HOOK_SPEC, "mmq.cuh": "mmq.cuh.hook"}
+# Copied verbatim into ggml/src/ggml-cuda/ (the patch hash covers them and the hook specs).
 NATIVE_SOURCES: Final = (
     "ggml-dispatch.h",
     "ggml-dispatch-core.h",
     "ggml-dispatch-eligibility.cuh",
     "ggml-dispatch-hook.cuh",
+    "ggml-dispatch-params.h",
     "ggml-dispatch.cu",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
@@ -46,6 +50,8 @@ MANIFEST_SCHEMA: Final = "ggml-dispatch-install/1"
 CUDA_DIR: Final = Path("ggml") / "src" / "ggml-cuda"
 TARGET: Final = "ggml-cuda.cu"
 HOOK_MARKER: Final = '#include "ggml-cuda/ggml-dispatch-hook.cuh"'
+# Text only an installed hook puts into each target (a target carrying it without a record is refused).
+HOOK_MARKERS: Final[dict[str, str]] = {TARGET: HOOK_MARKER, "mmq.cuh": '#include "ggml-dispatch-params.h"'}
 
 _HEX40: Final = re.compile(r"^[0-9a-f]{40}$")
 
@@ -76,9 +82,14 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_hunks(native_dir: Path = NATIVE_DIR) -> list[patch.Hunk]:
-    spec = native_dir / HOOK_SPEC
+def load_hunks(native_dir: Path = NATIVE_DIR, spec_name: str = HOOK_SPEC) -> list[patch.Hunk]:
+    spec = native_dir / spec_name
     return patch.parse_spec(spec.read_text(encoding="utf-8"), str(spec))
+
+
+def load_specs(native_dir: Path = NATIVE_DIR) -> dict[str, list[patch.Hunk]]:
+    """The hunks of every hook spec, by target file name (in :data:`HOOK_SPECS` order)."""
+    return {target: load_hunks(native_dir, spec) for target, spec in HOOK_SPECS.items()}
 
 
 def native_sources(native_dir: Path = NATIVE_DIR) -> dict[str, bytes]:
@@ -88,15 +99,18 @@ def native_sources(native_dir: Path = NATIVE_DIR) -> dict[str, bytes]:
     return files
 
 
-def patch_hash(sources: Mapping[str, bytes], hunks: list[patch.Hunk]) -> str:
-    """sha256 over the native sources (sorted by name) and the hook edits."""
+def patch_hash(sources: Mapping[str, bytes], specs: Mapping[str, list[patch.Hunk]]) -> str:
+    """sha256 over the native sources (sorted by name) and the hook edits of every target."""
     h = hashlib.sha256()
     for name in sorted(sources):
         h.update(name.encode())
         h.update(b"\0")
         h.update(sources[name])
         h.update(b"\0")
-    h.update(patch.spec_digest(hunks).encode())
+    for target in sorted(specs):
+        h.update(target.encode())
+        h.update(b"\0")
+        h.update(patch.spec_digest(specs[target]).encode())
     return h.hexdigest()
 
 
@@ -206,24 +220,39 @@ def _check_tree(tree: Path) -> Path:
     target = tree / CUDA_DIR / TARGET
     if not target.is_file():
         raise InstallError(f"{tree}: not a llama.cpp tree (no {CUDA_DIR / TARGET})")
+    for name in HOOK_SPECS:
+        if not (tree / CUDA_DIR / name).is_file():
+            raise InstallError(f"{tree}: no {CUDA_DIR / name} (the hook edits it)")
     return target
 
 
-def _pristine(tree: Path, current: str, manifest: Mapping[str, Any] | None) -> str:
-    """ggml-cuda.cu without the hook: the current text, or it with the recorded hook reverted."""
-    target = CUDA_DIR / TARGET
-    if manifest is None:
-        if HOOK_MARKER in current:
+def recorded_targets(manifest: Mapping[str, Any]) -> dict[str, list[patch.Hunk]]:
+    """The hunks an install record says were applied, by target path relative to the tree.
+
+    Records from before the mmq spec hold one target (``target`` + ``hunks``)."""
+    targets = manifest.get("targets")
+    if isinstance(targets, dict):
+        return {str(rel): [patch.Hunk.from_json(h) for h in t["hunks"]] for rel, t in targets.items()}
+    rel = str(manifest.get("target", CUDA_DIR / TARGET))
+    return {rel: [patch.Hunk.from_json(h) for h in manifest["hunks"]]}
+
+
+def _pristine(tree: Path, rel: str, current: str, manifest: Mapping[str, Any] | None) -> str:
+    """A target without the hook: the current text, or it with the recorded hunks reverted."""
+    marker = HOOK_MARKERS[Path(rel).name]
+    recorded = recorded_targets(manifest) if manifest is not None else {}
+    if rel not in recorded:
+        if marker in current:
+            why = "is missing" if manifest is None else "does not record it"
             raise InstallError(
-                f"{tree / target}: carries the ggml-dispatch hook but {MANIFEST} is missing; "
-                "restore ggml-cuda.cu from upstream first"
+                f"{tree / rel}: carries the ggml-dispatch hook but {MANIFEST} {why}; "
+                f"restore {Path(rel).name} from upstream first"
             )
         return current
-    hunks = [patch.Hunk.from_json(h) for h in manifest["hunks"]]
     try:
-        return patch.revert(current, hunks)
+        return patch.revert(current, recorded[rel])
     except patch.PatchError as e:
-        raise InstallError(f"{tree / target}: cannot take the installed hook out: {e}") from None
+        raise InstallError(f"{tree / rel}: cannot take the installed hook out: {e}") from None
 
 
 def plan_install(
@@ -235,20 +264,23 @@ def plan_install(
     native_dir: Path = NATIVE_DIR,
 ) -> Plan:
     tree = tree.resolve()
-    target = _check_tree(tree)
+    _check_tree(tree)
     commit = resolve_upstream_commit(tree, upstream_commit)
     manifest = read_manifest(tree)
-    current = _decode(target.read_bytes())
-    pristine = _pristine(tree, current, manifest)
+    specs = load_specs(native_dir)
 
-    hunks = load_hunks(native_dir)
-    try:
-        patched = patch.apply(pristine, hunks)
-    except patch.PatchError as e:
-        raise InstallError(f"{target}: the hook does not apply: {e}") from None
+    targets: dict[str, tuple[str, str]] = {}  # rel -> (pristine, patched)
+    for name, hunks in specs.items():
+        rel = str(CUDA_DIR / name)
+        current = _decode((tree / rel).read_bytes())
+        pristine = _pristine(tree, rel, current, manifest)
+        try:
+            targets[rel] = (pristine, patch.apply(pristine, hunks))
+        except patch.PatchError as e:
+            raise InstallError(f"{tree / rel}: the hook does not apply: {e}") from None
 
     sources = native_sources(native_dir)
-    phash = patch_hash(sources, hunks)
+    phash = patch_hash(sources, specs)
     info = table_info(table_path)
     plan = Plan(tree)
     if info.upstream_commit and info.upstream_commit != commit:
@@ -263,10 +295,10 @@ def plan_install(
     files: dict[str, bytes] = {str(CUDA_DIR / n): b for n, b in sources.items()}
     files[str(CUDA_DIR / TABLE_HEADER)] = info.header.encode("utf-8")
     files[str(CUDA_DIR / BUILD_HEADER)] = build_header(commit, phash).encode("utf-8")
-    files[str(CUDA_DIR / TARGET)] = _encode(patched)
+    added = sorted(files)
+    for rel, (_, patched) in targets.items():
+        files[rel] = _encode(patched)
 
-    pristine_bytes = _encode(pristine)
-    added = sorted(k for k in files if k != str(CUDA_DIR / TARGET))
     if manifest is not None:  # files a previous install added that this one no longer writes
         for old in manifest.get("files_added", []):
             if old not in files and (tree / old).exists():
@@ -275,6 +307,7 @@ def plan_install(
         for rel in added:
             if (tree / rel).exists():
                 raise InstallError(f"{tree / rel}: exists and is not from ggml-dispatch; remove it first")
+    main_rel = str(CUDA_DIR / TARGET)
     record = {
         "schema": MANIFEST_SCHEMA,
         "tool_version": schema.TOOL_VERSION,
@@ -282,11 +315,20 @@ def plan_install(
         "patch_hash": phash,
         "table_hash": info.table_hash,
         "table_rules": info.rules,
-        "target": str(CUDA_DIR / TARGET),
-        "target_original_sha256": sha256_bytes(pristine_bytes),
-        "target_patched_sha256": sha256_bytes(_encode(patched)),
+        "target": main_rel,
+        "target_original_sha256": sha256_bytes(_encode(targets[main_rel][0])),
+        "target_patched_sha256": sha256_bytes(_encode(targets[main_rel][1])),
+        "targets": {
+            rel: {
+                "spec": HOOK_SPECS[Path(rel).name],
+                "original_sha256": sha256_bytes(_encode(pristine)),
+                "patched_sha256": sha256_bytes(_encode(patched)),
+                "hunks": [h.to_json() for h in specs[Path(rel).name]],
+            }
+            for rel, (pristine, patched) in targets.items()
+        },
         "files_added": added,
-        "hunks": [h.to_json() for h in hunks],
+        "hunks": [h.to_json() for h in specs[TARGET]],
     }
     files[str(CUDA_DIR / MANIFEST)] = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -305,22 +347,33 @@ def plan_install(
 
 def plan_uninstall(tree: Path) -> Plan:
     tree = tree.resolve()
-    target = _check_tree(tree)
+    _check_tree(tree)
     manifest = read_manifest(tree)
     plan = Plan(tree)
     if manifest is None:
-        if HOOK_MARKER in _decode(target.read_bytes()):
-            raise InstallError(f"{target}: has the hook but {MANIFEST} is missing; restore it from upstream")
+        for name, marker in HOOK_MARKERS.items():
+            if marker in _decode((tree / CUDA_DIR / name).read_bytes()):
+                raise InstallError(
+                    f"{tree / CUDA_DIR / name}: has the hook but {MANIFEST} is missing; "
+                    "restore it from upstream"
+                )
         plan.messages.append(f"{tree}: no ggml-dispatch install found; nothing to do")
         return plan
-    current = _decode(target.read_bytes())
-    pristine = _pristine(tree, current, manifest)
-    data = _encode(pristine)
-    if sha256_bytes(data) != manifest.get("target_original_sha256"):
-        plan.messages.append(
-            f"warning: {target} was edited after install; the hook is out, the other edits stay"
+    recorded = recorded_targets(manifest)
+    targets = manifest.get("targets")
+    for rel in recorded:
+        current = _decode((tree / rel).read_bytes())
+        data = _encode(_pristine(tree, rel, current, manifest))
+        want = (
+            targets[rel].get("original_sha256")
+            if isinstance(targets, dict)
+            else manifest.get("target_original_sha256")
         )
-    plan.writes[str(CUDA_DIR / TARGET)] = data
+        if sha256_bytes(data) != want:
+            plan.messages.append(
+                f"warning: {tree / rel} was edited after install; the hook is out, the other edits stay"
+            )
+        plan.writes[rel] = data
     for rel in [*manifest.get("files_added", []), str(CUDA_DIR / MANIFEST)]:
         if (tree / rel).exists():
             plan.writes[str(rel)] = None

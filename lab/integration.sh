@@ -48,7 +48,7 @@ SRC=$WORK/llama.cpp
 BUILD=$WORK/build
 PATCHED=$WORK/patched   # binaries + shared libs of the patched build
 STOCK=$WORK/stock       # the same configure, ggml-cuda.cu without the hook
-PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_hunks()))')
+PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_specs()))')
 
 install_hook() {  # $1 = install|uninstall
     local flag=""

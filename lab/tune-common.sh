@@ -12,7 +12,7 @@
 
 # --- the llama.cpp tree (patched) and the ggml build to measure -----------------------------------
 PY_INSTALL='import sys; from hook.cli import install_cmd; install_cmd(sys.argv[1:])'
-PHASH_WANT=$(PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_hunks()))' 2>/dev/null || echo "")
+PHASH_WANT=$(PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_specs()))' 2>/dev/null || echo "")
 INTEGRATION=$REPO/build/integration/patched
 if [ -z "${BUILD_DIR:-}" ] && ls "$INTEGRATION"/libggml-cuda.so* >/dev/null 2>&1 \
     && [ -n "$PHASH_WANT" ] && [ "$(cat "$INTEGRATION/PATCH_HASH" 2>/dev/null)" = "$PHASH_WANT" ]; then

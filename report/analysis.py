@@ -10,7 +10,12 @@ on every verdict:
 - stock at a point: the median ``anchor_us`` of the point's ok rows;
 - predicted gains: :mod:`codegen.predict`, the model ``diff`` uses (measured stock time as the
   baseline where the tuning has the point, census est_us elsewhere);
-- A/B: per pair, arm t/s / baseline t/s; the median of those ratios with the same bootstrap.
+- A/B: per pair, arm t/s / baseline t/s; the median of those ratios with the same bootstrap;
+- roofline: a MUL_MAT point's limit is ``max(bytes / memory bandwidth, FLOPs / dense tensor peak)`` with
+  the GPU's datasheet figures (``census.estimate``: NVIDIA H200 4.8 TB/s and 989 dense FP16 TFLOP/s) and
+  the bytes and FLOPs the census' estimate counts for the node (weights in their stored type,
+  activations, the f32 output and, for quantized weights, the Q8_1 copy of the activations); a measured
+  time over it is 1.0 at the limit, 2.0 twice as long as the limit allows.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from census import estimate
 from codegen import decide
 from codegen import predict as predict_mod
 from codegen import table as table_mod
@@ -518,3 +524,45 @@ def workloads(comps: Sequence[AbComparison]) -> list[Workload]:
         Workload(m, t, u, cs.get(("table", "stock")), cs.get(("crude", "stock")), cs.get(("table", "crude")))
         for (m, t, u), cs in by.items()
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Roofline
+
+
+def roofline_us(key: ShapeKey, M: int, spec: estimate.GpuSpec) -> float | None:
+    """The roofline limit of one MUL_MAT node of this shape at M tokens, in microseconds (None for the
+    other ops: their shape keys do not give the node's operands)."""
+    if key.op != schema.Op.MUL_MAT.value:
+        return None
+    N, K, B = int(key.N), int(key.K), int(key.B)
+    if key.layout == schema.Layout.ATTENTION.value:
+        src0_ne, src1_ne = (K, N, B, 1), (K, M, B, 1)
+    else:
+        src0_ne, src1_ne = (K, N, 1, 1), (K, M, B, 1)
+    work = estimate.work_of(key.op, key.src0_type, key.src1_type, src0_ne, src1_ne)
+    return estimate.per_call_us(spec, work)
+
+
+def roofline_fraction(best_us: float | None, key: ShapeKey, M: int, spec: estimate.GpuSpec) -> float | None:
+    """The measured time as a fraction of the roofline limit (>= 1 unless the model undercounts); None
+    without a finite positive time or a limit."""
+    if best_us is None or not math.isfinite(best_us) or best_us <= 0:
+        return None
+    limit = roofline_us(key, M, spec)
+    return best_us / limit if limit is not None and limit > 0 else None
+
+
+def gpu_spec(name: str, cc: int, sm_count: int) -> estimate.GpuSpec:
+    """The datasheet spec of the GPU the rows were measured on (the labelled fallback for others)."""
+    return estimate.spec_for(schema.GpuId(name, int(cc), int(sm_count)))
+
+
+def best_time(p: Point) -> tuple[str, float | None]:
+    """The fastest measured candidate of a point (stock included) and its median time."""
+    best: tuple[str, float | None] = ("stock", p.stock.median if finite(p.stock.median) else None)
+    for rp in p.routes:
+        m = rp.times.median
+        if finite(m) and (best[1] is None or m < best[1]):
+            best = (rp.route, m)
+    return best

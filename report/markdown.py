@@ -3,6 +3,7 @@ byte-identical Markdown (stable ordering, fixed bootstrap seeds, no clock)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -12,6 +13,7 @@ from typing import Any, Final
 
 import pandas as pd
 
+from census import estimate
 from codegen import decide
 from codegen import predict as predict_mod
 from ggml_dispatch import schema
@@ -151,7 +153,8 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     if inputs.census is not None:
         md += _section_census(inputs.census, figs)
     md += _section_status(inputs.tuning, points)
-    md += _section_shapes(points, inputs.table, params, gpu, figs)
+    spec = analysis.gpu_spec(tuning.gpu.name, tuning.gpu.cc, tuning.gpu.sm_count)
+    md += _section_shapes(points, inputs.table, params, gpu, figs, spec)
     if inputs.notes and inputs.notes.strip():
         md += ["## Notes", "", inputs.notes.strip(), ""]
     return Report("\n".join(md).rstrip("\n") + "\n", figs.files)
@@ -812,7 +815,12 @@ def _section_status(df: pd.DataFrame, points: Sequence[Point]) -> list[str]:
 
 
 def _section_shapes(
-    points: Sequence[Point], table: TableView | None, params: decide.Params, gpu: str, figs: _Figures
+    points: Sequence[Point],
+    table: TableView | None,
+    params: decide.Params,
+    gpu: str,
+    figs: _Figures,
+    spec: estimate.GpuSpec,
 ) -> list[str]:
     md = [
         "## Time vs M per shape key",
@@ -821,7 +829,9 @@ def _section_shapes(
         "`stock/route` is the median of the per-trial ratios anchor_us/us with a 95% paired bootstrap CI "
         f"({params.resamples} resamples); `faster`/`slower` only beyond noise (the CI excludes 1). "
         "`decision` marks the route the decision rule picks (the fastest, if it passes); otherwise the "
-        "reason it does not pass is given.",
+        "reason it does not pass is given. `× roofline` is the median time over the roofline limit "
+        f"max(bytes / {spec.hbm_gbs / 1000:g} TB/s, FLOPs / {spec.tensor_tflops:g} TFLOP/s) of {spec.name} "
+        f"({spec.source}): 1 is at the hardware limit; the per-M line `best` gives it for the fastest.",
         "",
     ]
     by_type: dict[tuple[str, str, str, str], list[Point]] = defaultdict(list)
@@ -855,13 +865,21 @@ def _section_shapes(
                 "stock/route",
                 "95% CI",
             ]
-            md += [*md_table([*header, "verdict", "decision"], _point_rows(spoints, table)), ""]
+            md += [
+                *md_table([*header, "verdict", "decision", "× roofline"], _point_rows(spoints, table, spec)),
+                "",
+            ]
     return md
 
 
-def _point_rows(points: Sequence[Point], table: TableView | None) -> list[list[str]]:
+def fmt_roofline(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _point_rows(points: Sequence[Point], table: TableView | None, spec: estimate.GpuSpec) -> list[list[str]]:
     rows: list[list[str]] = []
     for p in points:
+        roof = functools.partial(analysis.roofline_fraction, key=p.shape, M=p.M, spec=spec)
         st = p.stock
         table_route = table.route_at(p.shape, p.M) if table is not None else None
         stock_note = "stock stays" if p.chosen is None else ""
@@ -880,6 +898,7 @@ def _point_rows(points: Sequence[Point], table: TableView | None) -> list[list[s
                 "",
                 "",
                 stock_note,
+                fmt_roofline(roof(st.median)),
             ]
         )
         for rp in p.routes:
@@ -903,6 +922,24 @@ def _point_rows(points: Sequence[Point], table: TableView | None) -> list[list[s
                     fmt_ci(rp.ev.ci_low, rp.ev.ci_high),
                     rp.verdict(),
                     md_escape("; ".join(notes)),
+                    fmt_roofline(roof(rp.times.median)),
                 ]
             )
+        name, t = analysis.best_time(p)
+        rows.append(
+            [
+                str(p.M),
+                f"best: {md_escape(name)}",
+                "",
+                "",
+                fmt_us(t),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                fmt_roofline(roof(t)),
+            ]
+        )
     return rows

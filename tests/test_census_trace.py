@@ -530,3 +530,35 @@ def test_timed_lines_with_a_moved_member_are_checked_too(make_trace: TraceBuilde
     assert trace.cut_member(key, b'"t_us":')[0] == trace.cut_member(key_moved, b'"t_us":')[0]  # type: ignore[index]
     err = _error(b, [b.header(), good, moved, b.footer()])
     assert err.line == 3 and "malformed JSON" in err.message
+
+
+def test_the_configuration_that_ran_is_read_in_canonical_form(make_trace: TraceBuilder) -> None:
+    b = make_trace
+    p = b.write(
+        "t.jsonl",
+        [
+            b.header(),
+            b.route(M=512, route="cublas", reason="forced", config="cublas/compute=bf16,out=f32", count=2),
+            b.route(M=512, route="cublas", reason="forced", config="cublas/out=f32,compute=bf16", count=1),
+            b.route(M=512, route="mmq", config="mmq", count=1),
+            b.route(M=1, count=1),  # older traces carry no config
+            b.footer(records=4),
+        ],
+    )
+    agg, _ = ingest(p)
+    assert calls_by(agg, "config") == {"cublas/out=f32,compute=bf16": 3, "mmq": 1, None: 1}
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ("cublas/out=f64", "is not one of f16, f32"),
+        ("mmq/j=12", "is not one of"),
+        ("mmq/j=64", "is not a configuration of route 'mmvq'"),
+        (7, "must be a string or null"),
+    ],
+)
+def test_a_bad_config_field_names_the_line(make_trace: TraceBuilder, config: Any, needle: str) -> None:
+    b = make_trace
+    err = _error(b, [b.header(), b.route(route="mmvq", config=config), b.footer()])
+    assert err.line == 2 and needle in err.message, err.message

@@ -42,6 +42,7 @@ def tree(tmp_path: Path) -> Path:
     (t / CUDA).mkdir(parents=True)
     shutil.copy2(pinned / CUDA / "ggml-cuda.cu", t / CUDA / "ggml-cuda.cu")
     shutil.copy2(pinned / CUDA / "mmq.cu", t / CUDA / "mmq.cu")
+    shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")  # the hook edits it too
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 

@@ -35,6 +35,7 @@ def tree(pinned: Path, tmp_path: Path) -> Path:
     (t / CUDA).mkdir(parents=True)
     shutil.copy2(pinned / CUDA / "ggml-cuda.cu", t / CUDA / "ggml-cuda.cu")
     shutil.copy2(pinned / CUDA / "mmq.cu", t / CUDA / "mmq.cu")
+    shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 
@@ -122,7 +123,7 @@ def test_install_is_idempotent_and_uninstall_restores_bytes(tree: Path) -> None:
 def test_stamps_upstream_commit_and_patch_hash(tree: Path) -> None:
     inst.install(tree)
     build = (tree / CUDA / inst.BUILD_HEADER).read_text()
-    phash = inst.patch_hash(inst.native_sources(), inst.load_hunks())
+    phash = inst.patch_hash(inst.native_sources(), inst.load_specs())
     assert re.fullmatch(r"[0-9a-f]{64}", phash)
     assert f'GGML_DISPATCH_UPSTREAM_COMMIT "{schema.PINNED_UPSTREAM_COMMIT}"' in build
     assert f'GGML_DISPATCH_PATCH_HASH "{phash}"' in build
@@ -135,16 +136,17 @@ def test_stamps_upstream_commit_and_patch_hash(tree: Path) -> None:
 
 def test_patch_hash_covers_sources_and_hunks() -> None:
     sources = inst.native_sources()
-    hunks = inst.load_hunks()
-    base = inst.patch_hash(sources, hunks)
+    specs = inst.load_specs()
+    base = inst.patch_hash(sources, specs)
     changed = dict(sources)
     changed["ggml-dispatch.cu"] = sources["ggml-dispatch.cu"] + b"\n"
-    assert inst.patch_hash(changed, hunks) != base
-    edited = [
-        *hunks[:-1],
-        patch.Hunk(hunks[-1].name, hunks[-1].function, hunks[-1].kind, hunks[-1].anchor, "x\n"),
-    ]
-    assert inst.patch_hash(sources, edited) != base
+    assert inst.patch_hash(changed, specs) != base
+    for target, hunks in specs.items():
+        edited = [
+            *hunks[:-1],
+            patch.Hunk(hunks[-1].name, hunks[-1].function, hunks[-1].kind, hunks[-1].anchor, "x\n"),
+        ]
+        assert inst.patch_hash(sources, {**specs, target: edited}) != base, target
 
 
 def test_upstream_commit_sources(tree: Path, tmp_path: Path) -> None:
@@ -277,7 +279,7 @@ def test_install_writes_the_codes_header_rendered_from_the_registry(tree: Path) 
     sources = inst.native_sources()
     assert sources[codes.CODES_HEADER] == text.encode()
     other = {**sources, codes.CODES_HEADER: text.replace("mmvq", "mmvx").encode()}
-    assert inst.patch_hash(other, inst.load_hunks()) != inst.patch_hash(sources, inst.load_hunks())
+    assert inst.patch_hash(other, inst.load_specs()) != inst.patch_hash(sources, inst.load_specs())
     record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
     assert str(CUDA / codes.CODES_HEADER) in record["files_added"]
     inst.uninstall(tree)
@@ -307,3 +309,71 @@ def test_header_codes_match_schema() -> None:
         "stock",
         *[r.value for r, _ in sorted(schema.ROUTE_CODES.items(), key=lambda kv: kv[1])],
     ]
+
+
+def test_mmq_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> None:
+    src = (pinned / CUDA / "mmq.cuh").read_text()
+    hunks = inst.load_specs()["mmq.cuh"]
+    assert {h.name for h in hunks} >= {"mmq_J", "mmq_stream_k"}
+    patched = patch.apply(src, hunks)
+    assert inst.HOOK_MARKERS["mmq.cuh"] in patched and inst.HOOK_MARKERS["mmq.cuh"] not in src
+    assert "ggml_dispatch_params_current().mmq_J" in patched
+    assert patch.revert(patched, hunks) == src
+
+
+def test_install_records_every_target_and_restores_both(tree: Path) -> None:
+    before = snapshot(tree)
+    inst.install(tree)
+    record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
+    assert set(record["targets"]) == {str(CUDA / "ggml-cuda.cu"), str(CUDA / "mmq.cuh")}
+    for rel, t in record["targets"].items():
+        assert t["original_sha256"] == before[rel]
+        assert t["patched_sha256"] == hashlib.sha256((tree / rel).read_bytes()).hexdigest() != before[rel]
+        assert t["spec"] == inst.HOOK_SPECS[Path(rel).name]
+        assert [h["name"] for h in t["hunks"]] == [h.name for h in inst.load_specs()[Path(rel).name]]
+    assert (tree / CUDA / "ggml-dispatch-params.h").read_bytes() == (
+        inst.NATIVE_DIR / "ggml-dispatch-params.h"
+    ).read_bytes()
+    assert inst.install(tree).writes == {}
+    inst.uninstall(tree)
+    assert snapshot(tree) == before
+
+
+def test_refuses_a_tree_whose_mmq_differs_naming_the_hunk(tree: Path) -> None:
+    cuh = tree / CUDA / "mmq.cuh"
+    src = cuh.read_text()
+    anchor = "    if (!config.stream_k) {"
+    assert src.count(anchor) == 1
+    cuh.write_text(src.replace(anchor, "    if (!config.stream_k && true) {"))
+    before = snapshot(tree)
+    with pytest.raises(inst.InstallError) as e:
+        inst.install(tree)
+    assert "mmq.cuh" in str(e.value) and "mmq_tiling" in str(e.value) and "launch_mul_mat_q" in str(e.value)
+    assert snapshot(tree) == before
+
+
+def test_refuses_an_mmq_hook_without_record(tree: Path) -> None:
+    cuh = tree / CUDA / "mmq.cuh"
+    cuh.write_text(patch.apply(cuh.read_text(), inst.load_specs()["mmq.cuh"]))
+    with pytest.raises(inst.InstallError, match=r"mmq\.cuh"):
+        inst.install(tree)
+    with pytest.raises(inst.InstallError, match=r"mmq\.cuh"):
+        inst.uninstall(tree)
+
+
+def test_reads_a_single_target_record(tree: Path) -> None:
+    """A record written before mmq.cuh was a target (``target`` + ``hunks``) still uninstalls."""
+    before = snapshot(tree)
+    cu = tree / CUDA / "ggml-cuda.cu"
+    hunks = inst.load_specs()["ggml-cuda.cu"]
+    cu.write_text(patch.apply(cu.read_text(), hunks))
+    record = {
+        "schema": inst.MANIFEST_SCHEMA,
+        "target": str(CUDA / "ggml-cuda.cu"),
+        "target_original_sha256": before[str(CUDA / "ggml-cuda.cu")],
+        "files_added": [],
+        "hunks": [h.to_json() for h in hunks],
+    }
+    (tree / CUDA / inst.MANIFEST).write_text(json.dumps(record))
+    inst.uninstall(tree)
+    assert snapshot(tree) == before

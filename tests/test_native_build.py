@@ -139,7 +139,8 @@ def _includes(tree: Path, cublas: Path) -> list[str]:
 def cuda_objects(
     patched_tree: Path, cublas_include: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, subprocess.CompletedProcess[str]]:
-    """nvcc -c of the patched ggml-cuda.cu and of ggml-dispatch.cu, in parallel."""
+    """nvcc -c of the patched ggml-cuda.cu, ggml-dispatch.cu, an mmq instance (the patched mmq.cuh) and
+    convert.cu (the converters the eligibility check asks for, linked into the programs below)."""
     if NVCC is None:
         pytest.skip("nvcc is not installed on this machine")
     out = tmp_path_factory.mktemp("objs")
@@ -161,6 +162,15 @@ def cuda_objects(
             "-o",
             "ggml-dispatch.o",
         ],
+        "mmq-q4_k": [
+            *NVCC_FLAGS,
+            *inc,
+            "-c",
+            str(patched_tree / CUDA / "template-instances" / "mmq-instance-q4_k.cu"),
+            "-o",
+            "mmq-q4_k.o",
+        ],
+        "convert": [*NVCC_FLAGS, *inc, "-c", str(patched_tree / CUDA / "convert.cu"), "-o", "convert.o"],
     }
     with ThreadPoolExecutor(2) as ex:
         futures = {k: ex.submit(_nvcc, v, out) for k, v in jobs.items()}
@@ -174,6 +184,15 @@ def test_nvcc_compiles_patched_ggml_cuda_for_sm90(
     cuda_objects: dict[str, subprocess.CompletedProcess[str]],
 ) -> None:
     res = cuda_objects["ggml-cuda"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert _hook_warnings(res.stderr) == []
+
+
+@needs_nvcc
+def test_nvcc_compiles_an_mmq_instance_with_the_patched_mmq_for_sm90(
+    cuda_objects: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    res = cuda_objects["mmq-q4_k"]
     assert res.returncode == 0, res.stderr[-4000:]
     assert _hook_warnings(res.stderr) == []
 
@@ -193,7 +212,7 @@ def test_hook_symbols_resolve(cuda_objects: dict[str, subprocess.CompletedProces
     if nm is None:
         pytest.skip("nm (binutils) is not installed")
     objs = Path(cuda_objects["dir"].stdout)
-    for k in ("ggml-cuda", "ggml-dispatch"):
+    for k in ("ggml-cuda", "ggml-dispatch", "mmq-q4_k"):
         assert cuda_objects[k].returncode == 0, cuda_objects[k].stderr[-2000:]
 
     def symbols(obj: str, kind: str) -> set[str]:
@@ -203,7 +222,13 @@ def test_hook_symbols_resolve(cuda_objects: dict[str, subprocess.CompletedProces
 
     needed = symbols("ggml-cuda.o", "U")
     defined = symbols("ggml-dispatch.o", "T") | symbols("ggml-dispatch.o", "B")
-    assert any("ggml_cuda_dispatch_select_mul_mat" in s for s in needed)
+    assert any("ggml_cuda_dispatch_begin_mul_mat" in s for s in needed)
+    assert any("ggml_cuda_dispatch_end_mul_mat" in s for s in needed)
+    assert any("ggml_dispatch_params_current" in s for s in needed)
+    # the patched mmq.cuh reads the parameters: every mmq instance needs them from ggml-dispatch.o
+    mmq_needed = symbols("mmq-q4_k.o", "U")
+    assert any("ggml_dispatch_params_current" in s for s in mmq_needed)
+    assert mmq_needed <= defined, mmq_needed - defined
     assert any("ggml_backend_cuda_dispatch_get_counts" in s for s in needed)
     assert needed <= defined, needed - defined
 
@@ -238,7 +263,7 @@ def table_object(
     tree = work / "llama.cpp"
     (tree / CUDA).mkdir(parents=True)
     for p in (patched_tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name == "ggml-cuda.cu":
+        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cuh"):
             shutil.copy2(p, tree / CUDA / p.name)
     shutil.copy2(patched_tree / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
     (work / "table.json").write_text(table.dumps(h200_table((tree / "UPSTREAM_COMMIT").read_text().strip())))
@@ -335,6 +360,7 @@ def _build_grid(
     work: Path,
     arch_list: str | None,
     eligibility_dir: Path | None = None,
+    convert_obj: Path | None = None,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     work.mkdir(parents=True, exist_ok=True)
     (work / "grid_config.h").write_text(
@@ -353,22 +379,39 @@ def _build_grid(
         f"-I{work}",
         f"-I{tree / CUDA}",
         *_includes(tree, cublas),
+        "-c",
         str(NATIVE_TESTS / "eligibility_grid.cu"),
+        "-o",
+        str(work / "grid.o"),
+    ]
+    res = _nvcc(args, work)
+    if res.returncode != 0:
+        return exe, res
+    link = [
+        "-arch=sm_90",
+        str(work / "grid.o"),
+        *([str(convert_obj)] if convert_obj else []),
         "-o",
         str(exe),
         f"-L{base.parent}",
         "-lggml-base",
         f"-Xlinker=-rpath={base.parent}",
     ]
-    return exe, _nvcc(args, work)
+    return exe, _nvcc(link, work)
 
 
 @pytest.fixture(scope="module")
 def grids(
-    patched_tree: Path, cublas_include: Path, cpu_build: Path, tmp_path_factory: pytest.TempPathFactory
+    patched_tree: Path,
+    cublas_include: Path,
+    cpu_build: Path,
+    cuda_objects: dict[str, subprocess.CompletedProcess[str]],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, dict[str, Any]]:
     if NVCC is None:
         pytest.skip("nvcc is not installed on this machine")
+    assert cuda_objects["convert"].returncode == 0, cuda_objects["convert"].stderr[-2000:]
+    convert_obj = Path(cuda_objects["dir"].stdout) / "convert.o"
     base = _libggml_base(cpu_build)
     work = tmp_path_factory.mktemp("grid")
     # a check with the 48 KiB MMQ shared-memory limit removed: the grid must catch it
@@ -385,7 +428,7 @@ def grids(
     }
     with ThreadPoolExecutor(2) as ex:
         futures = {
-            k: ex.submit(_build_grid, patched_tree, cublas_include, base, work / k, arch, inc)
+            k: ex.submit(_build_grid, patched_tree, cublas_include, base, work / k, arch, inc, convert_obj)
             for k, (arch, inc) in variants.items()
         }
         built = {k: f.result() for k, f in futures.items()}
@@ -403,6 +446,7 @@ def test_eligibility_holds_against_tree_for_every_arch(grids: dict[str, dict[str
     assert g["arch_list"] == "700,750,800,890,900,1200"
     assert g["rc"] == 0 and g["violations"] == 0, g["messages"]
     assert g["points"] > 1_000_000
+    assert 0 < g["configs_eligible"] < g["configs"]
     # the grid really exercises every route and every hard limit it claims to
     for route in ("mmvf", "mmf", "mmvq", "mmq", "cublas"):
         assert g["eligible"][route] > 0, route
@@ -480,6 +524,7 @@ def glue(
             [
                 "glue_driver.o",
                 str(obj),
+                str(objs / "convert.o"),
                 "-o",
                 str(exe),
                 f"-L{libdir}",
@@ -541,7 +586,7 @@ def test_glue_default_mode_runs_stock_and_traces_it(glue: dict[str, Path], tmp_p
         "smpbo": 232448,
         "vram_mib": 143771,  # from cudaDeviceProp.totalGlobalMem (the tree leaves total_vram unset)
     }
-    assert header["patch_hash"] == inst.patch_hash(inst.native_sources(), inst.load_hunks())
+    assert header["patch_hash"] == inst.patch_hash(inst.native_sources(), inst.load_specs())
     assert header["upstream_commit"] == (fetch.llama_cpp_dir() / "UPSTREAM_COMMIT").read_text().strip()
     assert header["table_hash"] is None and header["build"]["cuda_arch_list"] == "900"
     assert header["build"]["options"]["GGML_CUDA_GRAPHS"] is True
@@ -628,18 +673,36 @@ def test_glue_forced_routes_only_where_eligible(
 
 
 @needs_nvcc
-def test_glue_forced_configuration_with_parameters_is_refused_until_applied(
+def test_glue_forced_configuration_with_parameters_runs_and_is_traced(
     glue: dict[str, Path], tmp_path: Path
 ) -> None:
-    """force:<config> with parameters parses (any order) but the hook cannot apply them yet: every node it
-    would take is ineligible:params and runs stock."""
+    """force:<config> with parameters (any order) runs the route wherever route and values are eligible;
+    the trace records the configuration that ran in canonical form."""
     trace = tmp_path / "trace.jsonl"
     env = {"GGML_CUDA_ROUTE_TRACE": str(trace), "GGML_CUDA_DISPATCH": "force:cublas/compute=f16,out=f32"}
     out, log = run_glue(glue["no_table"], env)
     assert "GGML_CUDA_DISPATCH=force:cublas/out=f32,compute=f16" in log
-    assert set(out["cases"].values()) == {"stock"}
+    assert {c for c, r in out["cases"].items() if r != "stock"} == set(STOCK) | {"attention f16 M=7 B=9"}
     recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
     assert recs[0]["dispatch"]["force_config"] == "cublas/out=f32,compute=f16"
+    mm = [r for r in recs[1:-1] if r["op"] == "MUL_MAT" and not r["fused"]]
+    forced = [r for r in mm if r["reason"] == "forced"]
+    config = "cublas/out=f32,compute=f16"
+    assert forced and all(r["route"] == "cublas" and r["config"] == config for r in forced)
+    assert all(r["config"] == r["route"] for r in mm if r["reason"] != "forced")  # stock: the plain route
+    assert out["counts"]["forced"] == sum(r["count"] for r in forced)
+
+
+@needs_nvcc
+def test_glue_an_illegal_configuration_is_ineligible_params_and_runs_stock(
+    glue: dict[str, Path], tmp_path: Path
+) -> None:
+    """cuBLAS f16 output of an f32 GEMM has no meaning: every node is ineligible:params and runs stock."""
+    trace = tmp_path / "trace.jsonl"
+    env = {"GGML_CUDA_ROUTE_TRACE": str(trace), "GGML_CUDA_DISPATCH": "force:cublas/out=f16,compute=f32"}
+    out, _ = run_glue(glue["no_table"], env)
+    assert set(out["cases"].values()) == {"stock"}
+    recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
     mm = [r for r in recs[1:-1] if r["op"] == "MUL_MAT" and not r["fused"]]
     assert mm and all(r["reason"] == "ineligible:params" and r["route"] == r["stock_route"] for r in mm)
     assert out["counts"]["forced"] == 0 and out["counts"]["ineligible"] == sum(r["count"] for r in mm)

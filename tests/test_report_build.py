@@ -285,6 +285,17 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
     assert f"| **all** |  | {n_rows} | {n_rows - 12} | 5 | 5 | 1 | 0 | 1 |" in md
     assert "| cudaErrorIllegalAddress | 1 | MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1, M=8, cublas |" in md
 
+    # the roofline column: each row's median over the H200 datasheet limit, and the per-M best
+    from report import analysis
+
+    assert "| verdict | decision | × roofline |" in md and "4.8 TB/s" in md and "989 TFLOP/s" in md
+    best = [ln for ln in md.splitlines() if ln.startswith("| 8 | best: ")]
+    assert best, "no best line at M=8"
+    cells = [c.strip() for c in best[0].strip("|").split("|")]
+    spec = analysis.gpu_spec("NVIDIA H200", 900, 132)
+    k = schema.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 4096, 4096, 1)
+    assert float(cells[-1]) == pytest.approx(float(cells[4]) / analysis.roofline_us(k, 8, spec), abs=0.01)
+
     # per-point rows: medians, IQR, min-max, ratio and CI computed here
     all_t = list(TRIALS)
     assert (

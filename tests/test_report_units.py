@@ -179,6 +179,7 @@ def test_status_kind() -> None:
         "ineligible",
     ]
     assert inputs.status_kind("fail") is None
+    assert inputs.status_kind("pruned") == "pruned"  # racing stopped timing the candidate
 
 
 def test_md_escape_keeps_table_cells_intact() -> None:

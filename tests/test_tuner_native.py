@@ -25,13 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from ggml_dispatch import fetch, fileio, schema
-from tuner import agreement, build, results
+from tuner import agreement, build, results, select
 from tuner.journal import read_journal
 
 pytestmark = pytest.mark.slow
 
 CLI = str(Path(sys.executable).parent / "ggml-dispatch")
 FAST = ["--harness-arg=--trial-ms=2", "--harness-arg=--threads=1", "--harness-arg=--target-graph-us=200"]
+ROUTES_ONLY = ["--configs", "routes"]  # the plain routes: 5 candidates per case
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +213,30 @@ def test_stock_measured_routes_reported_and_rotation(harness: Path, tmp_path: Pa
     assert bad["status"] == "failed:unknown src0_type 'q9_Z'"
 
 
+def test_racing_options_and_configuration_candidates_on_cpu(harness: Path, tmp_path: Path) -> None:
+    """Racing's settings reach the header; configurations with parameters are candidates like routes (on the
+    CPU backend there is no override API: reported ineligible, never timed, stock is timed every trial)."""
+    p = subprocess.run(
+        [str(harness), "--info", "--race-min-trials", "4", "--race-noise", "0.05"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (h,) = [json.loads(line) for line in p.stdout.splitlines()]
+    assert h["opts"]["race_min_trials"] == 4 and h["opts"]["race_noise"] == 0.05
+    cfgs = ["cublas/out=f32,compute=bf16", "mmq/j=64,stream_k=off", "mmq/j=12"]
+    out = harness_run(
+        harness, [case("w", M=8, routes=cfgs)], tmp_path, "--trial-ms", "2", "--race-min-trials", "2"
+    )
+    rows = [r for r in out if r["kind"] == "trial"]
+    assert [r["trial"] for r in rows if r["route"] == "stock"] == [0, 1, 2]
+    by = {r["route"]: r for r in rows if r["route"] != "stock"}
+    assert by["cublas/out=f32,compute=bf16"]["reason"] == "no-override-api"
+    assert by["mmq/j=64,stream_k=off"]["reason"] == "no-override-api"
+    assert by["mmq/j=12"]["reason"] == "unknown-route"  # 12 is not a legal J: no configuration code
+    assert all(r["status"] == "ineligible" and r["us"] is None for r in by.values())
+
+
 def test_bad_arguments_and_case_lists(harness: Path, tmp_path: Path) -> None:
     f = tmp_path / "c.json"
     f.write_text("[{")
@@ -262,8 +287,12 @@ def test_sweep_end_to_end(
     assert "8 cases (3 census points + 5 grid neighbours) over 2 shapes" in p.stderr
     assert "skipped 1 rows fused" in p.stderr
     rows = rows_of(out)
-    assert len(rows) == 8 * 5 * 3
+    # the default candidates: every configuration of every route, each a row of its route with its config
+    configs = select.candidate_configs([r.value for r in schema.Route], "all")
+    assert len(rows) == 8 * len(configs) * 3
     assert {r["route"] for r in rows} == {r.value for r in schema.Route}
+    assert {r["config"] for r in rows} == set(configs)
+    assert all(r["config"].split("/")[0] == r["route"] for r in rows)
     assert all(r["status"] == "ineligible" and r["anchor_us"] > 0 for r in rows)
     assert {(r["N"], r["M"]) for r in rows} == {(64, m) for m in (1, 2, 4, 8, 16)} | {
         (32, m) for m in (2, 4, 8)
@@ -281,7 +310,7 @@ def test_sweep_end_to_end(
     # a second run finds everything in the journal
     p = tune(*sweep, "--trials", "3", env=env)
     assert p.returncode == 0 and "0 cases measured (0 failed), 8 resumed" in p.stderr
-    assert len(rows_of(out)) == 8 * 5 * 3
+    assert len(rows_of(out)) == 8 * len(configs) * 3
     # another method (here: trials) cannot resume this journal
     p = tune(*sweep, "--trials", "4", env=env)
     assert p.returncode == 2 and "belongs to another sweep (trials = 3" in p.stderr
@@ -320,6 +349,7 @@ def test_resume_after_a_killed_run(
         "1",
         "--harness-arg=--trial-ms=150",  # each case takes long enough that the signal lands mid-sweep
         "--harness-arg=--threads=1",
+        *ROUTES_ONLY,
         harness=harness,
     )
     proc = _start(args)
@@ -394,6 +424,7 @@ def test_shards_and_merge(tree: Path, harness: Path, small_census: Path, tmp_pat
                 "--shard",
                 f"{i}/2",
                 *FAST,
+                *ROUTES_ONLY,
                 harness=harness,
             )
         )
@@ -413,7 +444,7 @@ def test_shards_and_merge(tree: Path, harness: Path, small_census: Path, tmp_pat
     assert p.returncode == 2 and "ggml-dispatch: error:" in p.stderr and "duplicates" in p.stderr
     assert not (tmp_path / "dup.parquet").exists()
     # a shard's journal is not another shard's
-    p = tune(*run_args(small_census, tree, outs[0], "--shard", "1/2", *FAST, harness=harness))
+    p = tune(*run_args(small_census, tree, outs[0], "--shard", "1/2", *FAST, *ROUTES_ONLY, harness=harness))
     assert p.returncode == 2 and "belongs to another sweep" in p.stderr
 
 
@@ -459,6 +490,7 @@ def test_failures_cost_one_case(tree: Path, harness: Path, tmp_path: Path) -> No
             "--case-timeout",
             "3",
             *FAST,
+            *ROUTES_ONLY,
             harness=wrapper,
         )
     )

@@ -151,7 +151,8 @@ def test_rows_carry_stock_as_anchor_not_as_a_route() -> None:
     assert inel and all(r["us"] is None and r["anchor_us"] > 0 for r in inel)
     r0 = rows[0]
     assert r0["gpu_name"] == "NVIDIA H200" and r0["gpu_cc"] == 900 and r0["patch_hash"] == "f" * 64
-    assert r0["source"] == "measured" and set(r0) == set(schema.TUNING_COLUMNS)
+    assert r0["source"] == "measured" and set(r0) == set(results.COLUMNS)
+    assert all(r["config"] == r["route"] for r in rows)  # plain routes
 
 
 def test_failed_case_gives_one_failed_row_per_route() -> None:
@@ -167,9 +168,10 @@ def test_parquet_has_exactly_the_tuning_columns_and_provenance(tmp_path: Path) -
     )
     assert n == 25
     t = pq.read_table(out)
-    assert t.column_names == list(schema.TUNING_COLUMNS)
+    cols = {**schema.TUNING_COLUMNS, **schema.TUNING_OPTIONAL_COLUMNS}
+    assert t.column_names == list(cols)
     assert [str(f.type) for f in t.schema] == [
-        {"string": "string", "int64": "int64", "float64": "double"}[v] for v in schema.TUNING_COLUMNS.values()
+        {"string": "string", "int64": "int64", "float64": "double"}[v] for v in cols.values()
     ]
     meta = fileio.read_parquet_metadata(out)
     assert meta[schema.META_SCHEMA] == schema.TUNING_SCHEMA
@@ -236,3 +238,38 @@ def test_non_finite_times_become_nulls() -> None:
     assert [x["status"] for x in rows if x["us"] is None and x["route"] == "mmq"] == [
         "failed:ok trial without a positive finite time (us = inf)"
     ]
+
+
+def test_configurations_become_rows_of_their_route_with_a_canonical_config(tmp_path: Path) -> None:
+    rec = done_record(512)
+    rec["spec"] = {**rec["spec"], "routes": ["cublas/compute=f16,out=f32", "mmq/j=64,stream_k=off"]}
+    for line in rec["trials"]:
+        if line.get("route") == "cublas":
+            line["route"] = "cublas/compute=f16,out=f32"
+        elif line.get("route") == "mmq":
+            line["route"] = "mmq/stream_k=off,j=64"
+    rows = results.rows_of_record(rec)
+    by = {(r["route"], r["config"]) for r in rows}
+    assert ("cublas", "cublas/out=f32,compute=f16") in by and ("mmq", "mmq/j=64,stream_k=off") in by
+    out = tmp_path / "t.parquet"
+    results.write_tuning(out, [rec], input_hashes={}, settings={})
+    table, _ = results.read_tuning(out)
+    assert "cublas/out=f32,compute=f16" in table["config"].to_pylist()
+    failed = failed_record(8)
+    failed["spec"] = {**failed["spec"], "routes": ["mmq/j=64", "stock", "nope"]}
+    assert [(r["route"], r["config"]) for r in results.rows_of_record(failed)] == [("mmq", "mmq/j=64")]
+
+
+def test_a_file_without_the_config_column_reads_with_nulls(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "t.parquet"
+    results.write_tuning(out, [done_record(8)], input_hashes={}, settings={})
+    table = pq.read_table(out)
+    meta = table.schema.metadata
+    old = table.drop(["config"]).replace_schema_metadata(meta)
+    pq.write_table(old, tmp_path / "old.parquet")
+    back, _ = results.read_tuning(tmp_path / "old.parquet")
+    assert back.num_rows == table.num_rows and set(back["config"].to_pylist()) == {None}
+    assert back.schema.field("config").type == pa.string()

@@ -198,3 +198,22 @@ def test_whole_shapes_measures_every_census_m_of_a_picked_shape() -> None:
     assert {c.M for c in whole.cases if c.census} == {2, 4, 512}
     assert {c.M for c in whole.cases} == {1, 2, 4, 8, 256, 512, 1024}  # with grid neighbours
     assert math.isclose(whole.covered_est_us, 911.0)
+
+
+def test_candidates_are_every_configuration_of_each_route() -> None:
+    from ggml_dispatch import registry
+    from tuner.select import ALL_ROUTES, candidate_configs
+
+    assert candidate_configs(["mmq", "cublas"], "routes") == ("mmq", "cublas")
+    every = candidate_configs(ALL_ROUTES, "all")
+    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2) + (1 + 2 * 3)
+    cublas = [c for c in every if c.startswith("cublas/")]
+    assert sorted(cublas) == sorted(
+        f"cublas/out={o},compute={c}" for o in ("f16", "f32") for c in ("f16", "f32", "bf16")
+    )
+    mmq = [registry.Config.parse(c) for c in every if c.startswith("mmq/")]
+    assert {dict(c.params)["j"] for c in mmq} == {str(j) for j in range(8, 129, 8)}
+    assert {dict(c.params)["stream_k"] for c in mmq} == {"on", "off"}
+    assert all(registry.canonical_config(c) == c for c in every)
+    with pytest.raises(ValueError, match="configs mode"):
+        candidate_configs(["mmq"], "some")

@@ -35,6 +35,7 @@ HARNESS_SOURCES: Final = (
     "main.cpp",
     "mul_mat.cpp",
     "op.h",
+    "race.h",
 )
 NATIVE_DIR: Final = Path(__file__).resolve().parent.parent / "hook" / "native"
 NATIVE_HEADER: Final = NATIVE_DIR / "ggml-dispatch.h"

@@ -19,7 +19,16 @@ from tuner import build, results
 from tuner.executor import Executor, SerialExecutor
 from tuner.reference_cli import import_reference_cmd
 from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
-from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, parse_shard, select_cases, shard_cases
+from tuner.select import (
+    ALL_ROUTES,
+    CONFIG_MODES,
+    DEFAULT_NMSE_MAX,
+    DEFAULT_TRIALS,
+    candidate_configs,
+    parse_shard,
+    select_cases,
+    shard_cases,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,6 +164,15 @@ def tune() -> None:
     "--routes", default=",".join(ALL_ROUTES), show_default=True, help="candidate routes (stock always runs)."
 )
 @click.option(
+    "--configs",
+    "config_mode",
+    type=click.Choice(CONFIG_MODES),
+    default="all",
+    show_default=True,
+    help="all: every configuration of each route (cuBLAS output x compute type, mmq J x stream-k), each "
+    "checked for eligibility and numerics before it is timed; routes: the plain routes only.",
+)
+@click.option(
     "--layouts",
     default="weight",
     show_default=True,
@@ -242,6 +260,7 @@ def run_cmd(
     coverage: float,
     whole_shapes: bool,
     routes: str,
+    config_mode: str,
     layouts: str,
     trials: int,
     nmse_max: float,
@@ -283,7 +302,7 @@ def run_cmd(
         others = [census, *([harness_bin] if harness_bin else [])]
         fileio.check_output(output, [*others, journal])
         fileio.check_output(journal, [*others, output])
-    route_list = _routes(routes)
+    route_list = candidate_configs(_routes(routes), config_mode)
     layout_list = tuple(x.strip() for x in layouts.split(",") if x.strip())
     shard_t = parse_shard(shard)
     # the census is checked before anything is built

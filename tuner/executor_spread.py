@@ -49,7 +49,8 @@ def _times(rows: Iterable[Mapping[str, Any]]) -> dict[Key, dict[str, Any]]:
             stock_seen.add(skey)
             add((*shape, STOCK), r["anchor_us"], gpu)
         if r.get("status") == "ok" and r.get("us") is not None:
-            add((*shape, str(r["route"])), r["us"], gpu)
+            # a configuration is its own candidate (rows of one route may carry several)
+            add((*shape, str(r.get("config") or r["route"])), r["us"], gpu)
     return out
 
 

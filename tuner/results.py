@@ -19,10 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, registry, schema
 from ggml_dispatch.artifacts import tuning as artifact
 from ggml_dispatch.artifacts import validators
 from ggml_dispatch.artifacts.tuning import (
+    COLUMNS,
     META_TUNER,
     META_TUNER_CASES,
     ROW_KEY,
@@ -31,7 +32,7 @@ from ggml_dispatch.artifacts.tuning import (
 )
 from ggml_dispatch.errors import InputError
 
-__all__ = ["META_TUNER", "META_TUNER_CASES", "ROW_KEY", "TABLE_ROUTES", "TUNING_ARROW_SCHEMA"]
+__all__ = ["COLUMNS", "META_TUNER", "META_TUNER_CASES", "ROW_KEY", "TABLE_ROUTES", "TUNING_ARROW_SCHEMA"]
 
 
 def _num(v: Any) -> float | None:
@@ -56,6 +57,14 @@ def provenance(header: Mapping[str, Any], stamp: Mapping[str, str]) -> dict[str,
     }
 
 
+def candidate_config(name: Any) -> registry.Config | None:
+    """The configuration a harness candidate name spells (None: stock's own rows or not a configuration)."""
+    try:
+        return registry.Config.parse(str(name))
+    except registry.ConfigError:
+        return None
+
+
 def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The tuning rows of one journal case record (done or failed)."""
     spec = rec["spec"]
@@ -67,7 +76,8 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [
             {
                 **base,
-                "route": route,
+                "route": cfg.route.value,
+                "config": str(cfg),
                 "trial": 0,
                 "us": None,
                 "replays": 0,
@@ -77,12 +87,13 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "route_ran": "",
                 "status": status,
             }
-            for route in spec["routes"]
-            if route in TABLE_ROUTES
+            for cfg in (candidate_config(r) for r in spec["routes"])
+            if cfg is not None
         ]
     out = []
     for line in rec.get("trials", []):
-        if line.get("route") not in TABLE_ROUTES:
+        cfg = candidate_config(line.get("route"))
+        if cfg is None:
             continue  # stock's own rows: carried as anchor_us
         us = _num(line.get("us"))
         anchor = _num(line.get("anchor_us"))
@@ -93,7 +104,8 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 **base,
-                "route": str(line["route"]),
+                "route": cfg.route.value,
+                "config": str(cfg),
                 "trial": int(line["trial"]),
                 "us": us,
                 "replays": int(line.get("replays") or 0),

@@ -30,11 +30,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 
 M_GRID: Final[tuple[int, ...]] = tuple(2**i for i in range(15))  # 1 .. 16384
 ALL_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in schema.Route)
+CONFIG_MODES: Final = ("all", "routes")
+
+
+def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ...]:
+    """The candidates of a point: ``routes`` = the plain routes; ``all`` = every configuration of each
+    route (registry.route_configs: the plain route, then every combination of its parameter values)."""
+    if mode == "routes":
+        return tuple(routes)
+    if mode != "all":
+        raise ValueError(f"configs mode {mode!r} is not one of {', '.join(CONFIG_MODES)}")
+    return tuple(str(c) for r in routes for c in registry.route_configs(r))
+
+
 TUNABLE_LAYOUTS: Final = frozenset({schema.Layout.WEIGHT.value, schema.Layout.ATTENTION.value})
 DEFAULT_LAYOUTS: Final[tuple[str, ...]] = (schema.Layout.WEIGHT.value,)
 DEFAULT_TRIALS: Final = 7

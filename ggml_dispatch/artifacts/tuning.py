@@ -1,6 +1,7 @@
 """The tuning Parquet file (``schema.TUNING_SCHEMA``): its writer and the one reader every command uses.
 
-One row per (shape, route, trial) with exactly ``schema.TUNING_COLUMNS``. A row's ``status`` is one of
+One row per (shape, configuration, trial) with exactly ``schema.TUNING_COLUMNS`` and the optional
+``schema.TUNING_OPTIONAL_COLUMNS`` (read as null where an older file lacks them). A row's ``status`` is one of
 ``schema.TrialStatus`` or ``failed:<msg>``; an ``ok`` row carries a finite positive ``us`` and, where
 stock was measured, a finite positive ``anchor_us``. The provenance columns (GPU identity, driver,
 CUDA and cuBLAS versions, upstream commit, patch hash, harness version) are per row; a file (or a set
@@ -19,6 +20,7 @@ from typing import Any, Final
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import columns as col
@@ -26,14 +28,16 @@ from ggml_dispatch.artifacts import validators as v
 from ggml_dispatch.artifacts.census import describe, distinct
 from ggml_dispatch.errors import InputError
 
-TUNING_ARROW_SCHEMA: Final = v.arrow_schema(schema.TUNING_COLUMNS)
+COLUMNS: Final = {**schema.TUNING_COLUMNS, **schema.TUNING_OPTIONAL_COLUMNS}
+TUNING_ARROW_SCHEMA: Final = v.arrow_schema(COLUMNS)
 WHAT: Final = "tuning"
 META_TUNER: Final = schema.META_PREFIX + "tuner"  # sweep settings (JSON)
 META_TUNER_CASES: Final = schema.META_PREFIX + "tuner_cases"  # per-case details (JSON)
 TABLE_ROUTES: Final = frozenset(r.value for r in schema.Route)
 SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENCE.value})
-# What identifies one trial row: the shape, M, route and trial, measured on one GPU at one commit.
-ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "trial")
+# What identifies one trial row: the shape, M, route, configuration and trial, measured on one GPU at
+# one commit.
+ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "config", "trial")
 ROW_IDENTITY: Final = ("gpu_name", "gpu_cc", "gpu_sm_count", "upstream_commit")
 
 _OPS: Final = frozenset(o.value for o in schema.Op)
@@ -42,8 +46,24 @@ _REQUIRED: Final = ("op", "layout", "src0_type", "src1_type", "route", "M", "N",
 
 
 def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    cols = {name: [r.get(name) for r in rows] for name in schema.TUNING_COLUMNS}
+    cols = {name: [r.get(name) for r in rows] for name in COLUMNS}
     return pa.Table.from_pydict(cols, schema=TUNING_ARROW_SCHEMA)
+
+
+def with_optional_columns(table: pa.Table) -> pa.Table:
+    """The table with every optional column: one an older file lacks is all null (rows of plain routes)."""
+    for name, kind in schema.TUNING_OPTIONAL_COLUMNS.items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, v.ARROW_TYPES[kind]))
+    return table.select(list(COLUMNS))
+
+
+def pq_column_names(path: Path) -> set[str]:
+    """The column names a Parquet file holds (empty where it cannot be read: the reader says why)."""
+    try:
+        return set(pq.ParquetFile(path).schema_arrow.names)
+    except (pa.ArrowException, OSError):
+        return set()
 
 
 def write(table: pa.Table, path: str | Path, meta: Mapping[str, str]) -> None:
@@ -199,7 +219,7 @@ class Tuning:
     """A validated tuning file."""
 
     path: Path
-    table: pa.Table  # exactly schema.TUNING_COLUMNS, canonical types
+    table: pa.Table  # exactly COLUMNS (required and optional), canonical types
     raw_meta: dict[str, str]
     provenance: Provenance
     cases: dict[str, Any] = field(default_factory=dict)  # ggml_dispatch.tuner_cases
@@ -259,7 +279,10 @@ class Tuning:
 def read(path: str | Path, *, allow_mixed: bool = False) -> Tuning:
     """The tuning file at ``path``, or one :class:`InputError` naming the file and the field."""
     p = Path(path)
-    table, raw = v.read_parquet(p, schema.TUNING_SCHEMA, schema.TUNING_COLUMNS, WHAT)
+    file_columns = pq_column_names(p)
+    present = {n: k for n, k in COLUMNS.items() if n in schema.TUNING_COLUMNS or n in file_columns}
+    table, raw = v.read_parquet(p, schema.TUNING_SCHEMA, present, WHAT)
+    table = with_optional_columns(table)
     validate_table(table, p)
     prov = provenance(table, p, allow_mixed=allow_mixed)
     cases = v.meta_json(raw, META_TUNER_CASES, {}, p)
@@ -277,11 +300,13 @@ def from_frame(df: pd.DataFrame, path: str | Path) -> pa.Table:
         raise InputError(path, f"missing column(s) {', '.join(missing)}", field=missing[0])
     if df.empty:
         raise InputError(path, f"no rows: an empty {WHAT} file")
+    optional = [c for c in schema.TUNING_OPTIONAL_COLUMNS if c in df.columns]
     try:
-        table = pa.Table.from_pandas(df[list(schema.TUNING_COLUMNS)], preserve_index=False)
+        table = pa.Table.from_pandas(df[list(schema.TUNING_COLUMNS) + optional], preserve_index=False)
     except (pa.ArrowException, ValueError, TypeError) as e:
         raise InputError(path, f"a column does not convert to Arrow: {e}") from None
-    table = v.cast_columns(table, schema.TUNING_COLUMNS, path)
+    table = v.cast_columns(table, {n: k for n, k in COLUMNS.items() if n in table.column_names}, path)
+    table = with_optional_columns(table)
     validate_table(table, path)
     return table
 

@@ -220,9 +220,11 @@ struct record_key {
     int         stock_route = 0;  // what stock would have run
     int         reason      = REASON_STOCK;
     std::string why;              // REASON_INELIGIBLE: the eligibility check's answer
+    int         config      = -1; // the configuration code that ran (-1: a trace-only path, no configuration)
 
     bool operator==(const record_key & o) const {
         return op == o.op && device == o.device && layout == o.layout && fused == o.fused && route == o.route &&
+               config == o.config &&
                stock_route == o.stock_route && reason == o.reason &&
                std::memcmp(src0_ne, o.src0_ne, sizeof(src0_ne)) == 0 &&
                std::memcmp(src0_nb, o.src0_nb, sizeof(src0_nb)) == 0 &&
@@ -246,6 +248,7 @@ struct record_key_hash {
         }
         mix(std::hash<std::string>()(k.tensor));
         mix(std::hash<std::string>()(k.src0_type));
+        mix((uint64_t) (int64_t) k.config);
         return (size_t) h;
     }
 };
@@ -281,7 +284,13 @@ inline std::string route_record_json(const record_key & k, int64_t count) {
     s += route_name(k.route);
     s += "\",\"stock_route\":\"";
     s += route_name(k.stock_route);
-    s += "\",\"reason\":";
+    s += "\",\"config\":";
+    if (k.config > 0) {
+        json_string(s, config_text(k.config).c_str());
+    } else {
+        s += "null";
+    }
+    s += ",\"reason\":";
     if (k.reason == REASON_INELIGIBLE) {
         json_string(s, (std::string(ggml_dispatch_reason_name(k.reason)) + ":" +
                         (k.why.empty() ? std::string("unknown") : k.why)).c_str());

@@ -17,11 +17,14 @@
 #include "mmvq.cuh"
 #include "mmf.cuh"
 #include "mmq.cuh"
+#include "convert.cuh"
 #include "ggml-dispatch.h"
+#include "ggml-dispatch-params.h"
 #include "ggml-dispatch-core.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 // Everything the check needs about one MUL_MAT node, taken from the tensors (or built by a test).
 struct ggml_dispatch_mm_desc {
@@ -210,8 +213,115 @@ static inline ggml_dispatch_why ggml_dispatch_check(int route, const ggml_dispat
     }
 }
 
+// The parameters a configuration code sets, as the readers in ggml-cuda.cu and mmq.cuh take them
+// (ggml-dispatch-params.h). A code without parameters (or another route's) gives all-stock values.
+static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
+    ggml_dispatch_params p;
+    const int route = ggml_dispatch_config_route(config);
+    if (route == GGML_DISPATCH_ROUTE_CUBLAS) {
+        switch (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_CUBLAS_OUT_INDEX)) {
+            case GGML_DISPATCH_PARAM_CUBLAS_OUT_V_F16: p.cublas_out = GGML_DISPATCH_CUBLAS_OUT_COMPUTE; break;
+            case GGML_DISPATCH_PARAM_CUBLAS_OUT_V_F32: p.cublas_out = GGML_DISPATCH_CUBLAS_OUT_F32; break;
+            default: break;
+        }
+        switch (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_INDEX)) {
+            case GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_F16:  p.cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_F16; break;
+            case GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_F32:  p.cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_F32; break;
+            case GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_BF16: p.cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_BF16; break;
+            default: break;
+        }
+    } else if (route == GGML_DISPATCH_ROUTE_MMQ) {
+        const int j = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_J_INDEX);
+        if (j != 0) {
+            p.mmq_J = std::atoi(ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_MMQ_J_INDEX].values[j - 1]);
+        }
+        switch (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_STREAM_K_INDEX)) {
+            case GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON:  p.mmq_stream_k = GGML_DISPATCH_MMQ_STREAM_K_ON; break;
+            case GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_OFF: p.mmq_stream_k = GGML_DISPATCH_MMQ_STREAM_K_TILES; break;
+            default: break;
+        }
+    }
+    return p;
+}
+
+// cuBLAS in compute type `t` needs a conversion of a `type` operand unless it already is `t`:
+// the converter ggml_cuda_mul_mat_cublas_impl takes (contiguously allocated or strided).
+static inline bool ggml_dispatch_cublas_converts(ggml_type type, ggml_type t, bool contiguously_allocated) {
+    if (type == t) {
+        return true;
+    }
+    switch (t) {
+        case GGML_TYPE_F16:
+            return contiguously_allocated ? ggml_get_to_fp16_cuda(type) != nullptr : ggml_get_to_fp16_nc_cuda(type) != nullptr;
+        case GGML_TYPE_BF16:
+            return contiguously_allocated ? ggml_get_to_bf16_cuda(type) != nullptr : ggml_get_to_bf16_nc_cuda(type) != nullptr;
+        case GGML_TYPE_F32:
+            return contiguously_allocated ? ggml_get_to_fp32_cuda(type) != nullptr : ggml_get_to_fp32_nc_cuda(type) != nullptr;
+        default:
+            return false;
+    }
+}
+
+// mmq precision of src1 as ggml_cuda_mmq_get_prec_src1 picks it without GGML_CUDA_MMQ_PREC: Q8_1 but
+// for the FP4 types where Blackwell has W4A4 instructions (both are then required to hold).
+static inline bool ggml_dispatch_mmq_J_compiled(ggml_type type, int J, bool fallback, const ggml_dispatch_dev_desc & dev,
+                                                bool stream_k) {
+    const bool q4 = (type == GGML_TYPE_NVFP4 || type == GGML_TYPE_MXFP4) && blackwell_mma_available(dev.cc);
+    for (int i = 0; i < (q4 ? 2 : 1); ++i) {
+        const ggml_cuda_mmq_config c = ggml_cuda_mmq_get_config(type, J, fallback, dev.cc, i ? GGML_PREC_Q4 : GGML_PREC_Q8);
+        if (c.type == GGML_TYPE_COUNT || mmq_get_nbytes_shared(c, dev.cc) > dev.smpbo || (stream_k && !c.stream_k)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// The hard limits of a configuration's parameter values on the node (its route is already eligible):
+// cuBLAS compute f16/bf16/f32 needs the tree's converters for src0 and src1, f16 output (then a
+// convert) has no meaning for f32 compute; mmq's J must have compiled code for the type on this cc
+// (fallback when N % 128 != 0, as mul_mat_q_case picks it) whose tiles fit smpbo, and stream-k on
+// needs a config with stream-k (at the given J, or at every J stock may pick).
+static inline ggml_dispatch_why ggml_dispatch_check_params(int config, const ggml_dispatch_mm_desc & d,
+                                                           const ggml_dispatch_dev_desc & dev) {
+    const ggml_dispatch_params p = ggml_dispatch_params_of_config(config);
+    const int route = ggml_dispatch_config_route(config);
+    if (route == GGML_DISPATCH_ROUTE_CUBLAS) {
+        if (p.cublas_compute != GGML_DISPATCH_CUBLAS_COMPUTE_STOCK) {
+            const ggml_type t = p.cublas_compute == GGML_DISPATCH_CUBLAS_COMPUTE_F16  ? GGML_TYPE_F16
+                              : p.cublas_compute == GGML_DISPATCH_CUBLAS_COMPUTE_BF16 ? GGML_TYPE_BF16
+                                                                                      : GGML_TYPE_F32;
+            if (!ggml_dispatch_cublas_converts(d.src0_type, t, d.src0_contiguously_allocated) ||
+                    !ggml_dispatch_cublas_converts(d.src1_type, t, d.src1_contiguous)) {
+                return GGML_DISPATCH_WHY_PARAMS;
+            }
+            if (t == GGML_TYPE_F32 && p.cublas_out == GGML_DISPATCH_CUBLAS_OUT_COMPUTE) {
+                return GGML_DISPATCH_WHY_PARAMS;
+            }
+        }
+        return GGML_DISPATCH_OK;
+    }
+    if (route == GGML_DISPATCH_ROUTE_MMQ) {
+        const bool fallback = d.src0_ne[1] % 128 != 0;
+        const bool stream_k = p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_ON;
+        if (p.mmq_J != 0) {
+            return ggml_dispatch_mmq_J_compiled(d.src0_type, p.mmq_J, fallback, dev, stream_k) ? GGML_DISPATCH_OK
+                                                                                                : GGML_DISPATCH_WHY_PARAMS;
+        }
+        if (stream_k) {
+            for (int J = 8; J <= 128; J += 8) {
+                const ggml_cuda_mmq_config c = ggml_cuda_mmq_get_config(d.src0_type, J, fallback, dev.cc);
+                if (c.type != GGML_TYPE_COUNT && !c.stream_k) {
+                    return GGML_DISPATCH_WHY_PARAMS;
+                }
+            }
+        }
+        return GGML_DISPATCH_OK;
+    }
+    return ggml_dispatch_config_has_params(config) ? GGML_DISPATCH_WHY_PARAMS : GGML_DISPATCH_OK;
+}
+
 // The check for a configuration code (route + parameters) on a node of `op`: the code must be valid, its
-// route must serve the op, and parameters are refused until the hook applies them; then the route's check.
+// route must serve the op and be eligible, then the parameter values' own limits.
 static inline ggml_dispatch_why ggml_dispatch_check_config(int op, int config, const ggml_dispatch_mm_desc & d,
                                                            const ggml_dispatch_dev_desc & dev) {
     const int route = ggml_dispatch_config_route(config);
@@ -221,10 +331,11 @@ static inline ggml_dispatch_why ggml_dispatch_check_config(int op, int config, c
     if (!ggml_dispatch_route_allows_op(route, op)) {
         return GGML_DISPATCH_WHY_OP;
     }
-    if (ggml_dispatch_config_has_params(config)) {
-        return GGML_DISPATCH_WHY_PARAMS;
+    const ggml_dispatch_why why = ggml_dispatch_check(route, d, dev);
+    if (why != GGML_DISPATCH_OK || !ggml_dispatch_config_has_params(config)) {
+        return why;
     }
-    return ggml_dispatch_check(route, d, dev);
+    return ggml_dispatch_check_params(config, d, dev);
 }
 
 // What stock ggml_cuda_mul_mat runs for the node: its cascade, in its order, through the tree's own

@@ -6,6 +6,7 @@
 
 #include "common.cuh"
 #include "ggml-dispatch.h"
+#include "ggml-dispatch-params.h"
 
 // Set once by ggml_cuda_dispatch_init() (first backend init); read per node.
 extern bool ggml_cuda_dispatch_active;
@@ -17,6 +18,15 @@ void ggml_cuda_dispatch_init();
 // MUL_MAT: the configuration to run (an eligible configuration code, see ggml-dispatch-codes.h), or 0 to run
 // stock ggml_cuda_mul_mat. Counts and traces the node.
 int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
+
+// The same in two halves around the run: begin selects (as select_mul_mat), end counts and traces the
+// node; `params_refused`: the route's code could not apply a parameter value (ggml-dispatch-params.h),
+// the node counts as ineligible (ineligible:params) and its trace records the plain route.
+int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
+void ggml_cuda_dispatch_end_mul_mat(bool params_refused);
+
+// The decoding of a configuration code into the parameters the readers take (ggml-dispatch-eligibility.cuh).
+ggml_dispatch_params ggml_cuda_dispatch_params_of(int config);
 
 // MUL_MAT_ID: stock always runs; counts and traces the route its cascade takes.
 void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);

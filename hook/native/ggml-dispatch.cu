@@ -35,6 +35,15 @@
 
 bool ggml_cuda_dispatch_active = false;
 
+ggml_dispatch_params & ggml_dispatch_params_current() {
+    thread_local ggml_dispatch_params p;  // one compute thread per backend context
+    return p;
+}
+
+ggml_dispatch_params ggml_cuda_dispatch_params_of(int config) {
+    return ggml_dispatch_params_of_config(config);
+}
+
 namespace {
 
 using namespace ggml_dispatch;
@@ -336,7 +345,7 @@ static int layout_of(const ggml_tensor * dst) {
 }
 
 static record_key make_key(int device, const ggml_tensor * dst, int layout, int fused, int route, int stock_route, int reason,
-                    int why) {
+                    int why, int config = -1) {
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     record_key          k;
@@ -355,6 +364,8 @@ static record_key make_key(int device, const ggml_tensor * dst, int layout, int 
     k.route       = route;
     k.stock_route = stock_route;
     k.reason      = reason;
+    // the configuration that ran: the given one, else the plain route (none for a trace-only path)
+    k.config      = config >= 0 ? config : route >= 1 && route < GGML_DISPATCH_ROUTE_COUNT ? route : -1;
     if (reason == REASON_INELIGIBLE) {
         k.why = ggml_dispatch_why_name(why);
     }
@@ -387,7 +398,17 @@ static int requested_config(const dispatch_state & st, int device, int op, int l
     return config;
 }
 
-int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+namespace {
+// The node between begin and end of ggml_cuda_mul_mat_dispatch (one compute thread per context).
+struct mm_pending {
+    int                 device = 0;
+    const ggml_tensor * dst    = nullptr;
+    int                 layout = 0, stock = 0, reason = REASON_STOCK, why = GGML_DISPATCH_OK, run = 0;
+};
+thread_local mm_pending tl_pending;
+}  // namespace
+
+int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
     dispatch_state &              st  = state();
     const ggml_dispatch_mm_desc   d   = describe(dst);
     const ggml_dispatch_dev_desc  dev = device_desc(ctx.device);
@@ -414,18 +435,40 @@ int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggm
             reason = REASON_INELIGIBLE;
         }
     }
+    tl_pending = mm_pending{ctx.device, dst, layout, stock, reason, why, run};
+    return run;
+}
 
+void ggml_cuda_dispatch_end_mul_mat(bool params_refused) {
+    dispatch_state & st = state();
+    mm_pending &     p  = tl_pending;
+    if (p.dst == nullptr) {
+        return;
+    }
+    int config = p.run;
+    if (params_refused && p.run != 0) {  // the route ran, with stock's choice for the refused value
+        p.reason = REASON_INELIGIBLE;
+        p.why    = GGML_DISPATCH_WHY_PARAMS;
+        config   = ggml_dispatch_config_route(p.run);
+    }
     outcome o;
-    o.route      = run != 0 ? ggml_dispatch_config_route(run) : stock;
-    o.forced     = run != 0 && reason == REASON_FORCED;
-    o.table      = run != 0 && reason == REASON_TABLE;
-    o.ineligible = reason == REASON_INELIGIBLE;
+    o.route      = p.run != 0 ? ggml_dispatch_config_route(p.run) : p.stock;
+    o.forced     = p.run != 0 && p.reason == REASON_FORCED;
+    o.table      = p.run != 0 && p.reason == REASON_TABLE;
+    o.ineligible = p.reason == REASON_INELIGIBLE;
     if (st.rec.trace_on()) {
-        const record_key k = make_key(ctx.device, dst, layout, FUSED_NONE, o.route, stock, reason, why);
+        const record_key k = make_key(p.device, p.dst, p.layout, FUSED_NONE, o.route, p.stock, p.reason, p.why,
+                                      config != 0 ? config : -1);
         st.rec.note(o, &k);
     } else {
         st.rec.note(o, nullptr);
     }
+    p.dst = nullptr;
+}
+
+int ggml_cuda_dispatch_select_mul_mat(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    const int run = ggml_cuda_dispatch_begin_mul_mat(ctx, dst);
+    ggml_cuda_dispatch_end_mul_mat(false);
     return run;
 }
 

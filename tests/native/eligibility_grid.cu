@@ -17,6 +17,8 @@
 //  C3 no device code (no compiled arch <= cc): every route is refused.
 //  C4 other vendors: every route is refused.
 //  C5 the stock cascade's own choice is allowed (forcing what stock runs is always possible).
+//  C6 configurations: parameters never loosen a route's check; mmq's J exactly where the tree compiled
+//     code that fits; cuBLAS f16 output of an f32 GEMM refused; converters present => allowed.
 #include "grid_config.h"
 
 #ifdef GGML_DISPATCH_TEST_ARCH_LIST
@@ -43,7 +45,7 @@ int ggml_cuda_get_device() {
 #include "tree_should_use.inc"
 
 struct stats {
-    long points = 0, violations = 0, hazards = 0;
+    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0;
     long eligible[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long tree_yes[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long c2_checked[GGML_DISPATCH_ROUTE_COUNT]  = {};
@@ -153,6 +155,57 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
                     ggml_dispatch_why_name(why[c.route]) + "): " + where(d, dev, c.route));
         }
     }
+    // C6 configurations (at M = 1, every parameter value of cuBLAS and mmq): parameters never loosen the
+    // route's check; mmq's J is allowed exactly where the tree compiled code for it that fits smpbo;
+    // cuBLAS f16 output of an f32 GEMM is always refused.
+    if (M == 1) {
+        const bool fallback = d.src0_ne[1] % 128 != 0;
+        for (int j = 0; j <= GGML_DISPATCH_PARAM_MMQ_J_COUNT; ++j) {
+            for (int sk = 0; sk <= GGML_DISPATCH_PARAM_MMQ_STREAM_K_COUNT; ++sk) {
+                const int config = GGML_DISPATCH_ROUTE_MMQ | (j << GGML_DISPATCH_PARAM_MMQ_J_SHIFT) |
+                                   (sk << GGML_DISPATCH_PARAM_MMQ_STREAM_K_SHIFT);
+                const ggml_dispatch_why w = ggml_dispatch_check_config(GGML_DISPATCH_OP_MUL_MAT, config, d, dev);
+                s.configs++;
+                s.config_ok += w == GGML_DISPATCH_OK;
+                if (w == GGML_DISPATCH_OK && why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK) {
+                    fail(s, "C6 mmq parameters loosen the route's check: " + where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                if (why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK || j == 0 || sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON) {
+                    continue;
+                }
+                const ggml_cuda_mmq_config c = ggml_cuda_mmq_get_config(d.src0_type, 8*j, fallback, dev.cc);
+                const bool tree = c.type != GGML_TYPE_COUNT && mmq_get_nbytes_shared(c, dev.cc) <= dev.smpbo;
+                if (tree != (w == GGML_DISPATCH_OK)) {
+                    fail(s, "C6 mmq J=" + std::to_string(8*j) + " compiled " + (tree ? "yes" : "no") + ", check " +
+                            ggml_dispatch_why_name(w) + ": " + where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+            }
+        }
+        for (int out = 0; out <= GGML_DISPATCH_PARAM_CUBLAS_OUT_COUNT; ++out) {
+            for (int ct = 0; ct <= GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_COUNT; ++ct) {
+                const int config = GGML_DISPATCH_ROUTE_CUBLAS | (out << GGML_DISPATCH_PARAM_CUBLAS_OUT_SHIFT) |
+                                   (ct << GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_SHIFT);
+                const ggml_dispatch_why w = ggml_dispatch_check_config(GGML_DISPATCH_OP_MUL_MAT, config, d, dev);
+                s.configs++;
+                s.config_ok += w == GGML_DISPATCH_OK;
+                if (w == GGML_DISPATCH_OK && why[GGML_DISPATCH_ROUTE_CUBLAS] != GGML_DISPATCH_OK) {
+                    fail(s, "C6 cuBLAS parameters loosen the route's check: " + where(d, dev, GGML_DISPATCH_ROUTE_CUBLAS));
+                }
+                if (w == GGML_DISPATCH_OK && out == GGML_DISPATCH_PARAM_CUBLAS_OUT_V_F16 &&
+                        ct == GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_F32) {
+                    fail(s, "C6 cuBLAS f16 output of an f32 GEMM allowed: " + where(d, dev, GGML_DISPATCH_ROUTE_CUBLAS));
+                }
+                // contiguous weights of every type have a converter to f16 and f32 in the tree
+                if (w != GGML_DISPATCH_OK && why[GGML_DISPATCH_ROUTE_CUBLAS] == GGML_DISPATCH_OK && d.src0_contiguously_allocated &&
+                        ct != GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_BF16 &&
+                        !(out == GGML_DISPATCH_PARAM_CUBLAS_OUT_V_F16 && ct == GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_F32) &&
+                        ggml_get_to_fp16_cuda(d.src0_type) != nullptr && ggml_get_to_fp32_cuda(d.src0_type) != nullptr) {
+                    fail(s, std::string("C6 cuBLAS configuration refused (") + ggml_dispatch_why_name(w) + "): " +
+                            where(d, dev, GGML_DISPATCH_ROUTE_CUBLAS));
+                }
+            }
+        }
+    }
     // C5
     const int st = ggml_dispatch_stock_route(d, dev);
     s.stock[st]++;
@@ -245,6 +298,7 @@ int main() {
 
     std::printf("{\"arch_list\":\"%s\",\"points\":%ld,\"violations\":%ld,\"hazards\":%ld", STRINGIZE(__CUDA_ARCH_LIST__),
                 s.points, s.violations, s.hazards);
+    std::printf(",\"configs\":%ld,\"configs_eligible\":%ld", s.configs, s.config_ok);
     std::printf(",\"eligible\":{");
     for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
         std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.eligible[r]);

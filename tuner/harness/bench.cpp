@@ -1,4 +1,5 @@
 #include "bench.h"
+#include "race.h"
 #include "op.h"
 
 #include "ggml-cpu.h"
@@ -350,6 +351,8 @@ json device_header(const bench_env & env) {
         { "max_nodes", o.max_nodes },
         { "warmup", o.warmup },
         { "drift_max", o.drift_max },
+        { "race_min_trials", o.race_min_trials },
+        { "race_noise", o.race_noise },
         { "ref_cols", o.ref_cols },
         { "threads", o.threads },
         { "seed", o.seed },
@@ -728,13 +731,33 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
     log_line("case %s: %d nodes per graph, %zu timed candidates, %d trials", c.id.c_str(), nodes, cands.size(),
              c.trials);
 
-    // trials: candidates interleaved, order rotated each trial, stock in every trial as the anchor
-    const size_t                   n = cands.size();
-    std::vector<std::vector<json>> trial_rows((size_t) c.trials);
-    std::vector<double>            anchors((size_t) c.trials, NAN);
+    // trials: candidates interleaved, order rotated each trial, stock in every trial as the anchor;
+    // racing (race.h) stops timing a candidate slower than the current best beyond noise
+    const size_t                     n = cands.size();
+    std::vector<std::vector<json>>   trial_rows((size_t) c.trials);
+    std::vector<double>              anchors((size_t) c.trials, NAN);
+    std::vector<std::vector<double>> ok_us(n, std::vector<double>((size_t) c.trials, NAN));
+    std::vector<std::string>         pruned(n);  // non-empty: why it is no longer timed
+    const race_opts                  race = { o.race_min_trials, o.race_noise };
     for (int t = 0; t < c.trials; ++t) {
         for (size_t k = 0; k < n; ++k) {
-            const candidate & cd = cands[(k + (size_t) t) % n];
+            const size_t      idx = (k + (size_t) t) % n;
+            const candidate & cd  = cands[idx];
+            if (!pruned[idx].empty()) {
+                json r             = trial_row(c, cd.name, t);
+                r["us"]            = nullptr;
+                r["replays"]       = 0;
+                r["nodes"]         = nodes;
+                r["weight_copies"] = copies;
+                r["anchor_us"]     = nullptr;
+                r["nmse"]          = nullptr;
+                r["route_ran"]     = "";
+                r["status"]        = "pruned";
+                r["reason"]        = pruned[idx];
+                r["t_end_s"]       = nullptr;
+                trial_rows[(size_t) t].push_back(r);
+                continue;
+            }
             log_line("case %s: trial %d route=%s", c.id.c_str(), t, cd.name.c_str());
             select(cd.code);
             for (int w = 0; w < o.warmup; ++w) {
@@ -789,7 +812,24 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             if (cd.code == 0) {
                 anchors[(size_t) t] = r["us"].get<double>();
             }
+            if (status == "ok") {
+                ok_us[idx][(size_t) t] = r["us"].get<double>();
+            }
             trial_rows[(size_t) t].push_back(r);
+        }
+        if (race.min_trials > 0 && t + 1 >= race.min_trials && t + 1 < c.trials) {
+            const int best = race_best(ok_us);
+            for (size_t k = 1; best >= 0 && k < n; ++k) {  // stock (k = 0) is the anchor: always timed
+                if (k == (size_t) best || !pruned[k].empty() || !race_prune(ok_us[k], ok_us[(size_t) best], race)) {
+                    continue;
+                }
+                const race_interval ri = race_ratio_interval(ok_us[k], ok_us[(size_t) best]);
+                char                buf[200];
+                snprintf(buf, sizeof(buf), "race: %s/this 95%% CI [%.3f, %.3f] < %.3f after %d trials",
+                         cands[(size_t) best].name.c_str(), ri.lo, ri.hi, 1.0 - race.noise, ri.n);
+                pruned[k] = buf;
+                log_line("case %s: pruned route=%s (%s)", c.id.c_str(), cands[k].name.c_str(), buf);
+            }
         }
     }
     cand.clear();

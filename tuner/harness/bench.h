@@ -45,6 +45,10 @@ struct harness_opts {
     uint64_t    seed              = 42;
     int         trials            = 5;      // default when a case does not say
     double      nmse_max          = 5e-4;   // default when a case does not say
+    // racing (race.h): after race_min_trials paired trials a candidate whose 95% t-interval of the
+    // ratio best/candidate lies below 1 - race_noise is no longer timed (0 = time every trial)
+    int         race_min_trials   = 3;
+    double      race_noise        = 0.02;
 };
 
 // What the harness learned about the device under test; printed once as the header line.

@@ -37,6 +37,9 @@ static void usage(FILE * f) {
             "  --trials N           trials per case when a case does not say (default 5)\n"
             "  --nmse-max X         NMSE threshold when a case does not say (default 5e-4)\n"
             "  --drift-max X        anchor drift that marks a trial (default 0.10)\n"
+            "  --race-min-trials N  racing: prune a candidate slower than the best beyond noise after N\n"
+            "                       trials (95%% t-interval of paired ratios; default 3, 0 = off)\n"
+            "  --race-noise X       racing margin: the interval must lie below 1 - X (default 0.02)\n"
             "  --trial-ms X         timed replays per (route, trial) last about X ms (default 25)\n"
             "  --target-graph-us X  replicate nodes until a graph takes about X us (default 2000)\n"
             "  --min-replays N / --max-replays N / --max-nodes N\n"
@@ -103,6 +106,10 @@ int main(int argc, char ** argv) {
                 o.nmse_max = std::stod(need(i));
             } else if (a == "--drift-max") {
                 o.drift_max = std::stod(need(i));
+            } else if (a == "--race-min-trials") {
+                o.race_min_trials = std::stoi(need(i));
+            } else if (a == "--race-noise") {
+                o.race_noise = std::stod(need(i));
             } else if (a == "--trial-ms") {
                 o.trial_ms = std::stod(need(i));
             } else if (a == "--target-graph-us") {

@@ -1,0 +1,98 @@
+// ggml-dispatch: parameters of the configuration that runs the current MUL_MAT node.
+//
+// A configuration is a route plus parameter values (the registry names both). The dispatch sets the
+// values around the route's call (ggml_dispatch_params_scope); the kernels' host code reads them at
+// the few places where the tree itself chooses: cuBLAS compute and output type (ggml-cuda.cu), mmq's
+// column tile width J and stream-k grid (mmq.cuh). All fields 0 ("stock") make every reader do exactly
+// what the tree does, so stock stays stock. A value a reader cannot apply (a J without compiled code
+// for the type, a stream-k request for a config without stream-k) is not applied: the reader sets
+// `refused` and the caller counts the node as ineligible.
+#pragma once
+
+#include "ggml.h"
+
+enum ggml_dispatch_cublas_out {
+    GGML_DISPATCH_CUBLAS_OUT_STOCK = 0,
+    GGML_DISPATCH_CUBLAS_OUT_COMPUTE = 1,  // output in the compute type, then converted to f32
+    GGML_DISPATCH_CUBLAS_OUT_F32 = 2,      // f32 output, f32 accumulation (the tree's prefer_f32_output)
+};
+
+enum ggml_dispatch_cublas_compute {
+    GGML_DISPATCH_CUBLAS_COMPUTE_STOCK = 0,
+    GGML_DISPATCH_CUBLAS_COMPUTE_F16 = 1,   // weights and activations converted to f16
+    GGML_DISPATCH_CUBLAS_COMPUTE_F32 = 2,
+    GGML_DISPATCH_CUBLAS_COMPUTE_BF16 = 3,
+};
+
+enum ggml_dispatch_mmq_stream_k {
+    GGML_DISPATCH_MMQ_STREAM_K_STOCK = 0,
+    GGML_DISPATCH_MMQ_STREAM_K_ON = 1,     // one block per SM, partial tiles fixed up
+    GGML_DISPATCH_MMQ_STREAM_K_TILES = 2,  // one block per output tile, no fixup
+};
+
+struct ggml_dispatch_params {
+    int cublas_out     = GGML_DISPATCH_CUBLAS_OUT_STOCK;
+    int cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_STOCK;
+    int mmq_J          = 0;  // 0: the tree's rule (fewest column tiles, then smallest J)
+    int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
+    int refused        = 0;  // set by a reader that could not apply a value
+};
+
+// The values for the node being computed (one compute thread per backend context). Defined in
+// ggml-dispatch.cu; always all-stock outside a scope.
+ggml_dispatch_params & ggml_dispatch_params_current();
+
+struct ggml_dispatch_params_scope {
+    ggml_dispatch_params saved;
+    explicit ggml_dispatch_params_scope(const ggml_dispatch_params & p) : saved(ggml_dispatch_params_current()) {
+        ggml_dispatch_params_current() = p;
+        ggml_dispatch_params_current().refused = 0;
+    }
+    bool refused() const { return ggml_dispatch_params_current().refused != 0; }
+    ~ggml_dispatch_params_scope() { ggml_dispatch_params_current() = saved; }
+    ggml_dispatch_params_scope(const ggml_dispatch_params_scope &) = delete;
+    ggml_dispatch_params_scope & operator=(const ggml_dispatch_params_scope &) = delete;
+};
+
+// cuBLAS: the ggml type the GEMM runs in (ggml_cuda_mul_mat_cublas' compute_type).
+static inline ggml_type ggml_dispatch_cublas_compute_type(ggml_type stock) {
+    switch (ggml_dispatch_params_current().cublas_compute) {
+        case GGML_DISPATCH_CUBLAS_COMPUTE_F16:  return GGML_TYPE_F16;
+        case GGML_DISPATCH_CUBLAS_COMPUTE_F32:  return GGML_TYPE_F32;
+        case GGML_DISPATCH_CUBLAS_COMPUTE_BF16: return GGML_TYPE_BF16;
+        default:                                return stock;
+    }
+}
+
+// cuBLAS: whether a f16/bf16 GEMM writes f32 directly (the tree's prefer_f32_output). F32 compute has
+// only one output type: asking it for another is refused.
+static inline bool ggml_dispatch_cublas_f32_output(bool stock, ggml_type compute_type) {
+    ggml_dispatch_params & p = ggml_dispatch_params_current();
+    if (p.cublas_out == GGML_DISPATCH_CUBLAS_OUT_STOCK) {
+        return stock;
+    }
+    if (compute_type == GGML_TYPE_F32) {
+        if (p.cublas_out != GGML_DISPATCH_CUBLAS_OUT_F32) {
+            p.refused = 1;
+        }
+        return stock;
+    }
+    return p.cublas_out == GGML_DISPATCH_CUBLAS_OUT_F32;
+}
+
+// mmq: the grid of the stream-k kernel (stock: one block per tile when tiling is >= 90% efficient).
+static inline int ggml_dispatch_mmq_stream_k_blocks(int stock, int ntiles_dst, int nsm) {
+    switch (ggml_dispatch_params_current().mmq_stream_k) {
+        case GGML_DISPATCH_MMQ_STREAM_K_ON:    return nsm;
+        case GGML_DISPATCH_MMQ_STREAM_K_TILES: return ntiles_dst;
+        default:                               return stock;
+    }
+}
+
+// mmq: a config without stream-k (xy tiling) runs one block per tile already; stream-k cannot be asked of it.
+static inline void ggml_dispatch_mmq_no_stream_k() {
+    ggml_dispatch_params & p = ggml_dispatch_params_current();
+    if (p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_ON) {
+        p.refused = 1;
+    }
+}

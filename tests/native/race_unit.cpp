@@ -1,0 +1,25 @@
+// The harness's racing functions (tuner/harness/race.h) on fixed inputs; prints one JSON object.
+#include "race.h"
+
+#include <cstdio>
+#include <vector>
+
+int main() {
+    const race_opts o;  // min 3 trials, noise 0.02
+    const std::vector<double> best  = { 100, 101, 99, 100, 100 };
+    const std::vector<double> slow  = { 130, 131, 129, 130, 130 };  // 30% slower, steady
+    const std::vector<double> close = { 101, 100.5, 101.5, 101, 100 };  // ~1% slower: inside the noise
+    const std::vector<double> noisy = { 60, 200, 90, 160, 100 };    // slower on average, but noisy
+    std::vector<double> slow2(slow.begin(), slow.begin() + 2);
+    const race_interval ri = race_ratio_interval(slow, best);
+    std::vector<double> with_nan = { NAN, 130, 131, 129 };
+    std::vector<std::vector<double>> all = { { 110, 111, 109 }, { 100, 101, NAN }, { 120, 121, 119 } };
+    race_opts off;
+    off.min_trials = 0;
+    std::printf("{\"slow\":%d,\"slow_after_2\":%d,\"close\":%d,\"noisy\":%d,\"off\":%d,\"nan_pairs\":%d,"
+                "\"lo\":%.6f,\"hi\":%.6f,\"n\":%d,\"best\":%d,\"t95_1\":%.3f,\"t95_4\":%.3f,\"t95_100\":%.3f}\n",
+                race_prune(slow, best, o), race_prune(slow2, best, o), race_prune(close, best, o),
+                race_prune(noisy, best, o), race_prune(slow, best, off), race_ratio_interval(with_nan, best).n,
+                ri.lo, ri.hi, ri.n, race_best(all), race_t95(1), race_t95(4), race_t95(100));
+    return 0;
+}

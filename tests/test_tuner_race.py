@@ -1,0 +1,68 @@
+"""Racing in the harness trial loop (tuner/harness/race.h), compiled alone with the system C++ compiler:
+a candidate is pruned only after the minimum of paired trials and only when the whole 95% t-interval of
+its paired ratio against the current best lies below 1 - noise."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CXX = shutil.which("g++") or shutil.which("c++")
+
+
+@pytest.fixture(scope="module")
+def unit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if CXX is None:
+        pytest.skip("no C++ compiler")
+    exe = tmp_path_factory.mktemp("race") / "race_unit"
+    subprocess.run(
+        [
+            CXX,
+            "-std=c++17",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{ROOT / 'tuner/harness'}",
+            str(ROOT / "tests/native/race_unit.cpp"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    return dict(json.loads(out))
+
+
+def test_a_steadily_slower_candidate_is_pruned_after_the_minimum(unit: dict[str, Any]) -> None:
+    assert unit["slow"] == 1 and unit["slow_after_2"] == 0 and unit["off"] == 0
+
+
+def test_inside_the_noise_or_too_noisy_is_kept(unit: dict[str, Any]) -> None:
+    assert unit["close"] == 0 and unit["noisy"] == 0
+
+
+def test_the_interval_is_a_t_interval_of_log_ratios(unit: dict[str, Any]) -> None:
+    best = [100, 101, 99, 100, 100]
+    slow = [130, 131, 129, 130, 130]
+    x = [math.log(b / c) for b, c in zip(best, slow, strict=True)]
+    mean = sum(x) / len(x)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / (len(x) - 1))
+    half = 2.776 * sd / math.sqrt(len(x))
+    assert unit["n"] == 5
+    assert unit["lo"] == pytest.approx(math.exp(mean - half), rel=1e-5)
+    assert unit["hi"] == pytest.approx(math.exp(mean + half), rel=1e-5)
+    assert unit["t95_1"] == pytest.approx(12.706) and unit["t95_4"] == pytest.approx(2.776)
+    assert 1.96 < unit["t95_100"] < 2.0
+
+
+def test_pairs_need_both_times_and_the_best_is_the_lowest_median(unit: dict[str, Any]) -> None:
+    assert unit["nan_pairs"] == 3
+    assert unit["best"] == 1

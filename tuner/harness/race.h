@@ -1,0 +1,101 @@
+// Racing: stop timing a candidate that is slower than the point's current best beyond noise.
+//
+// After each trial the harness asks, for every candidate still timed, whether its paired ratios against
+// the current best (the candidate with the lowest median time over the trials so far) show it slower.
+// The statistic: per trial t where both ran ok, x_t = ln(best_us_t / cand_us_t) (< 0: slower); after at
+// least `min_trials` pairs, a two-sided Student-t interval at 95% of the mean of x (mean +- t_{n-1} * s /
+// sqrt(n)); the candidate is pruned when exp(upper bound) < 1 - noise, i.e. the whole 95% interval of
+// the geometric-mean ratio lies below 1 by more than the noise margin. Pure functions, no ggml: a test
+// compiles this header alone.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+struct race_opts {
+    int    min_trials = 3;     // pairs needed before a candidate may be pruned; 0 = racing off
+    double noise      = 0.02;  // margin below 1 the whole interval must clear
+};
+
+// Two-sided 95% Student-t quantile for df degrees of freedom (df >= 1).
+inline double race_t95(int df) {
+    static const double t[] = { 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042 };
+    if (df < 1) {
+        return INFINITY;
+    }
+    return df <= 30 ? t[df - 1] : 1.960 + 2.4 / df;  // the normal quantile plus a small-df correction
+}
+
+struct race_interval {
+    int    n  = 0;           // pairs used
+    double lo = 0, hi = 0;   // 95% interval of the geometric-mean ratio best/cand (< 1: cand slower)
+};
+
+// The interval of the paired ratios best_us[t] / cand_us[t] over trials where both are finite and > 0.
+inline race_interval race_ratio_interval(const std::vector<double> & cand_us, const std::vector<double> & best_us) {
+    std::vector<double> x;
+    const size_t        n = std::min(cand_us.size(), best_us.size());
+    for (size_t t = 0; t < n; ++t) {
+        const double c = cand_us[t], b = best_us[t];
+        if (std::isfinite(c) && std::isfinite(b) && c > 0 && b > 0) {
+            x.push_back(std::log(b / c));
+        }
+    }
+    race_interval r;
+    r.n = (int) x.size();
+    if (r.n < 2) {
+        r.lo = 0;
+        r.hi = INFINITY;
+        return r;
+    }
+    double mean = 0;
+    for (double v : x) {
+        mean += v;
+    }
+    mean /= r.n;
+    double ss = 0;
+    for (double v : x) {
+        ss += (v - mean) * (v - mean);
+    }
+    const double half = race_t95(r.n - 1) * std::sqrt(ss / (r.n - 1)) / std::sqrt((double) r.n);
+    r.lo              = std::exp(mean - half);
+    r.hi              = std::exp(mean + half);
+    return r;
+}
+
+// Whether to stop timing the candidate: enough pairs and the whole interval below 1 - noise.
+inline bool race_prune(const std::vector<double> & cand_us, const std::vector<double> & best_us, const race_opts & o) {
+    if (o.min_trials <= 0) {
+        return false;
+    }
+    const race_interval r = race_ratio_interval(cand_us, best_us);
+    return r.n >= std::max(o.min_trials, 2) && r.hi < 1.0 - o.noise;
+}
+
+// The index of the current best: the lowest median of the finite times so far (-1 if none has one).
+inline int race_best(const std::vector<std::vector<double>> & us) {
+    int    best = -1;
+    double best_med = INFINITY;
+    for (size_t k = 0; k < us.size(); ++k) {
+        std::vector<double> v;
+        for (double x : us[k]) {
+            if (std::isfinite(x) && x > 0) {
+                v.push_back(x);
+            }
+        }
+        if (v.empty()) {
+            continue;
+        }
+        std::sort(v.begin(), v.end());
+        const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+        if (med < best_med) {
+            best_med = med;
+            best     = (int) k;
+        }
+    }
+    return best;
+}
