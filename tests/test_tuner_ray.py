@@ -25,6 +25,7 @@ import pytest
 from ggml_dispatch import fileio
 from tests.test_tuner_native import (
     FAST,
+    ROUTES_ONLY,
     _start,
     _wait_for_cases,
     census_row,
@@ -72,7 +73,7 @@ def untimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_ray_sweep_holds_the_serial_sweeps_rows(
     cluster: str, tree: Path, harness: Path, small_census: Path, tmp_path: Path
 ) -> None:
-    common = ["--trials", "3", "--coverage", "1", "--l2-bytes", "100000", *FAST]
+    common = ["--trials", "3", "--coverage", "1", "--l2-bytes", "100000", *FAST, *ROUTES_ONLY]
     serial = tmp_path / "serial.parquet"
     p = tune(*run_args(small_census, tree, serial, *common, harness=harness))
     assert p.returncode == 0, p.stderr
@@ -110,6 +111,7 @@ def test_ray_sweep_resumes_after_the_driver_is_killed(
         "1",
         "--harness-arg=--trial-ms=150",  # long enough cases that the signal lands mid-sweep
         "--harness-arg=--threads=1",
+        *ROUTES_ONLY,
         *ray_args(cluster),
         harness=harness,
     )
@@ -177,6 +179,7 @@ def test_a_dead_task_costs_its_case(
             "--case-timeout",
             "3",
             *FAST,
+            *ROUTES_ONLY,
             *ray_args(cluster),
             harness=wrapper,
         )
@@ -226,6 +229,7 @@ def test_mixed_gpu_models_are_refused_unless_allowed(
         "--coverage",
         "1",
         *FAST,
+        *ROUTES_ONLY,
         *ray_args(cluster),
         harness=_wrapper(tmp_path, MIXED, harness),
     )
