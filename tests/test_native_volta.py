@@ -27,7 +27,7 @@ import pytest
 
 from ggml_dispatch import fetch
 from hook import install as inst
-from tests.test_native_build import CUDA, NATIVE_TESTS, tree_should_use_source
+from tests.test_native_build import CUDA, NATIVE_TESTS, NVCC_FLAGS, tree_should_use_source
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +75,16 @@ def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     base = sorted(build.rglob("libggml-base.so"))[0]
     inc = tree_should_use_source(tree / CUDA)
+    # the per-configuration eligibility asks the tree's converters whether a conversion exists
+    includes = [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{cublas}"]
+    convert_obj = work / "convert.o"
+    assert NVCC is not None
+    conv = subprocess.run(
+        [NVCC, *NVCC_FLAGS, *includes, "-c", str(tree / CUDA / "convert.cu"), "-o", str(convert_obj)],
+        capture_output=True,
+        text=True,
+    )
+    assert conv.returncode == 0, conv.stderr[-4000:]
 
     def compile_run(
         name: str, arch_list: str, defines: list[str], source: str = "volta_rules.cu"
@@ -86,8 +96,8 @@ def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         exe = d / "volta_rules"
         assert NVCC is not None
         args = [NVCC, "-std=c++17", "-x", "cu", "-arch=sm_90", "-O1", *defines, f"-I{d}", f"-I{tree / CUDA}"]
-        args += [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{cublas}"]
-        args += [str(NATIVE_TESTS / source), "-o", str(exe), f"-L{base.parent}", "-lggml-base"]
+        args += [*includes, str(NATIVE_TESTS / source), str(convert_obj)]
+        args += ["-o", str(exe), f"-L{base.parent}", "-lggml-base"]
         args += [f"-Xlinker=-rpath={base.parent}"]
         built = subprocess.run(args, capture_output=True, text=True)
         assert built.returncode == 0, f"{name}: {built.stderr[-4000:]}"
