@@ -7,6 +7,9 @@
 * Size classes: for every shape of a type with at least three measured shapes, drop the shape, build
   the rules from the type's other shapes, and look up each of its measured M (only defaults can answer).
 
+* In-sample: the table of the whole file looked up at every measured point (how close the compiled
+  decision is to the per-point best over every measured route and configuration).
+
 Each prediction is scored with the dropped point's own measurements: its time over the oracle's, and
 whether it is slower than stock beyond noise there (harm).
 
@@ -135,9 +138,23 @@ def class_loo(df: pd.DataFrame, params: decide.Params) -> list[Held]:
     return out
 
 
+def in_sample(df: pd.DataFrame, params: decide.Params) -> list[Held]:
+    full = decide.decide(df, params)
+    t = tbl.build_table(full, tuning_sha256="0" * 64)
+    return [
+        _score("in-sample", key, M, t, full, params)
+        for key in sorted(full.evals, key=ShapeKey.codes)
+        for M in sorted(full.evals[key])
+        if M in full.stock_us.get(key, {})
+    ]
+
+
+IN_SAMPLE_SLACK = 0.02  # the table's time within 2% of the per-point best
+
+
 def report(held: Sequence[Held]) -> list[str]:
     lines = []
-    for check in ("interpolation", "class"):
+    for check in ("interpolation", "class", "in-sample"):
         hs = [h for h in held if h.check == check]
         if not hs:
             continue
@@ -161,6 +178,16 @@ def report(held: Sequence[Held]) -> list[str]:
         for via, vs in sorted(by_via.items()):
             ok = sum(h.predicted == h.measured for h in vs)
             lines.append(f"  via {via}: {len(vs)} points, {ok} agree with the measured decision")
+        if check == "in-sample":
+            far = [h for h in scored if (h.predicted_us or 0.0) > (1 + IN_SAMPLE_SLACK) * h.oracle_us]
+            lines.append(f"  {len(far)} of {len(scored)} points beyond {IN_SAMPLE_SLACK:.0%} of the per-point best:")
+            for h in far:
+                lines.append(
+                    f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: table {h.predicted or 'stock'} "
+                    f"({h.via}) {h.predicted_us:.2f} us, best {h.oracle or 'stock'} {h.oracle_us:.2f} us "
+                    f"({(h.predicted_us or 0.0) / h.oracle_us:.3f})"
+                )
+            continue
         for h in hs:
             if h.predicted != h.measured:
                 ratio = (h.predicted_us or float("nan")) / h.oracle_us
@@ -179,7 +206,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     df = pd.read_parquet(argv[0])
     params = decide.Params()
-    for line in report(interpolation_loo(df, params) + class_loo(df, params)):
+    for line in report(interpolation_loo(df, params) + class_loo(df, params) + in_sample(df, params)):
         print(line)
     return 0
 

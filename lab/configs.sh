@@ -104,7 +104,7 @@ for step in $STEPS; do
         gd install --llama-cpp "$TREE" >&2  # back to no table for any later sweep
         ;;
     ab)
-        AB=$R/ab-configs.jsonl
+        AB=$R/ab-configs-$(echo ${AB_MODELS:-llama8b-L16 qwen27b-L4} | tr " " +).jsonl
         rm -f "$AB"
         bench=(--bench "-ngl 99 -fa on -b 2048 -p 2048 -ub ${AB_UBATCH:-128,256,512,2048} -n 0")
         bench+=(--bench "-ngl 99 -fa on -p 0 -n 128")
