@@ -42,7 +42,11 @@ CUBLAS_INCLUDE_MEMBER: Final = "nvidia/cu13/include/"
 # ptxas and libdevice from the nvcc wheel, headers from the runtime, nvcc (crt/) and CCCL wheels.
 CUDA12_WHEELS: Final = (
     ("nvidia-cuda-nvcc-cu12", "12.9.86", "5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0"),
-    ("nvidia-cuda-runtime-cu12", "12.9.79", "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3"),
+    (
+        "nvidia-cuda-runtime-cu12",
+        "12.9.79",
+        "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3",
+    ),
     ("nvidia-cuda-cccl-cu12", "12.9.27", "37869e17ce2e1ecec6eddf1927cca0f8c34e64fd848d40453df559091e2d7117"),
 )
 # wheel member prefix -> folder of the root (include folders are merged)
@@ -228,9 +232,10 @@ def cuda12_root() -> Path:
         ptxas = tmp / "bin" / "ptxas"
         for need in (ptxas, tmp / "include" / "cuda_runtime.h", tmp / "nvvm/libdevice/libdevice.10.bc"):
             if not need.is_file():
-                raise FetchError(f"the CUDA 12 wheels ({', '.join(w.name for w in wheels)}) have no {need.name}")
+                names = ", ".join(w.name for w in wheels)
+                raise FetchError(f"the CUDA 12 wheels ({names}) have no {need.name}")
         ptxas.chmod(0o755)
-        (tmp / CUDA12_CURAND_STUB).write_text("/* empty: ggml uses no cuRAND (see ggml_dispatch/fetch.py) */\n")
+        (tmp / CUDA12_CURAND_STUB).write_text("/* empty: ggml uses no cuRAND (ggml_dispatch/fetch.py) */\n")
     return root
 
 

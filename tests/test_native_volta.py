@@ -24,6 +24,7 @@ import shutil
 import struct
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
