@@ -12,7 +12,20 @@ probes the tree's ggml_cuda_should_use_mmq / _mmf (verbatim) and the check on cc
 * tests/native/eligibility_grid.cu (containment, hard limits, no device code, stock's own route) on
   the compiled-arch list of a V100-only build.
 
-No Volta device code is compiled here: no nvcc on PyPI can (see the README's V100 section).
+sm_70 device code, with a CUDA 12 toolchain from PyPI (CUDA 13 dropped Volta): no CUDA 12 wheel has an
+nvcc driver (nvidia-cuda-nvcc-cu12 12.0.76 .. 12.9.86, every x86_64 wheel: bin/ptxas, libNVVM, libdevice
+and headers only; no nvcc, cicc or cudafe++), so clang 19's CUDA front end (Debian clang-19, installed by
+.ci/run) compiles against fetch.cuda12_root(), a CUDA 12.9 root of the nvcc, runtime and CCCL wheels, and
+ptxas 12.9 assembles the SASS:
+
+* the hooked ggml-cuda.cu, ggml-dispatch.cu and mmq-instance-q4_0.cu (the hooked mmq.cuh) compile to an
+  sm_70 cubin (the CUDA ELF header says sm_70 from compute_70; the MMQ one holds the q4_0 kernels);
+* ggml-cuda.cu and ggml-dispatch.cu compile for the host of that V100 build, and the hook's symbols are
+  there (the cuBLAS headers are CUDA 13's: the CUDA 12 cuBLAS wheel is 500 MB for the same declarations).
+
+About 50 s on 2 cores (slow). This is not nvcc 12.9 itself: clang defines what nvcc would
+(__CUDA_ARCH_LIST__=700 in both passes, fast math as flush-to-zero and approximate transcendentals).
+Nothing is run on a V100 (none here).
 """
 
 from __future__ import annotations
