@@ -21,9 +21,10 @@ ptxas 12.9 assembles the SASS:
 * the hooked ggml-cuda.cu, ggml-dispatch.cu and mmq-instance-q4_0.cu (the hooked mmq.cuh) compile to an
   sm_70 cubin (the CUDA ELF header says sm_70 from compute_70; the MMQ one holds the q4_0 kernels);
 * ggml-cuda.cu and ggml-dispatch.cu compile for the host of that V100 build, and the hook's symbols are
-  there (the cuBLAS headers are CUDA 13's: the CUDA 12 cuBLAS wheel is 500 MB for the same declarations).
+  there (the cuBLAS headers are CUDA 13's: the CUDA 12 cuBLAS wheel is 500 MB for the same declarations);
+* the tuner harness's CUDA part (bench.cpp's runtime queries, host C++) compiles against those headers.
 
-About 50 s on 2 cores (slow). This is not nvcc 12.9 itself: clang defines what nvcc would
+50 to 90 s on 2 shared cores (slow). This is not nvcc 12.9 itself: clang defines what nvcc would
 (__CUDA_ARCH_LIST__=700 in both passes, fast math as flush-to-zero and approximate transcendentals).
 Nothing is run on a V100 (none here).
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import struct
@@ -227,6 +229,7 @@ CLANG_FLAGS = [
     "--cuda-gpu-arch=sm_70",
 ]
 EM_CUDA = 190
+REPO = Path(__file__).resolve().parent.parent
 
 
 def cubin_arch(path: Path) -> tuple[int, int]:
@@ -249,6 +252,8 @@ def sm70(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
+    if platform.machine() != "x86_64":
+        pytest.skip("the CUDA 12 root is made of x86_64 Linux wheels")
     root = fetch.cuda12_root()
     work = tmp_path_factory.mktemp("sm70")
     pinned = fetch.llama_cpp_dir()
@@ -271,8 +276,17 @@ def sm70(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         args += ["-c", str(sources[name]), "-o", str(work / f"{name}.{side}.o")]
         return subprocess.run(args, capture_output=True, text=True)
 
+    def compile_harness() -> subprocess.CompletedProcess[str]:
+        # the harness's CUDA part is host code against the CUDA runtime API (its GPU provenance)
+        cxx = shutil.which("g++") or shutil.which("c++") or "c++"
+        args = [cxx, "-std=c++17", "-O1", "-DTUNER_WITH_CUDART", f"-I{root / 'include'}", *includes[:2]]
+        args += [f"-I{tree / CUDA}", f"-I{REPO / 'hook/native'}", f"-I{pinned / 'vendor'}"]
+        args += ["-c", str(REPO / "tuner/harness/bench.cpp"), "-o", str(work / "bench.host.o")]
+        return subprocess.run(args, capture_output=True, text=True)
+
     with ThreadPoolExecutor(2) as ex:
         futures = {f"{n}.{s}": ex.submit(compile_one, n, s) for n, s in jobs}
+        futures["bench.host"] = ex.submit(compile_harness)
         results: dict[str, Any] = {k: f.result() for k, f in futures.items()}
     results["dir"] = work
     results["root"] = root
@@ -320,3 +334,15 @@ def test_hooked_sources_compile_for_the_host_of_a_v100_build(sm70: dict[str, Any
     out = subprocess.run([nm, "-C", str(sm70["dir"] / f"{name}.host.o")], capture_output=True, text=True)
     kind = "U" if name == "ggml-cuda" else "T"
     assert re.search(rf"^\s*[0-9a-f]*\s+{kind} ggml_cuda_dispatch_begin_mul_mat", out.stdout, re.M)
+
+
+def test_harness_cuda_runtime_queries_compile_against_cuda12_headers(sm70: dict[str, Any]) -> None:
+    res = sm70["bench.host"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, str(sm70["dir"] / "bench.host.o")], capture_output=True, text=True).stdout
+    needed = {ln.split()[-1] for ln in out.splitlines() if ln.strip().startswith("U cuda")}
+    # CUDA 12's headers map cudaGetDeviceProperties to its _v2 entry point
+    assert {"cudaGetDeviceProperties_v2", "cudaRuntimeGetVersion", "cudaDriverGetVersion"} <= needed, needed
