@@ -100,6 +100,11 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     help="the nvcc to build with (CMAKE_CUDA_COMPILER) [default: $CUDACXX, nvcc on PATH].",
 )
 @click.option(
+    "--cuda-home",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="a CUDA toolkit root to build with (its bin/nvcc), e.g. /usr/local/cuda-12.9 for a V100.",
+)
+@click.option(
     "--build-dir",
     type=_DIR,
     help="llama.cpp build folder, reused when it holds a build (or a bin folder of prebuilt binaries) "
@@ -154,6 +159,7 @@ def autotune_cmd(
     ubatch: str,
     cuda_arch: str,
     nvcc: Path | None,
+    cuda_home: Path | None,
     build_dir: Path | None,
     jobs: int | None,
     trials: int,
@@ -194,9 +200,20 @@ def autotune_cmd(
             "--dry-run prints the plan without one"
         )
     needs_build = not ({"build", "rebuild"} <= set(skips))
+    if cuda_home is not None:
+        if nvcc is not None:
+            raise click.UsageError("give --nvcc or --cuda-home, not both")
+        nvcc = cuda_home / "bin" / "nvcc"
+        if not nvcc.is_file():
+            raise _Refusal(f"{cuda_home}: no bin/nvcc (--cuda-home takes a CUDA toolkit root)")
     found_nvcc = env_mod.find_nvcc(nvcc)
+    version = env_mod.nvcc_version(found_nvcc) if found_nvcc is not None else None
+    # CMake finds PATH's nvcc (and $CUDACXX) itself; any other toolkit it is told, so that it builds
+    # with the one checked here
+    on_path = shutil.which("nvcc")
+    named = nvcc is not None or str(found_nvcc) != on_path
+    compiler = found_nvcc if found_nvcc is not None and named else None
     if needs_build:
-        version = env_mod.nvcc_version(found_nvcc) if found_nvcc is not None else None
         problem = env_mod.arch_problem(cuda_arch, version, found_nvcc, gpus[0].cc if gpus else None)
         if problem:
             raise _Refusal(problem)
@@ -231,7 +248,7 @@ def autotune_cmd(
         workloads=_csv(workload, plan_mod.WORKLOADS, "--workload"),
         ubatches=_ints(ubatch),
         cuda_arch=cuda_arch,
-        nvcc=nvcc,
+        nvcc=compiler,
         jobs=jobs or os.cpu_count() or 2,
         trials=trials,
         tune_seconds=tune_seconds,
@@ -253,7 +270,8 @@ def autotune_cmd(
             raise _Refusal(str(e)) from None
         done = run_mod.done_stages(stages, state, opts.skip)
         gpu = f"{gpus[0].name} (cc {gpus[0].cc})" if gpus else "none visible (a real run refuses)"
-        click.echo(f"autotune plan: GPU {gpu}; nvcc {found_nvcc or 'not found'}; output {out}")
+        cuda = f" (CUDA {version[0]}.{version[1]})" if version else ""
+        click.echo(f"autotune plan: GPU {gpu}; nvcc {found_nvcc or 'not found'}{cuda}; output {out}")
         click.echo(plan_mod.render(stages, opts.skip, done))
         return
     live = _live_line() if sys.stderr.isatty() else None

@@ -121,12 +121,12 @@ def arch_problem(
     if not old:
         return None
     if nvcc is None:
-        return f"sm_{old[0]} needs a CUDA 12 toolkit and no nvcc was found (--nvcc .../cuda-12.x/bin/nvcc)"
+        return f"sm_{old[0]} needs a CUDA 12 toolkit and no nvcc was found (--cuda-home .../cuda-12.9)"
     if version is None:
         return None  # unknown version: let CMake decide
     if version[0] >= 13:
         return (
             f"{nvcc} is CUDA {version[0]}.{version[1]}, which cannot target sm_{old[0]} (CUDA 13 dropped "
-            f"Volta and older); build with a CUDA 12 toolkit: --nvcc /usr/local/cuda-12.9/bin/nvcc"
+            f"Volta and older); build with a CUDA 12 toolkit: --cuda-home /usr/local/cuda-12.9"
         )
     return None

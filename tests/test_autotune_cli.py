@@ -3,7 +3,8 @@
 On the pinned llama.cpp tree and the real SmolLM2 GGUF. Nothing here has a GPU: the GPU check is made
 to see none through CUDA_VISIBLE_DEVICES="" (what a GPU-less machine's nvidia-smi amounts to); a
 stand-in nvcc (a script printing what nvcc 12.9 / 13.0 print for --version) stands for the toolkit
-a V100 user has, since no CUDA 12 nvcc can be installed here.
+a V100 user has, since no CUDA 12 nvcc driver can be installed here (PyPI's CUDA 12 wheels hold ptxas
+but no nvcc; tests/test_native_volta.py compiles the sm_70 device code with clang instead).
 """
 
 from __future__ import annotations
@@ -139,6 +140,41 @@ def test_volta_refuses_a_cuda13_nvcc_and_takes_a_cuda12_one(
         env=NO_GPU,
     )
     assert res.exit_code == 0, res.output
+
+
+def fake_cuda_home(tmp_path: Path, release: str) -> Path:
+    home = tmp_path / f"cuda-{release}"
+    (home / "bin").mkdir(parents=True)
+    fake_nvcc(tmp_path, release).rename(home / "bin" / "nvcc")
+    return home
+
+
+def test_volta_finds_a_cuda12_toolkit_by_cuda_home_cudacxx_or_cuda_home_env(
+    tree: Path, smollm2: Path, tmp_path: Path
+) -> None:
+    """The toolkit a V100 build needs, named three ways; the plan builds with the one it checked."""
+    home = fake_cuda_home(tmp_path, "12.9")
+    nvcc12 = home / "bin" / "nvcc"
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "-o", str(tmp_path / "o")]
+    args += ["--cuda-arch", "70", "--dry-run"]
+    no_path_nvcc = {**NO_GPU, "PATH": "/usr/bin:/bin", "CUDACXX": "", "CUDA_HOME": "", "CUDA_PATH": ""}
+    for extra, env in (
+        (["--cuda-home", str(home)], no_path_nvcc),
+        ([], {**no_path_nvcc, "CUDACXX": str(nvcc12)}),
+        ([], {**no_path_nvcc, "CUDA_HOME": str(home)}),  # CMake does not read CUDA_HOME: it is told
+    ):
+        res = CliRunner().invoke(main, [*args, *extra], env=env)
+        assert res.exit_code == 0, (extra, env, res.output)
+        assert f"nvcc {nvcc12} (CUDA 12.9)" in res.output, res.output
+        assert "-DCMAKE_CUDA_ARCHITECTURES=70" in res.output
+        assert f"-DCMAKE_CUDA_COMPILER={nvcc12}" in res.output, res.output
+    # a CUDA 13 toolkit named the same way is refused for sm_70, and a folder without bin/nvcc is no root
+    res = CliRunner().invoke(main, [*args, "--cuda-home", str(fake_cuda_home(tmp_path, "13.0"))], env=NO_GPU)
+    assert res.exit_code == 2 and "is CUDA 13.0, which cannot target sm_70" in res.output
+    res = CliRunner().invoke(main, [*args, "--cuda-home", str(tmp_path)], env=NO_GPU)
+    assert res.exit_code == 2 and f"{tmp_path}: no bin/nvcc" in res.output
+    res = CliRunner().invoke(main, [*args, "--cuda-home", str(home), "--nvcc", str(nvcc12)], env=NO_GPU)
+    assert res.exit_code == 2 and "--nvcc or --cuda-home, not both" in res.output
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")

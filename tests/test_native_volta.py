@@ -12,22 +12,41 @@ probes the tree's ggml_cuda_should_use_mmq / _mmf (verbatim) and the check on cc
 * tests/native/eligibility_grid.cu (containment, hard limits, no device code, stock's own route) on
   the compiled-arch list of a V100-only build.
 
-No Volta device code is compiled here: no nvcc on PyPI can (see the README's V100 section).
+sm_70 device code, with a CUDA 12 toolchain from PyPI (CUDA 13 dropped Volta): no CUDA 12 wheel has an
+nvcc driver (nvidia-cuda-nvcc-cu12 12.0.76 .. 12.9.86, every x86_64 wheel: bin/ptxas, libNVVM, libdevice
+and headers only; no nvcc, cicc or cudafe++), so clang 19's CUDA front end (Debian clang-19, installed by
+.ci/run) compiles against fetch.cuda12_root(), a CUDA 12.9 root of the nvcc, runtime and CCCL wheels, and
+ptxas 12.9 assembles the SASS:
+
+* the hooked ggml-cuda.cu, ggml-dispatch.cu and mmq-instance-q4_0.cu (the hooked mmq.cuh) compile to an
+  sm_70 cubin (the CUDA ELF header says sm_70 from compute_70; the MMQ one holds the q4_0 kernels);
+* ggml-cuda.cu and ggml-dispatch.cu compile for the host of that V100 build, and the hook's symbols are
+  there (the cuBLAS headers are CUDA 13's: the CUDA 12 cuBLAS wheel is 500 MB for the same declarations);
+* the tuner harness's CUDA part (bench.cpp's runtime queries, host C++) compiles against those headers.
+
+50 to 90 s on 2 shared cores (slow). This is not nvcc 12.9 itself: clang defines what nvcc would
+(__CUDA_ARCH_LIST__=700 in both passes, fast math as flush-to-zero and approximate transcendentals).
+Nothing is run on a V100 (none here).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+import re
 import shutil
+import struct
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ggml_dispatch import fetch
 from hook import install as inst
-from tests.test_native_build import CUDA, NATIVE_TESTS, NVCC_FLAGS, tree_should_use_source
+from tests.test_native_build import CUDA, NATIVE_TESTS, NVCC_FLAGS, _hook_warnings, tree_should_use_source
 
 pytestmark = pytest.mark.slow
 
@@ -95,12 +114,16 @@ def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         (d / "tree_should_use.inc").write_text(inc)
         exe = d / "volta_rules"
         assert NVCC is not None
+        obj = d / "volta_rules.o"
         args = [NVCC, "-std=c++17", "-x", "cu", "-arch=sm_90", "-O1", *defines, f"-I{d}", f"-I{tree / CUDA}"]
-        args += [*includes, str(NATIVE_TESTS / source), str(convert_obj)]
-        args += ["-o", str(exe), f"-L{base.parent}", "-lggml-base"]
-        args += [f"-Xlinker=-rpath={base.parent}"]
+        args += [*includes, "-c", str(NATIVE_TESTS / source), "-o", str(obj)]
         built = subprocess.run(args, capture_output=True, text=True)
         assert built.returncode == 0, f"{name}: {built.stderr[-4000:]}"
+        # linked apart: nvcc's -x cu would take convert.o for a source file
+        args = [NVCC, "-arch=sm_90", str(obj), str(convert_obj), "-o", str(exe), f"-L{base.parent}"]
+        args += ["-lggml-base", f"-Xlinker=-rpath={base.parent}"]
+        linked = subprocess.run(args, capture_output=True, text=True, errors="replace")
+        assert linked.returncode == 0, f"{name}: {linked.stderr[-4000:]}"
         run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
         out: dict[str, Any] = {"rc": run.returncode, **json.loads(run.stdout)}
         return out
@@ -184,3 +207,142 @@ def test_eligibility_grid_holds_for_a_v100_only_build(volta: dict[str, dict[str,
     assert g["arch_list"] == "700"
     assert g["rc"] == 0 and g["violations"] == 0, g["messages"]
     assert g["why"]["vendor"] > 0 and g["eligible"]["mmq"] > 0 and g["eligible"]["mmf"] > 0
+
+
+# sm_70 device code: clang's CUDA front end on the CUDA 12.9 root of PyPI wheels (fetch.cuda12_root).
+CLANG = os.environ.get("GGML_DISPATCH_CUDA_CLANG") or shutil.which("clang++-19")
+# llama.cpp's CUDA defines and flags as clang spells them: -use_fast_math is flush-to-zero plus approximate
+# transcendentals, and __CUDA_ARCH_LIST__ (which nvcc defines in both passes and ggml's arch checks read)
+# is what nvcc 12.9 defines for -arch=sm_70.
+CLANG_FLAGS = [
+    *(f for f in NVCC_FLAGS if f.startswith("-D")),
+    "-O3",
+    "-fPIC",
+    "-std=c++17",
+    "-fcuda-flush-denormals-to-zero",
+    "-fgpu-approx-transcendentals",
+    "-D__CUDA_ARCH_LIST__=700",
+    "-Wno-unknown-cuda-version",  # clang 19 knows CUDA up to 12.5 and treats 12.9 as that
+    "-Wno-unused-command-line-argument",
+    "-x",
+    "cuda",
+    "--cuda-gpu-arch=sm_70",
+]
+EM_CUDA = 190
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cubin_arch(path: Path) -> tuple[int, int]:
+    """(sm, virtual sm) of a CUDA ELF (cubin) from its header, for the ELF ABI ptxas 12 writes (v7)."""
+    head = path.read_bytes()[:64]
+    assert head[:4] == b"\x7fELF" and head[4] == 2, f"{path.name}: not an ELF64 file"
+    (machine,) = struct.unpack_from("<H", head, 18)
+    assert machine == EM_CUDA, f"{path.name}: e_machine {machine} is not EM_CUDA"
+    assert head[8] == 7, f"{path.name}: CUDA ELF ABI version {head[8]} (expected 7, CUDA 12)"
+    (flags,) = struct.unpack_from("<I", head, 48)
+    return flags & 0xFF, (flags >> 16) & 0xFF
+
+
+@pytest.fixture(scope="module")
+def sm70(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """clang -c of the hooked ggml-cuda.cu, ggml-dispatch.cu (device pass for sm_70 and host pass) and
+    of an MMQ instance (the hooked mmq.cuh, device pass), against the CUDA 12.9 root of PyPI wheels."""
+    if CLANG is None:
+        msg = "clang++-19 is not installed (.ci/run installs it: apt-get install clang-19)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    if platform.machine() != "x86_64":
+        pytest.skip("the CUDA 12 root is made of x86_64 Linux wheels")
+    root = fetch.cuda12_root()
+    work = tmp_path_factory.mktemp("sm70")
+    pinned = fetch.llama_cpp_dir()
+    tree = work / "llama.cpp"
+    tree.mkdir()
+    shutil.copytree(pinned / "ggml", tree / "ggml", symlinks=True)
+    shutil.copy2(pinned / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
+    inst.install(tree)
+    includes = [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{fetch.cublas_headers()}"]
+    sources = {
+        "ggml-cuda": tree / CUDA / "ggml-cuda.cu",
+        "ggml-dispatch": tree / CUDA / "ggml-dispatch.cu",
+        "mmq-q4_0": tree / CUDA / "template-instances" / "mmq-instance-q4_0.cu",
+    }
+    jobs = [(name, "device") for name in sources] + [("ggml-cuda", "host"), ("ggml-dispatch", "host")]
+
+    def compile_one(name: str, side: str) -> subprocess.CompletedProcess[str]:
+        assert CLANG is not None
+        args = [CLANG, f"--cuda-path={root}", f"--cuda-{side}-only", *CLANG_FLAGS, *includes]
+        args += ["-c", str(sources[name]), "-o", str(work / f"{name}.{side}.o")]
+        return subprocess.run(args, capture_output=True, text=True)
+
+    def compile_harness() -> subprocess.CompletedProcess[str]:
+        # the harness's CUDA part is host code against the CUDA runtime API (its GPU provenance)
+        cxx = shutil.which("g++") or shutil.which("c++") or "c++"
+        args = [cxx, "-std=c++17", "-O1", "-DTUNER_WITH_CUDART", f"-I{root / 'include'}", *includes[:2]]
+        args += [f"-I{tree / CUDA}", f"-I{REPO / 'hook/native'}", f"-I{pinned / 'vendor'}"]
+        args += ["-c", str(REPO / "tuner/harness/bench.cpp"), "-o", str(work / "bench.host.o")]
+        return subprocess.run(args, capture_output=True, text=True)
+
+    with ThreadPoolExecutor(2) as ex:
+        futures = {f"{n}.{s}": ex.submit(compile_one, n, s) for n, s in jobs}
+        futures["bench.host"] = ex.submit(compile_harness)
+        results: dict[str, Any] = {k: f.result() for k, f in futures.items()}
+    results["dir"] = work
+    results["root"] = root
+    return results
+
+
+def test_cuda12_root_from_pypi_wheels_is_cuda_12_9(sm70: dict[str, Any]) -> None:
+    root: Path = sm70["root"]
+    ptxas = subprocess.run([str(root / "bin" / "ptxas"), "--version"], capture_output=True, text=True)
+    assert ptxas.returncode == 0 and "release 12.9" in ptxas.stdout, ptxas.stdout + ptxas.stderr
+    cuda_h = (root / "include" / "cuda.h").read_text()
+    assert re.search(r"#define CUDA_VERSION 12090\b", cuda_h)
+
+
+@pytest.mark.parametrize("name", ["ggml-cuda", "ggml-dispatch", "mmq-q4_0"])
+def test_hooked_sources_compile_to_sm70_device_code(sm70: dict[str, Any], name: str) -> None:
+    res = sm70[f"{name}.device"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert _hook_warnings(res.stderr) == []
+    obj: Path = sm70["dir"] / f"{name}.device.o"
+    assert cubin_arch(obj) == (70, 70)  # SASS for sm_70 from PTX for compute_70
+
+
+def test_sm70_mmq_cubin_holds_the_mmq_kernels(sm70: dict[str, Any]) -> None:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    res = sm70["mmq-q4_0.device"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    out = subprocess.run([nm, "-C", str(sm70["dir"] / "mmq-q4_0.device.o")], capture_output=True, text=True)
+    kernels = {ln.split(" T ", 1)[1] for ln in out.stdout.splitlines() if " T " in ln}
+    # dp4a MMQ on Volta: the q4_0 kernel for every column tile width J the tree compiles (8..128)
+    assert any(k.startswith("void mul_mat_q<(ggml_type)2, 128,") for k in kernels), sorted(kernels)[:5]
+    assert any(k.startswith("void mul_mat_q<(ggml_type)2, 8,") for k in kernels), sorted(kernels)[:5]
+
+
+@pytest.mark.parametrize("name", ["ggml-cuda", "ggml-dispatch"])
+def test_hooked_sources_compile_for_the_host_of_a_v100_build(sm70: dict[str, Any], name: str) -> None:
+    res = sm70[f"{name}.host"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert _hook_warnings(res.stderr) == []
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, "-C", str(sm70["dir"] / f"{name}.host.o")], capture_output=True, text=True)
+    kind = "U" if name == "ggml-cuda" else "T"
+    assert re.search(rf"^\s*[0-9a-f]*\s+{kind} ggml_cuda_dispatch_begin_mul_mat", out.stdout, re.M)
+
+
+def test_harness_cuda_runtime_queries_compile_against_cuda12_headers(sm70: dict[str, Any]) -> None:
+    res = sm70["bench.host"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, str(sm70["dir"] / "bench.host.o")], capture_output=True, text=True).stdout
+    needed = {ln.split()[-1] for ln in out.splitlines() if ln.strip().startswith("U cuda")}
+    # CUDA 12's headers map cudaGetDeviceProperties to its _v2 entry point
+    assert {"cudaGetDeviceProperties_v2", "cudaRuntimeGetVersion", "cudaDriverGetVersion"} <= needed, needed
