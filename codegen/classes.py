@@ -112,31 +112,36 @@ def extent(
     only where every fitted shape's ratio, carried to that bound along the least-squares size trend of
     log ratio over log N*K (only the part of the trend that loses), stays >= 1 + theta with its CI low end
     above 1, at every M of the run."""
-    fitted = [
-        s
-        for s in shapes
-        if any((ev := evals[s].get(m, {}).get(route)) is not None and ev.ratio is not None for m in run)
+    per_m = [
+        [
+            (size(s), float(ev.ratio), _low(ev, params))
+            for s in shapes
+            if (ev := evals[s].get(M, {}).get(route)) is not None and ev.ratio is not None and ev.ratio > 0
+        ]
+        for M in run
     ]
-    sizes = [size(s) for s in fitted]
+    return _extent(per_m, cell, params)
+
+
+def _extent(
+    per_m: Sequence[Sequence[tuple[int, float, float]]], cell: tuple[int, int], params: Params
+) -> tuple[int, int]:
+    """:func:`extent` on (size, ratio, CI low end) per shape, one list per M of the run."""
+    sizes = [S for pts in per_m for S, _, _ in pts]
     smin, smax = min(sizes), max(sizes)
     up_to = min(cell[1], int(smax * params.class_gap))
     down_to = max(cell[0], math.ceil(smin / params.class_gap))
     up = down = True
     need = 1.0 + params.theta
-    for M in run:
-        pts = [
-            (size(s), ev)
-            for s in fitted
-            if (ev := evals[s].get(M, {}).get(route)) is not None and ev.ratio is not None and ev.ratio > 0
-        ]
-        sl = _slope([(S, float(ev.ratio or 0.0)) for S, ev in pts])
+    for pts in per_m:
+        sl = _slope([(S, r) for S, r, _ in pts])
         if sl is None:
             return smin, smax
-        for S, ev in pts:
+        for S, r, low in pts:
             f_up = (up_to / S) ** min(sl, 0.0)
             f_down = (down_to / S) ** max(sl, 0.0)
-            up = up and (ev.ratio or 0.0) * f_up >= need and _low(ev, params) * f_up > 1.0
-            down = down and (ev.ratio or 0.0) * f_down >= need and _low(ev, params) * f_down > 1.0
+            up = up and r * f_up >= need and low * f_up > 1.0
+            down = down and r * f_down >= need and low * f_down > 1.0
     return (down_to if down else smin), (up_to if up else smax)
 
 
@@ -248,6 +253,7 @@ def _gap_rules(
         if any(a < m < b for sh in shapes for m in evals[sh]):
             continue  # a shape measured inside the gap: its own point decides there, not a line
         worst: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        fitted: dict[str, list[tuple[int, crossover.Fit]]] = {}
         for route in cands:
             fits = []
             for s in at:
@@ -264,6 +270,7 @@ def _gap_rules(
                     break
                 fits.append(f)
             else:
+                fitted[route] = [(size(sh), f) for sh, f in zip(at, fits, strict=True)]
                 worst[route] = (
                     np.min(np.stack([f.ratio for f in fits]), axis=0),
                     np.min(np.stack([f.ci_low for f in fits]), axis=0),
@@ -277,23 +284,32 @@ def _gap_rules(
             ok = worst[best][0][i] >= need and worst[best][1][i] > 1.0
             labels.append((int(M), best if ok else None))
         for route, run in _runs(labels):
-            lo_i, hi_i = run[0] - (a + 1), run[-1] - (a + 1)
-            nk = extent(evals, at, route, [a, b], cell, params)
-            rules.append(
-                Rule(
-                    group,
-                    run[0],
-                    run[-1],
-                    route,
-                    (),
-                    float(np.min(worst[route][0][lo_i : hi_i + 1])),
-                    shapes=tuple((s.N, s.K) for s in at),
-                    rule_kind=KIND_DEFAULT,
-                    between=(a, b),
-                    ci_low=float(np.min(worst[route][1][lo_i : hi_i + 1])),
-                    NK=nk,
+            # the size trend of the fitted curves at each claimed M (an end of the gap where the route
+            # loses says nothing about the M it is claimed at); the run is split where that reach changes
+            def reach(m: int, route: str = route) -> tuple[int, int]:
+                i = m - (a + 1)
+                return _extent(
+                    [[(S, float(f.ratio[i]), float(f.ci_low[i])) for S, f in fitted[route]]], cell, params
                 )
-            )
+
+            for nk, piece in itertools.groupby(run, key=reach):
+                ms = list(piece)
+                lo_i, hi_i = ms[0] - (a + 1), ms[-1] - (a + 1)
+                rules.append(
+                    Rule(
+                        group,
+                        ms[0],
+                        ms[-1],
+                        route,
+                        (),
+                        float(np.min(worst[route][0][lo_i : hi_i + 1])),
+                        shapes=tuple((s.N, s.K) for s in at),
+                        rule_kind=KIND_DEFAULT,
+                        between=(a, b),
+                        ci_low=float(np.min(worst[route][1][lo_i : hi_i + 1])),
+                        NK=nk,
+                    )
+                )
     return rules, refusals
 
 

@@ -213,3 +213,31 @@ def test_rule_kinds_validate(kind: str) -> None:
     _, _, t = h200()
     t2 = {**t, "rules": [{**t["rules"][0], "kind": kind}]}  # type: ignore[index]
     tbl.validate(t2)
+
+
+def test_gap_class_defaults_reach_larger_shapes_where_their_fitted_curves_carry() -> None:
+    """On the committed H200 rows, the q4_K class default between the measured M = 256 and 512 reaches the
+    70B-class shapes (N*K 4x the largest fitted) at the M where the fitted curves stay well above 1 + theta,
+    and not where they sit at the threshold; scored on the recorded `tune verify` rows of those shapes."""
+    from tuner import verify
+
+    _, _, t = h200()
+    key = decide.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 0, 0, 1)
+    gap = [
+        r
+        for r in t["rules"]
+        if tbl.is_class(r) and r.get("between") == [256, 512] and r["src0_type"] == "q4_K"
+    ]
+    assert gap and all(r["route"] == "cublas" for r in gap)
+    assert max(r["NK_hi"] for r in gap) == 4 * 4096 * 14336  # one class gap above the largest fitted size
+    assert _look(t, key, 384, 8192, 28672) == "cublas" and _look(t, key, 488, 28672, 8192) == "cublas"
+    near = min(r["M_lo"] for r in gap)
+    assert [r["NK_hi"] for r in gap if r["M_lo"] == near] == [4096 * 14336]  # the threshold end stays fitted
+    rows = pd.read_parquet(REPO / "evidence" / "h200-2026-12-01" / "verify" / "verify-70b.parquet")
+    s = verify.summarize(rows, t)
+    assert not any(p.slower_than_stock for p in s.points)
+    at = {(p.key.N, p.key.K, p.M): p for p in s.points if p.key.src0_type == "q4_K"}
+    for nk in ((8192, 28672), (28672, 8192)):
+        for M in (384, 488):
+            p = at[(*nk, M)]
+            assert p.table_route == p.best_route == "cublas" and p.table_us == p.oracle_us, p

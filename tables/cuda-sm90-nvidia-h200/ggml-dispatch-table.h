@@ -21,9 +21,9 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
-#define GGML_DISPATCH_TABLE_RULE_COUNT 45
+#define GGML_DISPATCH_TABLE_RULE_COUNT 47
 #define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 36
-#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 9
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 11
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
@@ -37,7 +37,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "57ec40fa41f2eeae2180dcc9f3fbb1f0f1ead554fee1b15b6c0854d264982cf9";
+static const char ggml_dispatch_table_hash[] = "e0b3ffba01b94d39ee04837cf01110d15f92afbd54a74508b154b5151482267e";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -149,13 +149,15 @@ static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rul
     /* op, layout, type0, type1, { k }, NK_lo, NK_hi, M_lo, M_hi, config */
     { 0, 0, 8, 0, { 0, 0, 1, 0, 0 }, 31457280, 31457280, 107, 127, 5 }, /* default */
     { 0, 0, 8, 0, { 0, 0, 1, 0, 0 }, 31457280, 31457280, 128, 4096, 5 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 58720256, 258, 291, 5 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 292, 511, 5 }, /* default */
     { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 512, 4096, 5 }, /* default */
-    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 16777216, 58720256, 258, 511, 5 }, /* default */
     { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 16777216, 234881024, 8, 8, 4 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 89128960, 216, 245, 5 }, /* default */
     { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 8, 8, 4 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 246, 255, 5 }, /* default */
     { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 256, 4096, 5 }, /* default */
-    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 58720256, 89128960, 6, 7, 4 }, /* default */
-    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 58720256, 89128960, 216, 255, 5 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 58720256, 356515840, 6, 7, 4 }, /* default */
 };
 
 /* kd: the query's per-type default key; NK: the product of the default slots of the query's key. */
