@@ -11,6 +11,7 @@
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
 #include "fwht.cuh"
+#include "ggml-dispatch-cache-impl.cuh"
 
 #include <cerrno>
 #include <cstdlib>
@@ -24,6 +25,10 @@
 #else
 #    include <unistd.h>
 #    define GGML_DISPATCH_GETPID getpid
+#endif
+
+#ifndef GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES  // a table rendered without a weight-cache budget
+#    define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 #endif
 
 #if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 3
@@ -281,6 +286,15 @@ static void init_once() {
         }
     }
 
+    if (st.m != MODE_OFF) {
+        bool any_table = false;
+        for (int i = 0; i < info.device_count; ++i) {
+            any_table = any_table || st.table_applies[i];
+        }
+        line += cache_configure(st.m == MODE_FORCE, any_table ? (size_t) GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES : 0,
+                                env_or_null("GGML_CUDA_DISPATCH_CACHE"));
+    }
+
     const char * trace_path = env_or_null("GGML_CUDA_ROUTE_TRACE");
     if (trace_path != nullptr && trace_path[0] != '\0') {
         if (st.rec.open_trace(trace_path, header_json(idents))) {
@@ -525,6 +539,11 @@ void ggml_cuda_dispatch_eval_begin(const ggml_backend_cuda_context * ctx, const 
 
 void ggml_cuda_dispatch_eval_end() {
     state().rec.eval_end();
+    cache_log_growth();
+}
+
+void ggml_cuda_dispatch_graphs_stale() {
+    state().rec.invalidate_graphs();
 }
 
 bool ggml_cuda_dispatch_graph_stale(const ggml_backend_cuda_context * ctx, const void * graph_key) {
@@ -548,6 +567,9 @@ void ggml_backend_cuda_dispatch_set_override(int config_code) {
         GGML_LOG_WARN("ggml_cuda_dispatch: override %d is not a configuration code (ggml-dispatch-codes.h); ignored\n",
                       config_code);
         return;
+    }
+    if (state().m != MODE_OFF) {
+        cache_forced(config_code != 0, state().m == MODE_FORCE);
     }
     state().rec.set_override(config_code);
 }
