@@ -61,7 +61,9 @@ def test_no_copy_is_made_under_capture(seen: dict[str, Any]) -> None:
 def test_copies_live_as_long_as_their_buffer(seen: dict[str, Any]) -> None:
     assert seen["freed_with_buffer"] == 1 and seen["bytes_after_free"] == 400  # w2 of the other buffer stays
     assert seen["w1_after_buffer_reuse"] == MADE  # a new buffer at the same address starts clean
-    assert seen["live_after_clear"] == 0 and seen["allocs"] == seen["frees"] and seen["empty_after_clear"] == 1
+    assert (
+        seen["live_after_clear"] == 0 and seen["allocs"] == seen["frees"] and seen["empty_after_clear"] == 1
+    )
 
 
 def test_a_failed_allocation_runs_uncached_and_is_not_retried(seen: dict[str, Any]) -> None:
