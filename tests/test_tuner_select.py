@@ -220,3 +220,14 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert all(registry.canonical_config(c) == c for c in every)
     with pytest.raises(ValueError, match="configs mode"):
         candidate_configs(["mmq"], "some")
+
+
+def test_cache_candidates_are_the_routes_and_f16_cublas_with_and_without_the_copy() -> None:
+    from tuner.select import ALL_ROUTES, candidate_configs
+
+    got = candidate_configs(ALL_ROUTES, "cache")
+    assert got[: len(ALL_ROUTES)] == ALL_ROUTES
+    assert sorted(got[len(ALL_ROUTES) :]) == sorted(
+        f"cublas/out={o},compute=f16{w}" for o in ("f16", "f32") for w in ("", ",weight=cached")
+    )
+    assert candidate_configs(["mmq"], "cache") == ("mmq",)

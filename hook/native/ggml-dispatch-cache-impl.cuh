@@ -40,6 +40,9 @@ struct cache_state {
     size_t                   table_bytes = 0;
     std::atomic<bool>        warned_alloc{false};
     std::atomic<size_t>      logged_bytes{0};
+    // GGML_CUDA_DISPATCH_CACHE_BUFFERS=any: weights of any non-compute buffer are cached too (for
+    // test-backend-ops, whose weights are not in WEIGHTS buffers); default: WEIGHTS buffers only
+    bool                     any_buffer = false;
 };
 
 static cache_state & cache_st() {
@@ -64,6 +67,8 @@ static std::string cache_configure(bool unlimited, size_t table_bytes, const cha
     cs.table_bytes   = table_bytes;
     const size_t b   = ggml_dispatch::cache_budget(unlimited, table_bytes, cs.env);
     cs.cache.set_budget(b);
+    const char * buffers = std::getenv("GGML_CUDA_DISPATCH_CACHE_BUFFERS");
+    cs.any_buffer        = buffers != nullptr && std::strcmp(buffers, "any") == 0;
     if (!cs.env.error.empty()) {
         return "; " + cs.env.error;
     }
@@ -74,6 +79,9 @@ static std::string cache_configure(bool unlimited, size_t table_bytes, const cha
     s += unlimited ? " (forced configurations)" : " (table " + mib_text(table_bytes) + ")";
     if (cs.env.capped) {
         s += ", GGML_CUDA_DISPATCH_CACHE=" + std::string(env_value);
+    }
+    if (cs.any_buffer) {
+        s += ", every non-compute buffer";
     }
     return s;
 }
@@ -104,11 +112,14 @@ static void cache_log_growth() {
 
 const void * ggml_cuda_dispatch_cached_weight(int device, cudaStream_t stream, const ggml_tensor * src0,
                                               ggml_type compute_type, bool cuda_buffer) {
-    ggml_dispatch_params & p = ggml_dispatch_params_current();
+    ggml_dispatch_params & p       = ggml_dispatch_params_current();
     const to_fp16_cuda_t   convert = ggml_get_to_fp16_cuda(src0->type);
+    cache_state &          cs      = cache_st();
+    const int usage = src0->buffer != nullptr ? (int) ggml_backend_buffer_get_usage(src0->buffer) : -1;
+    const bool weights = usage == GGML_BACKEND_BUFFER_USAGE_WEIGHTS ||
+                         (cs.any_buffer && usage >= 0 && usage != GGML_BACKEND_BUFFER_USAGE_COMPUTE);
     if (compute_type != GGML_TYPE_F16 || src0->type == GGML_TYPE_F16 || convert == nullptr || !cuda_buffer ||
-            src0->buffer == nullptr || ggml_backend_buffer_get_usage(src0->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS ||
-            !ggml_is_contiguously_allocated(src0)) {
+            !weights || !ggml_is_contiguously_allocated(src0)) {
         p.refused = 1;
         return nullptr;
     }
@@ -120,7 +131,6 @@ const void * ggml_cuda_dispatch_cached_weight(int device, cudaStream_t stream, c
     const int64_t                  n = ggml_nelements(src0);
     const ggml_dispatch::cache_key k{device, src0->data, (int) src0->type, n};
     void *                         copy = nullptr;
-    cache_state &                  cs   = cache_st();
     const int r = cs.cache.acquire(k, src0->buffer, ggml_nbytes(src0), (size_t) n * sizeof(half),
                                    capture != cudaStreamCaptureStatusNone,
                                    [&](void * dst) {
