@@ -58,6 +58,9 @@ class CachePlan:
     budget_mib: int
     chosen: tuple[CachedShape, ...]
     skipped: tuple[tuple[CachedShape, str], ...]  # candidates not taken, with why
+    # the table without the cache's exact rules for the chosen shapes: what a node runs when its rule asks
+    # for a copy that cannot be had (budget lowered at run time, allocation failed, under capture)
+    fallback: tuple[decide.Rule, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -81,7 +84,25 @@ class CachePlan:
                 }
                 for s in self.chosen
             ],
+            "fallback": self._fallback_rules(),
         }
+
+    def _fallback_rules(self) -> list[dict[str, Any]]:
+        if not self.fallback:
+            return []
+        rules: list[dict[str, Any]] = []
+        for r in self.fallback:
+            rules.append(
+                {
+                    **r.key.as_dict(),
+                    "M_lo": r.M_lo,
+                    "M_hi": r.M_hi,
+                    "config": registry.canonical_config(r.route),
+                    "route": registry.config_route(r.route),
+                    "kind": r.kind,
+                }
+            )
+        return sorted(rules, key=tbl.rule_sort_key)
 
 
 def split_cached(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
@@ -231,7 +252,8 @@ def decide_with_cache(
     keys = {s.key for s in plan.chosen}
     keep = ~cached | df.apply(lambda r: schema.ShapeKey.of(r) in keys, axis=1).astype(bool)
     full = decide.decide(df[keep], params, path)
-    return merge(base, full, keys), plan
+    fallback = tuple(r for r in base.rules if r.key in keys)
+    return merge(base, full, keys), dataclasses.replace(plan, fallback=fallback)
 
 
 def attach(table: dict[str, Any], plan: CachePlan | None) -> dict[str, Any]:

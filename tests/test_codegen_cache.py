@@ -156,3 +156,50 @@ def test_cli_cache_budget(tmp_path: Path) -> None:
     }
     res = run("codegen", tuning, "--census", cen, "-o", tmp_path / "o2", "--cache-budget", "-1")
     assert res.exit_code == 2
+
+
+def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) -> None:
+    """gcc compiles the rendered header; a node whose copy cannot be had gets what the table without the
+    cache would run (lookup of the budget-less table), the others what the table says."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    df, census = _tuning(), _census()
+    without, _ = cache.decide_with_cache(df, census, None, P)
+    d, plan = cache.decide_with_cache(df, census, 100, P)
+    t = cache.attach(tbl.build_table(d, tuning_sha256="0" * 64), plan)
+    t0 = tbl.build_table(without, tuning_sha256="0" * 64)
+    assert [(r["N"], r["M_lo"], r["M_hi"], r["config"]) for r in t["cache"]["fallback"]] == [
+        (4096, 512, 512, "cublas")
+    ]
+    (tmp_path / "ggml-dispatch-table.h").write_text(render.render_header(t))
+    gpu = tbl.table_gpu(t)
+    lines, checked = [], 0
+    for N in (4096, 14336):
+        key = schema.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", N, 4096, 1)
+        for M in (64, 128, 256, 512, 1024):
+            main_cfg = tbl.lookup_key(t, gpu, key, M)
+            plain = tbl.lookup_key(t0, gpu, key, M)
+            want_main = registry.Config.parse(main_cfg).code if main_cfg else 0
+            want_fb = registry.Config.parse(plain).code if plain else 0
+            line = f"k[0] = {N}; ok &= ggml_dispatch_table_lookup(0, 0, 12, 0, k, {M}) == {want_main};"
+            if main_cfg is not None and cache.is_cached(main_cfg):
+                checked += 1
+                line += f" ok &= ggml_dispatch_table_cache_fallback(0, 0, 12, 0, k, {M}) == {want_fb};"
+            lines.append(line)
+    assert checked == 3  # N = 4096 at M = 128, 256 (between measured M) and 512; nothing else cached
+    prog = tmp_path / "fb.c"
+    prog.write_text(
+        '#include "ggml-dispatch-table.h"\n#include <stdio.h>\n'
+        "int main(void) { int64_t k[5] = {0, 4096, 1, 0, 0}; int ok = 1;\n"
+        + "\n".join(lines)
+        + '\nprintf("%d\\n", ok); return ok ? 0 : 1; }\n'
+    )
+    exe = tmp_path / "fb"
+    subprocess.run(
+        [cc, "-std=c11", "-Wall", "-Werror", f"-I{tmp_path}", str(prog), "-o", str(exe)], check=True
+    )
+    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout.strip() == "1"

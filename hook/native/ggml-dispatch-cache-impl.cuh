@@ -108,6 +108,44 @@ static void cache_log_growth() {
                   (long long) s.counts[ggml_dispatch::CACHE_ALLOC_FAIL]);
 }
 
+// Can a node of weight src0 read a cached copy now (one exists, or one may be made: a weight of a plain
+// CUDA buffer of usage WEIGHTS, convertible, within the budget, not under capture)? Asked by the dispatch
+// before it runs a table's cached configuration; when not, the table's uncached choice runs instead.
+static bool cache_can_serve(int device, cudaStream_t stream, const ggml_tensor * src0) {
+    cache_state & cs = cache_st();
+    if (src0->buffer == nullptr || src0->type == GGML_TYPE_F16 || ggml_get_to_fp16_cuda(src0->type) == nullptr ||
+            ggml_backend_buffer_get_type(src0->buffer) != ggml_backend_cuda_buffer_type(device) ||
+            !ggml_is_contiguously_allocated(src0)) {
+        return false;
+    }
+    const int usage = (int) ggml_backend_buffer_get_usage(src0->buffer);
+    if (usage != GGML_BACKEND_BUFFER_USAGE_WEIGHTS && !(cs.any_buffer && usage != GGML_BACKEND_BUFFER_USAGE_COMPUTE)) {
+        return false;
+    }
+    const int64_t n = ggml_nelements(src0);
+    const int     r = cs.cache.peek(ggml_dispatch::cache_key{device, src0->data, (int) src0->type, n}, (size_t) n * sizeof(half));
+    if (r == ggml_dispatch::CACHE_HIT) {
+        return true;
+    }
+    if (r != ggml_dispatch::CACHE_MADE) {
+        return false;
+    }
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+        (void) cudaGetLastError();
+        return false;
+    }
+    if (capture != cudaStreamCaptureStatusNone) {
+        // the next direct evaluation makes the copy: captured graphs go stale once per such weight
+        void * none = nullptr;
+        cs.cache.acquire(ggml_dispatch::cache_key{device, src0->data, (int) src0->type, n}, src0->buffer,
+                         ggml_nbytes(src0), (size_t) n * sizeof(half), true, [](void *) { return false; }, &none);
+        ggml_cuda_dispatch_graphs_stale();
+        return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 const void * ggml_cuda_dispatch_cached_weight(int device, cudaStream_t stream, const ggml_tensor * src0,

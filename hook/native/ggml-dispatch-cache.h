@@ -162,6 +162,24 @@ class weight_cache {
         return r;
     }
 
+    // What acquire() would answer now, without making anything: CACHE_HIT, CACHE_MADE (a copy could be
+    // made), CACHE_NO_BUDGET, CACHE_ALLOC_FAIL or CACHE_MUTABLE. The dispatch asks before it picks the
+    // cached configuration, so a node whose copy cannot be had runs the table's uncached choice.
+    int peek(const cache_key & k, size_t copy_bytes) const {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = entries_.find(k);
+        if (it != entries_.end() && it->second.copy != nullptr) {
+            return CACHE_HIT;
+        }
+        if (it != entries_.end() && it->second.state == ST_FAILED) {
+            return CACHE_ALLOC_FAIL;
+        }
+        if (it != entries_.end() && it->second.state == ST_MUTABLE) {
+            return CACHE_MUTABLE;
+        }
+        return copy_bytes > budget_ || stats_.bytes > budget_ - copy_bytes ? CACHE_NO_BUDGET : CACHE_MADE;
+    }
+
     // A write into [lo, lo + size) of `buffer`: the copies it touches are freed and their tensors
     // marked mutable. Returns how many copies were freed (the caller makes captured graphs stale).
     int written(const void * buffer, const void * lo, size_t size) {

@@ -435,9 +435,16 @@ int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml
     key[GGML_DISPATCH_KEY_MUL_MAT_N]     = src0->ne[1];
     key[GGML_DISPATCH_KEY_MUL_MAT_K]     = src0->ne[0];
     key[GGML_DISPATCH_KEY_MUL_MAT_B]     = src1->ne[2]*src1->ne[3];
-    int       reason    = REASON_STOCK;
-    const int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
-                                           (int) src1->type, key, src1->ne[1], &reason);
+    int reason    = REASON_STOCK;
+    int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
+                                     (int) src1->type, key, src1->ne[1], &reason);
+    // a table rule that reads a cached weight copy which cannot be had runs the table's uncached choice
+    if (reason == REASON_TABLE && ggml_dispatch_params_of_config(requested).cublas_weight != GGML_DISPATCH_CUBLAS_WEIGHT_STOCK &&
+            !cache_can_serve(ctx.device, ctx.stream(), src0)) {
+        requested = ggml_dispatch_table_cache_fallback(GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
+                                                       (int) src1->type, key, src1->ne[1]);
+        reason    = requested != 0 ? REASON_TABLE : REASON_STOCK;
+    }
 
     int run = 0;
     int why = GGML_DISPATCH_OK;
