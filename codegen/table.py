@@ -301,7 +301,9 @@ def _validate_cache(c: Any, path: str | Path | None) -> None:
     for i, r in enumerate(fallback):
         _validate_rule(r, path, f"cache.fallback[{i}]")
         if is_class(r) or "weight=cached" in rule_config(r):
-            raise InputError(path, "a fallback is an exact rule without the cache", field=f"cache.fallback[{i}]")
+            raise InputError(
+                path, "a fallback is an exact rule without the cache", field=f"cache.fallback[{i}]"
+            )
     if c["bytes"] > c["budget_bytes"]:
         raise InputError(path, "the chosen copies exceed the budget", field="cache.bytes")
 
