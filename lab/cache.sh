@@ -88,12 +88,15 @@ probe)
     ;;
 tune)
     build "" tune
-    [ -f "$C/tuning.parquet" ] || {
-        timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
-            tune run $T/census.parquet --llama-cpp "$TREE" --build-dir "$B" --configs cache --routes mmq,cublas \
-            --trials "${TUNE_TRIALS:-5}" --max-seconds "$(( $(left) - 30 ))" -o "$C/tuning.parquet" 2>&1 | tail -30 | tee "$OUT/cache-tune.log"
-        [ "${PIPESTATUS[0]}" = 0 ] || die "tune run stopped (deadline or error): call PART=tune again to resume from $C/tuning.parquet.journal.jsonl"
-    }
+    # resumable: a second call re-reads the journal and measures only the cases left
+    [ "$(left)" -gt 120 ] || die "no time left for the sweep: call PART=tune again"
+    rm -f "$C/tuning.parquet"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune run $T/census.parquet --llama-cpp "$TREE" --build-dir "$B" --configs cache --routes mmq,cublas \
+        --trials "${TUNE_TRIALS:-5}" --max-seconds "$(( $(left) - 90 ))" -o "$C/tuning.parquet" 2>&1 | tail -30 | tee "$OUT/cache-tune.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || die "tune run failed or was killed: call PART=tune again to resume from its journal"
+    cp "$C/tuning.parquet.journal.jsonl" "$OUT/cache-tuning.journal.jsonl" 2>/dev/null
+    ! grep -q "stopped by --max-seconds" "$OUT/cache-tune.log" || die "the sweep is not finished: call PART=tune again (it resumes)"
     cp "$C/tuning.parquet" "$OUT/cache-tuning.parquet"
     BUDGET=${CACHE_BUDGET:-8192}
     for v in plain cached zero; do
@@ -141,7 +144,7 @@ ab)
         --arm-env "cached=GGML_CUDA_DISPATCH_CACHE=0" --model "llama8b-L16=$M/llama8b-L16.gguf" \
         --bench "-ngl 99 -fa on -b 2048 -p 2048 -ub 128,512 -n 0" --pairs 2 --reps 2 --vram -o "$OUT/ab-cache-budget0.jsonl" \
         2>&1 | tail -10 | tee "$OUT/ab-cache-budget0.log"
-    gd report --help >/dev/null 2>&1 && python3 - "$AB" <<'EOF' | tee "$OUT/ab-cache-summary.txt"
+    python3 - "$AB" <<'EOF' | tee "$OUT/ab-cache-summary.txt"
 import json, sys, statistics
 from collections import defaultdict
 acc = defaultdict(list); vram = defaultdict(list)
