@@ -199,7 +199,7 @@ static std::string header_json(const std::vector<device_ident> & idents) {
     s += ",\"env\":{";
     const char * vars[] = {
         "GGML_CUDA_DISPATCH", "GGML_CUDA_CUBLAS_COMPUTE_TYPE", "GGML_CUDA_MMQ_PREC",
-        "GGML_CUDA_DISABLE_FUSION", "GGML_CUDA_DISABLE_GRAPHS",
+        "GGML_CUDA_DISABLE_FUSION", "GGML_CUDA_DISABLE_GRAPHS", "GGML_CUDA_DISPATCH_CACHE",
     };
     for (size_t i = 0; i < sizeof(vars)/sizeof(vars[0]); ++i) {
         s += i ? ",\"" : "\"";
