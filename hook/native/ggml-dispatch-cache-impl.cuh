@@ -21,20 +21,39 @@ void ggml_cuda_dispatch_graphs_stale();
 
 namespace {
 
+// Runs f on `device` and gives the calling thread its current device back (a buffer may be freed from
+// any thread, which must not find its device changed).
+template <typename F> static auto on_device(int device, F f) -> decltype(f()) {
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        (void) cudaGetLastError();
+        prev = -1;
+    }
+    ggml_cuda_set_device(device);
+    auto r = f();
+    if (prev >= 0 && prev != device) {
+        (void) cudaSetDevice(prev);
+    }
+    return r;
+}
+
 struct cache_state {
     ggml_dispatch::weight_cache cache{
         [](int device, size_t bytes) -> void * {
-            ggml_cuda_set_device(device);
-            void * p = nullptr;
-            if (cudaMalloc(&p, bytes) != cudaSuccess) {
-                (void) cudaGetLastError();
-                return nullptr;
-            }
-            return p;
+            return on_device(device, [bytes]() -> void * {
+                void * p = nullptr;
+                if (cudaMalloc(&p, bytes) != cudaSuccess) {
+                    (void) cudaGetLastError();
+                    return nullptr;
+                }
+                return p;
+            });
         },
         [](int device, void * p) {
-            ggml_cuda_set_device(device);
-            CUDA_CHECK(cudaFree(p));
+            on_device(device, [p]() {
+                CUDA_CHECK(cudaFree(p));
+                return 0;
+            });
         }};
     ggml_dispatch::cache_env env;
     size_t                   table_bytes = 0;
