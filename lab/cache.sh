@@ -51,7 +51,7 @@ build() {
     if [ -n "$table" ]; then gd install --llama-cpp "$TREE" --table "$table" >"$log" 2>&1; else gd install --llama-cpp "$TREE" >"$log" 2>&1; fi ||
         { tail -20 "$log" >&2; die "install failed ($2)"; }
     if [ ! -f "$B/CMakeCache.txt" ]; then
-        cmake -S "$TREE" -B "$B" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_CUDA_FA=ON -DGGML_NATIVE=OFF \
+        cmake -S "$TREE" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_CUDA_FA=ON -DGGML_NATIVE=OFF \
             -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >>"$log" 2>&1 ||
             { tail -20 "$log" >&2; die "cmake configure failed"; }
     fi
@@ -93,9 +93,10 @@ tune)
     rm -f "$C/tuning.parquet"
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         tune run $T/census.parquet --llama-cpp "$TREE" --build-dir "$B" --configs cache --routes mmq,cublas \
-        --trials "${TUNE_TRIALS:-5}" --max-seconds "$(( $(left) - 90 ))" -o "$C/tuning.parquet" 2>&1 | tail -30 | tee "$OUT/cache-tune.log"
+        --trials "${TUNE_TRIALS:-5}" --case-timeout 120 --journal "$C/tuning.journal.jsonl" \
+        --max-seconds "$(( $(left) - 90 ))" -o "$C/tuning.parquet" 2>&1 | tail -30 | tee "$OUT/cache-tune.log"
     [ "${PIPESTATUS[0]}" = 0 ] || die "tune run failed or was killed: call PART=tune again to resume from its journal"
-    cp "$C/tuning.parquet.journal.jsonl" "$OUT/cache-tuning.journal.jsonl" 2>/dev/null
+    cp "$C/tuning.journal.jsonl" "$OUT/cache-tuning.journal.jsonl"
     ! grep -q "stopped by --max-seconds" "$OUT/cache-tune.log" || die "the sweep is not finished: call PART=tune again (it resumes)"
     cp "$C/tuning.parquet" "$OUT/cache-tuning.parquet"
     BUDGET=${CACHE_BUDGET:-8192}
@@ -123,7 +124,7 @@ ab)
         [ -f "$W/smollm2.gguf" ] || python3 -m lab.models clone .carry/smollm2.meta.gguf -o "$W/smollm2.gguf" || die "smollm2 clone"
         [ -x "$B/bin/llama-quantize" ] || build "" quantize
         python3 -m lab.models dense --preset llama8b --layers 16 --tokenizer-from "$W/smollm2.gguf" -o "$M/llama8b-L16.f16.gguf" &&
-            "$B/bin/llama-quantize" "$M/llama8b-L16.f16.gguf" "$M/llama8b-L16.gguf" Q4_K_M >"$C/quantize.log" 2>&1 &&
+            "$B/bin/llama-quantize" "$M/llama8b-L16.f16.gguf" "$M/llama8b-L16.gguf" Q4_K_M "$(nproc)" >"$C/quantize.log" 2>&1 &&
             rm -f "$M/llama8b-L16.f16.gguf" || { tail -20 "$C/quantize.log" >&2; die "model"; }
     fi
     for v in plain cached crude; do
