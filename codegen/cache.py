@@ -209,7 +209,9 @@ def merge(base: decide.Decisions, full: decide.Decisions, chosen: set[schema.Sha
         rules += mine
         for r in base.rules:
             if r.key == key:
-                rules += [dataclasses.replace(r, M_lo=a, M_hi=b) for a, b in _subtract(r.M_lo, r.M_hi, spans)]
+                for a, b in _subtract(r.M_lo, r.M_hi, spans):
+                    inside = tuple(m for m in r.measured_M if a <= m <= b)
+                    rules.append(dataclasses.replace(r, M_lo=a, M_hi=b, measured_M=inside or r.measured_M))
     refusals = [f for f in base.refusals if f.key not in chosen] + [
         f for f in full.refusals if f.key in chosen
     ]

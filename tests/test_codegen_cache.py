@@ -203,3 +203,9 @@ def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) ->
         [cc, "-std=c11", "-Wall", "-Werror", f"-I{tmp_path}", str(prog), "-o", str(exe)], check=True
     )
     assert subprocess.run([str(exe)], capture_output=True, text=True).stdout.strip() == "1"
+
+
+def test_uncovered_m_ranges_keep_the_uncached_rules() -> None:
+    assert cache._subtract(1, 100, [(10, 20), (50, 200)]) == [(1, 9), (21, 49)]
+    assert cache._subtract(8, 16, [(1, 100)]) == []
+    assert cache._subtract(8, 16, []) == [(8, 16)]
