@@ -4,6 +4,7 @@ without the cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,33 @@ def test_uncovered_m_ranges_keep_the_uncached_rules() -> None:
     assert cache._subtract(1, 100, [(10, 20), (50, 200)]) == [(1, 9), (21, 49)]
     assert cache._subtract(8, 16, [(1, 100)]) == []
     assert cache._subtract(8, 16, []) == [(8, 16)]
+
+
+def test_merge_takes_the_chosen_shapes_rules_and_fills_their_gaps_from_the_uncached_table() -> None:
+    a = schema.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 4096, 4096, 1)
+    b = schema.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 14336, 4096, 1)
+    default = a.group()
+    base_rules = [
+        decide.Rule(a, 128, 1024, "cublas", (128, 512, 1024), 1.1),
+        decide.Rule(b, 256, 1024, "cublas", (256, 1024), 1.2),
+        decide.Rule(default, 9, 64, "mmq", (16, 32), 1.3),
+    ]
+    full_rules = [
+        decide.Rule(a, 256, 512, CACHED, (256, 512), 1.9),
+        decide.Rule(b, 128, 1024, CACHED, (128, 1024), 2.0),  # b not chosen: must not appear
+        decide.Rule(default, 9, 64, CACHED, (16, 32), 1.5),  # a default: never from the cached decision
+    ]
+    base = decide.decide(_tuning(), P)
+    merged = cache.merge(
+        dataclasses.replace(base, rules=base_rules, refusals=[]),
+        dataclasses.replace(base, rules=full_rules, refusals=[]),
+        {a},
+    )
+    got = sorted((r.key.N, r.M_lo, r.M_hi, r.route, r.measured_M) for r in merged.rules)
+    assert got == [
+        (0, 9, 64, "mmq", (16, 32)),
+        (4096, 128, 255, "cublas", (128,)),
+        (4096, 256, 512, CACHED, (256, 512)),
+        (4096, 513, 1024, "cublas", (1024,)),
+        (14336, 256, 1024, "cublas", (256, 1024)),
+    ]
