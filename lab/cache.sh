@@ -21,10 +21,12 @@
 #               ab` (peak VRAM of each run from nvidia-smi, recorded per record), AB_PAIRS pairs
 #               (default 3) of -r AB_REPS (default 2); then the A/B with GGML_CUDA_DISPATCH_CACHE=0 on
 #               the cached build against the table build (budget 0 at run time = the table without cache)
+#   PART=profile CUPTI kernel timelines (.carry/libkernel_timeline.so) of stock / table / cached at pp2048
+#               ubatch 128/256/512 and tg128: where the time went (`ggml-dispatch report --profile`)
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=probe|tune|ab}"
+: "${OUT:?set OUT}" "${PART:?set PART=probe|tune|ab|profile}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -158,6 +160,29 @@ for k in sorted(acc):
     v = vram.get(k)
     print(*k, f"median {statistics.median(acc[k]):.1f} t/s", f"peak VRAM {max(v):.0f} MiB" if v else "peak VRAM n/a")
 EOF
+    ;;
+profile)
+    # CUPTI kernel timelines (report/native/kernel_timeline.cpp) of one llama-bench process per arm and test,
+    # read by `ggml-dispatch report --profile`: where the time goes with and without the cache
+    KT=$REPO/.carry/libkernel_timeline.so
+    [ -f "$KT" ] || die "no $KT (make device-carry builds it)"
+    [ -x "$C/bin-cached/llama-bench" ] && [ -x "$C/bin-plain/llama-bench" ] || die "run PART=ab first (builds)"
+    P=$C/profile
+    rm -rf "$P" && mkdir -p "$P"
+    for arm in stock table cached; do
+        dir=$C/bin-plain mode=table
+        [ $arm = stock ] && mode=off
+        [ $arm = cached ] && dir=$C/bin-cached
+        for test in 128 256 512 tg128; do
+            [ "$(left)" -gt 30 ] || die "deadline: profile incomplete"
+            if [ "$test" = tg128 ]; then args=(-p 0 -n 128); else args=(-p 2048 -n 0 -b 2048 -ub "$test"); fi
+            KERNEL_TIMELINE_OUT=$P/$arm.$test.ktl CUDA_INJECTION64_PATH=$KT GGML_CUDA_DISPATCH=$mode \
+                LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH:$REPO/.carry "$dir/llama-bench" -m "$W/models/llama8b-L16.gguf" \
+                -ngl 99 -fa on -r "${PROFILE_REPS:-2}" -o jsonl "${args[@]}" >"$P/$arm.$test.jsonl" 2>>"$C/profile.log" ||
+                die "profile $arm $test failed"
+        done
+    done
+    tar -czf "$OUT/profile-cache.tar.gz" -C "$P" .
     ;;
 *)
     echo "unknown PART $PART" >&2
