@@ -58,7 +58,7 @@ struct cache_state {
     ggml_dispatch::cache_env env;
     size_t                   table_bytes = 0;
     std::atomic<bool>        warned_alloc{false};
-    std::atomic<size_t>      logged_bytes{0};
+    std::atomic<int64_t>     logged_made{0};  // copies made when the last growth line was logged
     // GGML_CUDA_DISPATCH_CACHE_BUFFERS=any: weights of any non-compute buffer are cached too (for
     // test-backend-ops, whose weights are not in WEIGHTS buffers); default: WEIGHTS buffers only
     bool                     any_buffer = false;
@@ -116,10 +116,10 @@ static void cache_forced(bool on, bool force_mode) {
 static void cache_log_growth() {
     cache_state &                    cs = cache_st();
     const ggml_dispatch::cache_stats s  = cs.cache.stats();
-    if (s.bytes == cs.logged_bytes.load() || s.counts[ggml_dispatch::CACHE_MADE] == 0) {
-        return;
+    if (s.counts[ggml_dispatch::CACHE_MADE] == cs.logged_made.load()) {
+        return;  // no copy made since the last line
     }
-    cs.logged_bytes = s.bytes;
+    cs.logged_made = s.counts[ggml_dispatch::CACHE_MADE];
     GGML_LOG_INFO("ggml_cuda_dispatch: weight cache: %zu tensors, %zu bytes (%s) cached of a budget of %s; %lld "
                   "requests over budget, %lld failed allocations\n",
                   s.entries, s.bytes, mib_text(s.bytes).c_str(), budget_text(cs.cache.budget()).c_str(),
