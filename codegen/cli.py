@@ -10,7 +10,7 @@ from typing import Final
 
 import click
 
-from codegen import decide, render
+from codegen import cache, decide, render
 from codegen import diff as dif
 from codegen import table as tbl
 from ggml_dispatch import fileio, schema
@@ -96,6 +96,15 @@ def _under_tables(path: Path) -> bool:
     show_default=True,
     help="size-class defaults (by N*K) for (N, K) without an exact rule",
 )
+@click.option(
+    "--cache-budget",
+    "cache_budget",
+    type=Int(0, cache.MAX_BUDGET_MIB),
+    default=None,
+    metavar="MiB",
+    help="VRAM for persistent f16 weight copies (cublas/weight=cached), chosen greedily by measured time "
+    "saved per MiB over --census; 0 = the table without the cache; unset: cached rows are ignored",
+)
 def codegen_cmd(
     tuning: Path,
     census_path: Path | None,
@@ -110,6 +119,7 @@ def codegen_cmd(
     verbose: bool,
     interpolate: bool,
     class_defaults: bool,
+    cache_budget: int | None,
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
 
@@ -146,7 +156,7 @@ def codegen_cmd(
     census_df = None
     if census_path is not None:
         census_df = census_artifact.read(census_path).frame()
-    decisions = decide.decide(df, params, tuning)
+    decisions, plan = cache.decide_with_cache(df, census_df, cache_budget, params, tuning)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
     if reference and _under_tables(out_dir):
         raise InputError(
@@ -159,6 +169,7 @@ def codegen_cmd(
         tuning_sha256=fileio.sha256_file(tuning),
         census_sha256=fileio.sha256_file(census_path) if census_path else None,
     )
+    table = cache.attach(table, plan)
     text = tbl.dumps(table)
     header = render.render_header(table)
     with fileio.output_set([table_out, header_out], inputs) as outputs:
@@ -196,6 +207,18 @@ def codegen_cmd(
         echo(f"  {dif.rule_line(r)}  min ratio {r['min_ratio']:.3f}x at M {r['measured_M']}{extra}")
     if not table["rules"]:
         echo("  (none: stock everywhere)")
+    if plan is not None:
+        echo(
+            f"weight cache: budget {plan.budget_mib} MiB, {len(plan.chosen)} shapes chosen, "
+            f"{plan.bytes} bytes ({plan.bytes / cache.MIB:.1f} MiB)"
+        )
+        for s in plan.chosen:
+            echo(
+                f"  {s.key.label()}: {s.tensors} tensors, {s.bytes / cache.MIB:.1f} MiB, "
+                f"saves {s.saved_us:.1f} us ({s.saved_per_mib:.3f} us/MiB) over {s.points} census M"
+            )
+        for s, why in plan.skipped:
+            echo(f"  not cached: {s.key.label()} ({s.saved_per_mib:.3f} us/MiB): {why}")
     refused = table["refused"]
     if verbose:
         echo(f"refused candidates ({len(refused)}):")

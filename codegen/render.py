@@ -80,6 +80,8 @@ def render_header(table: Mapping[str, Any]) -> str:
         "tool_version": str(prov.get("tool_version") or schema.TOOL_VERSION),
         "table_hash": tbl.table_hash(t),
         "tuning_sha256": str(prov.get("tuning_sha256") or ""),
+        "cache_budget_bytes": int(t["cache"]["budget_bytes"]) if "cache" in t else 0,
+        "fallback_rows": [_row(r) for r in t.get("cache", {}).get("fallback", [])],
         "upstream_commit": str(t["upstream_commit"]),
         "rows": [_row(r) for r in t["rules"] if not tbl.is_class(r)],
         "class_rows": [_row(r) for r in t["rules"] if tbl.is_class(r)],

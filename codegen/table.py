@@ -271,7 +271,41 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
     refused = table.get("refused", [])
     if not isinstance(refused, list):
         raise InputError(path, "must be a list", field="refused")
+    if "cache" in table:
+        _validate_cache(table["cache"], path)
     return table
+
+
+def _validate_cache(c: Any, path: str | Path | None) -> None:
+    """The weight-cache plan (codegen.cache): a budget, the chosen shapes and their bytes, never over."""
+    if not isinstance(c, dict):
+        raise InputError(path, "must be an object", field="cache")
+    for f in ("budget_mib", "budget_bytes", "bytes"):
+        if not _is_int(c.get(f)) or c[f] < 0:
+            raise InputError(path, "must be a non-negative integer", field=f"cache.{f}")
+    if c["budget_bytes"] != c["budget_mib"] << 20:
+        raise InputError(path, "is not budget_mib MiB", field="cache.budget_bytes")
+    tensors = c.get("tensors")
+    if not isinstance(tensors, list):
+        raise InputError(path, "must be a list", field="cache.tensors")
+    total = 0
+    for i, t in enumerate(tensors):
+        if not isinstance(t, dict) or not _is_int(t.get("bytes")) or t["bytes"] <= 0:
+            raise InputError(path, "needs a positive integer bytes", field=f"cache.tensors[{i}]")
+        total += t["bytes"]
+    if total != c["bytes"]:
+        raise InputError(path, f"the tensors' bytes add up to {total}", field="cache.bytes")
+    fallback = c.get("fallback", [])
+    if not isinstance(fallback, list):
+        raise InputError(path, "must be a list", field="cache.fallback")
+    for i, r in enumerate(fallback):
+        _validate_rule(r, path, f"cache.fallback[{i}]")
+        if is_class(r) or "weight=cached" in rule_config(r):
+            raise InputError(
+                path, "a fallback is an exact rule without the cache", field=f"cache.fallback[{i}]"
+            )
+    if c["bytes"] > c["budget_bytes"]:
+        raise InputError(path, "the chosen copies exceed the budget", field="cache.bytes")
 
 
 def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:

@@ -227,6 +227,12 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         (
             Param("out", ("f16", "f32"), "GEMM output type: f16 then a convert to f32, or f32 directly"),
             Param("compute", ("f16", "f32", "bf16"), "cuBLAS compute type"),
+            Param(
+                "weight",
+                ("cached",),
+                "read a persistent f16 copy of the weight (made once, within the cache budget) instead of"
+                " dequantizing it on every call",
+            ),
         ),
         "cuBLAS GEMM after dequantization",
     ),
@@ -378,11 +384,15 @@ class Config:
 
 def route_configs(route: Route | str) -> list[Config]:
     """Every configuration of a route a sweep times: the plain route, then every combination of all its
-    parameters' values (declared order; eligibility per shape is the hook's check)."""
+    parameters' values, a one-valued parameter (a switch) both left out and set (declared order;
+    eligibility per shape is the hook's check)."""
     spec = ROUTES[Route(route)]
     out = [Config(spec.route)]
     combos: list[tuple[tuple[str, str], ...]] = [()]
     for p in spec.params:
+        if len(p.values) == 1:  # a switch: combined left out (stock's behaviour) and on
+            combos = [c2 for c in combos for c2 in (c, (*c, (p.name, p.values[0])))]
+            continue
         combos = [(*c, (p.name, v)) for c in combos for v in p.values]
     if spec.params:
         out += [Config(spec.route, c) for c in combos]

@@ -42,6 +42,9 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch-hook.cuh",
     "ggml-dispatch-params.h",
     "ggml-dispatch.cu",
+    "ggml-dispatch-cache.h",
+    "ggml-dispatch-cache.cuh",
+    "ggml-dispatch-cache-impl.cuh",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
 BUILD_HEADER: Final = "ggml-dispatch-build.h"

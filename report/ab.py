@@ -53,13 +53,17 @@ class AbRecord:
     pair: int
     tps: float
     run: str = ""  # which A/B file: runs of different files are never paired
+    peak_vram_mib: float | None = None  # the run's peak GPU memory (ggml_dispatch.artifacts.ab)
+
+
+def _record(r: Any) -> AbRecord:
+    peak = r.provenance.peak_vram_mib if r.provenance is not None else None
+    return AbRecord(r.model, r.test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak)
 
 
 def parse_ab_lines(lines: Iterable[str], path: Path) -> list[tuple[int, AbRecord]]:
     """JSON Lines -> (line number, measurement) through the one record reader."""
-    return [
-        (n, AbRecord(r.model, r.test, r.ubatch, r.arm, r.pair, r.tps)) for n, r in parse_lines(lines, path)
-    ]
+    return [(n, _record(r)) for n, r in parse_lines(lines, path)]
 
 
 def load_ab(paths: Sequence[Path]) -> tuple[list[AbRecord], list[Any]]:
@@ -71,9 +75,7 @@ def load_ab(paths: Sequence[Path]) -> tuple[list[AbRecord], list[Any]]:
     files: list[InputFile] = []
     seen: dict[tuple[str, str, str, int, str, int], str] = {}
     for path in paths:
-        numbered = [
-            (n, AbRecord(r.model, r.test, r.ubatch, r.arm, r.pair, r.tps)) for n, r in read_file(path)
-        ]
+        numbered = [(n, _record(r)) for n, r in read_file(path)]
         if not numbered:
             raise InputError(path, "no A/B records (empty file)")
         run = path.stem if len(paths) > 1 else ""

@@ -9,12 +9,14 @@ appended as each run finishes (a killed A/B keeps every finished run).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +192,88 @@ def parse_gpu_query(text: str) -> Gpu | None:
     return None
 
 
+def parse_compute_apps(text: str, pid: int) -> float | None:
+    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits``: MiB of ``pid``
+    (summed over its lines, one per GPU), None when it is not listed (e.g. another PID namespace)."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) != pid:
+            continue
+        try:
+            total += float(parts[1])
+        except ValueError:
+            continue
+        seen = True
+    return total if seen else None
+
+
+def parse_memory_used(text: str) -> float | None:
+    """``nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits``: the first GPU's MiB."""
+    for line in text.splitlines():
+        try:
+            return float(line.strip())
+        except ValueError:
+            continue
+    return None
+
+
+@dataclass
+class VramPeak:
+    """Polls nvidia-smi while a process runs: its own peak (per-process accounting), and the device's peak
+    rise over the memory used before it started (when the process is not listed, e.g. in a container)."""
+
+    pid: int
+    nvidia_smi: str
+    baseline_mib: float | None
+    interval_s: float = 0.2
+    process_mib: float | None = None
+    device_mib: float | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _query(self, what: str) -> str:
+        try:
+            res = subprocess.run(
+                [self.nvidia_smi, what, "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return res.stdout if res.returncode == 0 else ""
+
+    def poll_once(self) -> None:
+        p = parse_compute_apps(self._query("--query-compute-apps=pid,used_memory"), self.pid)
+        if p is not None:
+            self.process_mib = max(self.process_mib or 0.0, p)
+        d = parse_memory_used(self._query("--query-gpu=memory.used"))
+        if d is not None and self.baseline_mib is not None:
+            self.device_mib = max(self.device_mib or 0.0, d - self.baseline_mib)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> tuple[float | None, str | None]:
+        """(peak MiB, source): the process' own peak when nvidia-smi listed it, else the device's rise."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.process_mib is not None:
+            return self.process_mib, "process"
+        if self.device_mib is not None:
+            return self.device_mib, "device"
+        return None, None
+
+
 @dataclass
 class Runner:
     """Runs one llama-bench invocation of one arm and turns it into records (the impure part)."""
@@ -199,6 +283,7 @@ class Runner:
     log: Path | None = None  # stderr of every run, appended
     extra_env: Mapping[str, str] = field(default_factory=dict)
     clock: Callable[[], str] = fileio.now_iso
+    vram: bool = False  # poll nvidia-smi for the run's peak GPU memory
 
     def command(self, arm: Arm, model: Path, bench_args: str) -> list[str]:
         return [
@@ -222,7 +307,25 @@ class Runner:
         env.pop("GGML_CUDA_ROUTE_TRACE", None)  # an A/B never traces
         cmd = self.command(arm, model, bench_args)
         started = self.clock()
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        peak: tuple[float | None, str | None] = (None, None)
+        smi = shutil.which("nvidia-smi") if self.vram else None
+        if self.vram and smi is None:
+            raise RunError("--vram: no nvidia-smi on PATH to measure the peak GPU memory with")
+        if smi is not None:
+            base = VramPeak(0, smi, None)
+            baseline = parse_memory_used(base._query("--query-gpu=memory.used"))
+            with subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            ) as proc:
+                poller = VramPeak(proc.pid, smi, baseline)
+                poller.start()
+                stdout, stderr = proc.communicate()
+                peak = poller.stop()
+            res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+            if peak[0] is None:
+                raise RunError(f"{shlex.join(cmd)}: --vram: nvidia-smi reported no memory for the run")
+        else:
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if self.log is not None:
             with self.log.open("a", encoding="utf-8") as f:
                 f.write(f"$ {shlex.join(cmd)}\n{res.stderr}\n")
@@ -254,6 +357,8 @@ class Runner:
                 driver=self.gpu.driver,
                 started=started,
                 build_commit=r.build_commit,
+                peak_vram_mib=peak[0],
+                vram_source=peak[1],
             )
             out.append(ab.Record(model_name, r.test, r.ubatch, arm.name, pair, r.tps, r.samples_tps, prov))
         return out
@@ -302,6 +407,18 @@ def run_ab(
     return n
 
 
+def parse_arm_env(spec: str) -> tuple[str, str, str]:
+    """``ARM=VAR=VALUE``: one more environment variable (GGML_* only) for the runs of one arm."""
+    arm, sep, rest = spec.partition("=")
+    var, sep2, value = rest.partition("=")
+    if not sep or not sep2 or arm not in ab.ARMS or not var.startswith("GGML_") or not var.isidentifier():
+        raise click.BadParameter(
+            f"{spec!r}: expected ARM=GGML_VAR=VALUE with ARM one of {', '.join(ab.ARMS)}",
+            param_hint="--arm-env",
+        )
+    return arm, var, value
+
+
 def _model(spec: str) -> tuple[str, Path]:
     name, sep, path = spec.partition("=")
     if not sep:
@@ -339,6 +456,19 @@ def _model(spec: str) -> tuple[str, Path]:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="table.json the table arm must run: stop at the first run that applied another (or none).",
 )
+@click.option(
+    "--arm-env",
+    "arm_env_specs",
+    multiple=True,
+    help="ARM=GGML_VAR=VALUE: more environment for one arm's runs (e.g. cached=GGML_CUDA_DISPATCH_CACHE=0), "
+    "recorded with each record; repeatable.",
+)
+@click.option(
+    "--vram",
+    is_flag=True,
+    help="record each run's peak GPU memory (nvidia-smi polled every 0.2 s: the process' own, else the "
+    "device's rise over its use before the run).",
+)
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), required=True)
 def ab_cmd(
     arm_specs: tuple[str, ...],
@@ -348,6 +478,8 @@ def ab_cmd(
     reps: int,
     log_path: Path | None,
     expect_path: Path | None,
+    arm_env_specs: tuple[str, ...],
+    vram: bool,
     out_path: Path,
 ) -> None:
     """Stock-vs-table A/B with llama-bench as interleaved pairs; writes ggml-dispatch-ab/1 records
@@ -359,6 +491,13 @@ def ab_cmd(
       ggml-dispatch ab --arm stock=build/bin --arm table=build/bin --model m.gguf --pairs 5 -o ab.jsonl
     """
     arms = [parse_arm(s) for s in arm_specs]
+    extra: dict[str, list[tuple[str, str]]] = {}
+    for spec in arm_env_specs:
+        arm_name, var, value = parse_arm_env(spec)
+        if arm_name not in {a.name for a in arms}:
+            raise click.BadParameter(f"{spec!r}: no arm {arm_name!r}", param_hint="--arm-env")
+        extra.setdefault(arm_name, []).append((var, value))
+    arms = [dataclasses.replace(a, env=a.env + tuple(extra.get(a.name, ()))) for a in arms]
     if len({a.name for a in arms}) != len(arms):
         raise click.BadParameter("each arm name once", param_hint="--arm")
     for a in arms:
@@ -379,7 +518,7 @@ def ab_cmd(
     if gpu is None:
         click.echo("ggml-dispatch: error: no GPU visible (nvidia-smi found none): an A/B needs one", err=True)
         sys.exit(2)
-    runner = Runner(gpu, reps=reps, log=log_path)
+    runner = Runner(gpu, reps=reps, log=log_path, vram=vram)
     try:
         n = run_ab(
             runner,

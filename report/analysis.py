@@ -38,7 +38,13 @@ from ggml_dispatch import registry, schema
 from report.ab import AB_ARMS, AbRecord
 from report.inputs import STATUS_KINDS, TableView, finite, records, status_kind
 
-AB_COMPARISONS: Final = (("table", "stock"), ("crude", "stock"), ("table", "crude"))
+AB_COMPARISONS: Final = (
+    ("table", "stock"),
+    ("crude", "stock"),
+    ("table", "crude"),
+    ("cached", "stock"),  # the table chosen with a weight-cache budget
+    ("cached", "table"),
+)
 
 
 ROUTE_ORDER: Final = tuple(r.value for r in schema.ROUTE_CODES)
@@ -472,6 +478,16 @@ def ab_arm_spreads(records: Sequence[AbRecord]) -> list[tuple[str, str, int, str
         acc[(ab_model_label(r), r.test, r.ubatch, r.arm)].append(r.tps)
     keys = sorted(acc, key=lambda k: (k[0], k[1], k[2], AB_ARMS.index(k[3])))
     return [(*k, spread(acc[k])) for k in keys]
+
+
+def ab_arm_vram(records: Sequence[AbRecord]) -> dict[tuple[str, str, int, str], float]:
+    """The largest recorded peak GPU memory (MiB) per (model, test, ubatch, arm); absent: not measured."""
+    out: dict[tuple[str, str, int, str], float] = {}
+    for r in records:
+        if r.peak_vram_mib is not None:
+            k = (ab_model_label(r), r.test, r.ubatch, r.arm)
+            out[k] = max(out.get(k, 0.0), r.peak_vram_mib)
+    return out
 
 
 def status_total(df: pd.DataFrame) -> Counter[str]:

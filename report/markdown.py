@@ -29,6 +29,7 @@ from report.analysis import (
     Spread,
     TuningAnalysis,
     ab_arm_spreads,
+    ab_arm_vram,
     ab_comparisons,
     analyse_tuning,
     census_shares,
@@ -593,8 +594,9 @@ def _section_ab(
 ) -> list[str]:
     md = ["## End-to-end A/B", ""]
     md += [f"![measured A/B ratios]({figs.add('ab.png', plots.plot_ab(comps, ab_predicted))})", ""]
+    vram = ab_arm_vram(records)
     md += md_table(
-        ["model", "test", "ubatch", "arm", "runs", "median t/s", "IQR t/s"],
+        ["model", "test", "ubatch", "arm", "runs", "median t/s", "IQR t/s", "peak VRAM MiB"],
         (
             [
                 md_escape(m),
@@ -604,6 +606,7 @@ def _section_ab(
                 str(s.n),
                 fmt_tps(s.median),
                 f"{fmt_tps(s.q1)}–{fmt_tps(s.q3)}",
+                f"{vram[(m, t, u, a)]:.0f}" if (m, t, u, a) in vram else "not measured",
             ]
             for m, t, u, a, s in ab_arm_spreads(records)
         ),

@@ -124,6 +124,7 @@ def test_issue_configurations_are_declared() -> None:
     assert {p.name: p.values for p in cublas.params} == {
         "out": ("f16", "f32"),
         "compute": ("f16", "f32", "bf16"),
+        "weight": ("cached",),
     }
     assert {p.name: p.values for p in mmq.params} == {
         "j": tuple(str(j) for j in range(8, 129, 8)),
@@ -356,3 +357,17 @@ def test_decide_times_configurations_and_refuses_one_of_another_route() -> None:
     bad = df.assign(config=df["route"].map({"mmq": "mmq/j=7", "mmvq": None}))
     with pytest.raises(InputError, match="row 0: config: mmq/j='7' is not one of"):
         decide.decide(bad, decide.Params())
+
+
+def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
+    configs = [str(c) for c in registry.route_configs("cublas")]
+    assert configs[0] == "cublas"
+    full = configs[1:]
+    assert len(full) == 2 * 3 * 2 and len(set(full)) == len(full)
+    assert "cublas/out=f16,compute=f16" in full and "cublas/out=f16,compute=f16,weight=cached" in full
+    assert sum(c.endswith(",weight=cached") for c in full) == 6
+    # a config without the switch is the per-call path: its code leaves the weight field 0
+    c = registry.Config.parse("cublas/weight=cached")
+    assert c.code != registry.Config.parse("cublas").code and registry.Config.from_code(c.code) == c
+    # mmq has no switch: unchanged
+    assert len(registry.route_configs("mmq")) == 1 + 16 * 2

@@ -206,10 +206,13 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
 
     assert candidate_configs(["mmq", "cublas"], "routes") == ("mmq", "cublas")
     every = candidate_configs(ALL_ROUTES, "all")
-    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2) + (1 + 2 * 3)
+    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2) + (1 + 2 * 3 * 2)
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
-        f"cublas/out={o},compute={c}" for o in ("f16", "f32") for c in ("f16", "f32", "bf16")
+        f"cublas/out={o},compute={c}{w}"
+        for o in ("f16", "f32")
+        for c in ("f16", "f32", "bf16")
+        for w in ("", ",weight=cached")
     )
     mmq = [registry.Config.parse(c) for c in every if c.startswith("mmq/")]
     assert {dict(c.params)["j"] for c in mmq} == {str(j) for j in range(8, 129, 8)}
@@ -217,3 +220,14 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert all(registry.canonical_config(c) == c for c in every)
     with pytest.raises(ValueError, match="configs mode"):
         candidate_configs(["mmq"], "some")
+
+
+def test_cache_candidates_are_the_routes_and_f16_cublas_with_and_without_the_copy() -> None:
+    from tuner.select import ALL_ROUTES, candidate_configs
+
+    got = candidate_configs(ALL_ROUTES, "cache")
+    assert got[: len(ALL_ROUTES)] == ALL_ROUTES
+    assert sorted(got[len(ALL_ROUTES) :]) == sorted(
+        f"cublas/out={o},compute=f16{w}" for o in ("f16", "f32") for w in ("", ",weight=cached")
+    )
+    assert candidate_configs(["mmq"], "cache") == ("mmq",)

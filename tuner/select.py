@@ -35,14 +35,23 @@ from ggml_dispatch.errors import InputError
 
 M_GRID: Final[tuple[int, ...]] = tuple(2**i for i in range(15))  # 1 .. 16384
 ALL_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in schema.Route)
-CONFIG_MODES: Final = ("all", "routes")
+CONFIG_MODES: Final = ("all", "routes", "cache")
 
 
 def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ...]:
     """The candidates of a point: ``routes`` = the plain routes; ``all`` = every configuration of each
-    route (registry.route_configs: the plain route, then every combination of its parameter values)."""
+    route (registry.route_configs: the plain route, then every combination of its parameter values);
+    ``cache`` = the plain routes plus cuBLAS in f16 compute, each output type, per call and from the
+    cached weight copy (what the weight cache's decision needs, at a fraction of ``all``'s cost)."""
     if mode == "routes":
         return tuple(routes)
+    if mode == "cache":
+        extra = [
+            str(c)
+            for c in registry.route_configs(registry.Route.CUBLAS)
+            if dict(c.params).get("compute") == "f16"
+        ]
+        return tuple(routes) + (tuple(extra) if registry.Route.CUBLAS.value in routes else ())
     if mode != "all":
         raise ValueError(f"configs mode {mode!r} is not one of {', '.join(CONFIG_MODES)}")
     return tuple(str(c) for r in routes for c in registry.route_configs(r))

@@ -24,7 +24,8 @@ from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
 
 SCHEMA: Final = "ggml-dispatch-ab/1"
-ARMS: Final = ("stock", "table", "crude")
+# cached: a table chosen with a weight-cache budget (codegen --cache-budget), its own build like crude's
+ARMS: Final = ("stock", "table", "crude", "cached")
 # The arm that must run without any table (GGML_CUDA_DISPATCH=off or a build without a table).
 STOCK_ARM: Final = "stock"
 LINE_PREFIX: Final = "ggml_cuda_dispatch: "
@@ -94,9 +95,17 @@ class Provenance:
     driver: str
     started: str  # ISO 8601 UTC
     build_commit: str = ""  # llama-bench's build_commit
+    # peak GPU memory of the run's process (nvidia-smi per-process, else the device's rise), MiB; None:
+    # not measured. vram_source says which ("process" or "device").
+    peak_vram_mib: float | None = None
+    vram_source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.peak_vram_mib is not None:
+            extra = {"peak_vram_mib": self.peak_vram_mib, "vram_source": self.vram_source}
         return {
+            **extra,
             "command": list(self.command),
             "env": dict(self.env),
             "dispatch_line": self.dispatch_line,
@@ -231,7 +240,23 @@ def _provenance(obj: Mapping[str, Any], path: Path, lineno: int) -> Provenance:
         driver=gpu["driver"],
         started=started,
         build_commit=str(obj.get("build_commit") or ""),
+        **_vram(obj, path, lineno),
     )
+
+
+VRAM_SOURCES: Final = ("process", "device")
+
+
+def _vram(obj: Mapping[str, Any], path: Path, lineno: int) -> dict[str, Any]:
+    peak = obj.get("peak_vram_mib")
+    if peak is None:
+        return {}
+    if isinstance(peak, bool) or not isinstance(peak, (int, float)) or not math.isfinite(peak) or peak < 0:
+        raise InputError(path, "expected a non-negative number of MiB", line=lineno, field="peak_vram_mib")
+    src = obj.get("vram_source")
+    if src not in VRAM_SOURCES:
+        raise InputError(path, f"must be one of {', '.join(VRAM_SOURCES)}", line=lineno, field="vram_source")
+    return {"peak_vram_mib": float(peak), "vram_source": src}
 
 
 def parse_lines(lines: Iterable[str], path: Path) -> list[tuple[int, Record]]:

@@ -487,6 +487,9 @@ class recorder {
 
     int override_config() const { return override_.load(std::memory_order_relaxed); }
 
+    // Makes every graph captured so far stale (the weight cache freed or is about to make a copy it read).
+    void invalidate_graphs() { generation_.fetch_add(1); }
+
     int64_t unknown_replays() const { return unknown_replays_; }
 
     size_t capture_count() {

@@ -230,6 +230,9 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
             case GGML_DISPATCH_PARAM_CUBLAS_COMPUTE_V_BF16: p.cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_BF16; break;
             default: break;
         }
+        if (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_CUBLAS_WEIGHT_INDEX) == GGML_DISPATCH_PARAM_CUBLAS_WEIGHT_V_CACHED) {
+            p.cublas_weight = GGML_DISPATCH_CUBLAS_WEIGHT_CACHED;
+        }
     } else if (route == GGML_DISPATCH_ROUTE_MMQ) {
         const int j = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_J_INDEX);
         if (j != 0) {
@@ -297,6 +300,13 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int config, const ggm
             if (t == GGML_TYPE_F32 && p.cublas_out == GGML_DISPATCH_CUBLAS_OUT_COMPUTE) {
                 return GGML_DISPATCH_WHY_PARAMS;
             }
+        }
+        // weight=cached: an f16 copy made by the contiguous to-f16 converter, read by an f16 GEMM (the
+        // compute type stock picks at run time is checked again where the copy is asked for)
+        if (p.cublas_weight == GGML_DISPATCH_CUBLAS_WEIGHT_CACHED &&
+                ((p.cublas_compute != GGML_DISPATCH_CUBLAS_COMPUTE_STOCK && p.cublas_compute != GGML_DISPATCH_CUBLAS_COMPUTE_F16) ||
+                 d.src0_type == GGML_TYPE_F16 || !d.src0_contiguously_allocated || ggml_get_to_fp16_cuda(d.src0_type) == nullptr)) {
+            return GGML_DISPATCH_WHY_PARAMS;
         }
         return GGML_DISPATCH_OK;
     }

@@ -7,6 +7,7 @@
 #include "common.cuh"
 #include "ggml-dispatch.h"
 #include "ggml-dispatch-params.h"
+#include "ggml-dispatch-cache.cuh"
 
 // Set once by ggml_cuda_dispatch_init() (first backend init); read per node.
 extern bool ggml_cuda_dispatch_active;

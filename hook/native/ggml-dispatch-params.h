@@ -24,6 +24,11 @@ enum ggml_dispatch_cublas_compute {
     GGML_DISPATCH_CUBLAS_COMPUTE_BF16 = 3,
 };
 
+enum ggml_dispatch_cublas_weight {
+    GGML_DISPATCH_CUBLAS_WEIGHT_STOCK  = 0,  // the weight converted on every call
+    GGML_DISPATCH_CUBLAS_WEIGHT_CACHED = 1,  // its persistent f16 copy (ggml-dispatch-cache.cuh)
+};
+
 enum ggml_dispatch_mmq_stream_k {
     GGML_DISPATCH_MMQ_STREAM_K_STOCK = 0,
     GGML_DISPATCH_MMQ_STREAM_K_ON = 1,     // one block per SM, partial tiles fixed up
@@ -35,6 +40,7 @@ struct ggml_dispatch_params {
     int cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_STOCK;
     int mmq_J          = 0;  // 0: the tree's rule (fewest column tiles, then smallest J)
     int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
+    int cublas_weight  = GGML_DISPATCH_CUBLAS_WEIGHT_STOCK;
     int refused        = 0;  // set by a reader that could not apply a value
 };
 

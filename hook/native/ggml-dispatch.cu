@@ -11,6 +11,7 @@
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
 #include "fwht.cuh"
+#include "ggml-dispatch-cache-impl.cuh"
 
 #include <cerrno>
 #include <cstdlib>
@@ -24,6 +25,10 @@
 #else
 #    include <unistd.h>
 #    define GGML_DISPATCH_GETPID getpid
+#endif
+
+#ifndef GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES  // a table rendered without a weight-cache budget
+#    define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 #endif
 
 #if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 3
@@ -194,7 +199,7 @@ static std::string header_json(const std::vector<device_ident> & idents) {
     s += ",\"env\":{";
     const char * vars[] = {
         "GGML_CUDA_DISPATCH", "GGML_CUDA_CUBLAS_COMPUTE_TYPE", "GGML_CUDA_MMQ_PREC",
-        "GGML_CUDA_DISABLE_FUSION", "GGML_CUDA_DISABLE_GRAPHS",
+        "GGML_CUDA_DISABLE_FUSION", "GGML_CUDA_DISABLE_GRAPHS", "GGML_CUDA_DISPATCH_CACHE",
     };
     for (size_t i = 0; i < sizeof(vars)/sizeof(vars[0]); ++i) {
         s += i ? ",\"" : "\"";
@@ -279,6 +284,15 @@ static void init_once() {
         if (info.device_count == 0) {
             line += ": no device";
         }
+    }
+
+    if (st.m != MODE_OFF) {
+        bool any_table = false;
+        for (int i = 0; i < info.device_count; ++i) {
+            any_table = any_table || st.table_applies[i];
+        }
+        line += cache_configure(st.m == MODE_FORCE, any_table ? (size_t) GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES : 0,
+                                env_or_null("GGML_CUDA_DISPATCH_CACHE"));
     }
 
     const char * trace_path = env_or_null("GGML_CUDA_ROUTE_TRACE");
@@ -421,9 +435,16 @@ int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml
     key[GGML_DISPATCH_KEY_MUL_MAT_N]     = src0->ne[1];
     key[GGML_DISPATCH_KEY_MUL_MAT_K]     = src0->ne[0];
     key[GGML_DISPATCH_KEY_MUL_MAT_B]     = src1->ne[2]*src1->ne[3];
-    int       reason    = REASON_STOCK;
-    const int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
-                                           (int) src1->type, key, src1->ne[1], &reason);
+    int reason    = REASON_STOCK;
+    int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
+                                     (int) src1->type, key, src1->ne[1], &reason);
+    // a table rule that reads a cached weight copy which cannot be had runs the table's uncached choice
+    if (reason == REASON_TABLE && ggml_dispatch_params_of_config(requested).cublas_weight != GGML_DISPATCH_CUBLAS_WEIGHT_STOCK &&
+            !cache_can_serve(ctx.device, ctx.stream(), src0)) {
+        requested = ggml_dispatch_table_cache_fallback(GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
+                                                       (int) src1->type, key, src1->ne[1]);
+        reason    = requested != 0 ? REASON_TABLE : REASON_STOCK;
+    }
 
     int run = 0;
     int why = GGML_DISPATCH_OK;
@@ -525,6 +546,11 @@ void ggml_cuda_dispatch_eval_begin(const ggml_backend_cuda_context * ctx, const 
 
 void ggml_cuda_dispatch_eval_end() {
     state().rec.eval_end();
+    cache_log_growth();
+}
+
+void ggml_cuda_dispatch_graphs_stale() {
+    state().rec.invalidate_graphs();
 }
 
 bool ggml_cuda_dispatch_graph_stale(const ggml_backend_cuda_context * ctx, const void * graph_key) {
@@ -548,6 +574,9 @@ void ggml_backend_cuda_dispatch_set_override(int config_code) {
         GGML_LOG_WARN("ggml_cuda_dispatch: override %d is not a configuration code (ggml-dispatch-codes.h); ignored\n",
                       config_code);
         return;
+    }
+    if (state().m != MODE_OFF) {
+        cache_forced(config_code != 0, state().m == MODE_FORCE);
     }
     state().rec.set_override(config_code);
 }
