@@ -66,3 +66,10 @@ def test_the_interval_is_a_t_interval_of_log_ratios(unit: dict[str, Any]) -> Non
 def test_pairs_need_both_times_and_the_best_is_the_lowest_median(unit: dict[str, Any]) -> None:
     assert unit["nan_pairs"] == 3
     assert unit["best"] == 1
+
+
+def test_the_tile_model_prunes_wider_tiles_with_the_same_column_tile_count(unit: dict[str, Any]) -> None:
+    # M = 8: one column tile for every J, so the wider widths of each stream-k setting are not timed
+    assert unit["dom8"] == ["", "", "mmq/j=8,stream_k=on", "mmq/j=8,stream_k=off", "", ""]
+    # an ineligible width neither dominates nor is pruned; the smallest eligible width of a count stays
+    assert unit["dom100"] == ["", "", "mmq/j=56", ""]

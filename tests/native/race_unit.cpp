@@ -16,7 +16,17 @@ int main() {
     std::vector<std::vector<double>> all = { { 110, 111, 109 }, { 100, 101, NAN }, { 120, 121, 119 } };
     race_opts off;
     off.min_trials = 0;
-    std::printf("{\"slow\":%d,\"slow_after_2\":%d,\"close\":%d,\"noisy\":%d,\"off\":%d,\"nan_pairs\":%d,"
+    // M = 8: every J >= 8 is one column tile, so only j=8 of each stream-k setting stays. M = 100: j=50,
+    // 56 and 64 are 2 tiles each, but j=50 is not eligible, so j=56 stays and dominates j=64; j=40 is 3 tiles
+    const std::vector<std::string> names = { "mmq", "mmq/j=8,stream_k=on", "mmq/j=16,stream_k=on",
+                                             "mmq/j=16,stream_k=off", "mmq/j=8,stream_k=off", "cublas" };
+    const std::vector<std::string> d8 = tile_dominated(names, std::vector<bool>(names.size(), true), 8);
+    const std::vector<std::string> n2 = { "mmq/j=50", "mmq/j=56", "mmq/j=64", "mmq/j=40" };
+    const std::vector<std::string> d100 = tile_dominated(n2, { false, true, true, true }, 100);
+    std::printf("{\"dom8\":[\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\"],\"dom100\":[\"%s\",\"%s\",\"%s\",\"%s\"],",
+                d8[0].c_str(), d8[1].c_str(), d8[2].c_str(), d8[3].c_str(), d8[4].c_str(), d8[5].c_str(),
+                d100[0].c_str(), d100[1].c_str(), d100[2].c_str(), d100[3].c_str());
+    std::printf("\"slow\":%d,\"slow_after_2\":%d,\"close\":%d,\"noisy\":%d,\"off\":%d,\"nan_pairs\":%d,"
                 "\"lo\":%.6f,\"hi\":%.6f,\"n\":%d,\"best\":%d,\"t95_1\":%.3f,\"t95_4\":%.3f,\"t95_100\":%.3f}\n",
                 race_prune(slow, best, o), race_prune(slow2, best, o), race_prune(close, best, o),
                 race_prune(noisy, best, o), race_prune(slow, best, off), race_ratio_interval(with_nan, best).n,

@@ -739,6 +739,21 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
     std::vector<std::vector<double>> ok_us(n, std::vector<double>((size_t) c.trials, NAN));
     std::vector<std::string>         pruned(n);  // non-empty: why it is no longer timed
     const race_opts                  race = { o.race_min_trials, o.race_noise };
+    if (race.min_trials > 0 && c.op == "MUL_MAT" && c.spec.contains("M")) {
+        // the tile model (race.h): a wider mmq tile with the same column-tile count is not timed
+        std::vector<std::string> names;
+        for (const candidate & cd : cands) {
+            names.push_back(cd.name);
+        }
+        const std::vector<std::string> dom =
+            tile_dominated(names, std::vector<bool>(n, true), c.spec["M"].get<long>());
+        for (size_t k = 0; k < n; ++k) {
+            if (!dom[k].empty()) {
+                pruned[k] = "tile model: as many column tiles as " + dom[k];
+                log_line("case %s: pruned route=%s (%s)", c.id.c_str(), cands[k].name.c_str(), pruned[k].c_str());
+            }
+        }
+    }
     for (int t = 0; t < c.trials; ++t) {
         for (size_t k = 0; k < n; ++k) {
             const size_t      idx = (k + (size_t) t) % n;

@@ -12,6 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 struct race_opts {
@@ -98,4 +102,49 @@ inline int race_best(const std::vector<std::vector<double>> & us) {
         }
     }
     return best;
+}
+
+// Pruning by a model before timing (as Triton's prune_configs_by): an mmq configuration whose column-tile
+// width J gives as many column tiles over M as a smaller eligible J with the same other parameters does
+// the same number of tiles with more padded columns, so it is not timed. Recorded H200 sweeps never had
+// such a configuration as a point's best. Returns, per name, the dominating name ("" = keep). Only names
+// of the form "mmq/j=<J>[,rest]" take part; `eligible` marks the names that passed their checks.
+inline std::vector<std::string> tile_dominated(const std::vector<std::string> & names,
+                                               const std::vector<bool> & eligible, long M) {
+    std::vector<std::string> out(names.size());
+    auto parse = [](const std::string & s, int & j, std::string & rest) {
+        const std::string pre = "mmq/j=";
+        if (s.compare(0, pre.size(), pre) != 0) {
+            return false;
+        }
+        size_t end = s.find(',', pre.size());
+        j          = std::atoi(s.substr(pre.size(), end - pre.size()).c_str());
+        rest       = end == std::string::npos ? "" : s.substr(end);
+        return j > 0;
+    };
+    std::map<std::pair<std::string, long>, std::pair<int, size_t>> smallest;  // (rest, tiles) -> (J, index)
+    for (size_t i = 0; i < names.size(); ++i) {
+        int         j;
+        std::string rest;
+        if (!eligible[i] || !parse(names[i], j, rest)) {
+            continue;
+        }
+        const auto key = std::make_pair(rest, (M + j - 1) / j);
+        auto       it  = smallest.find(key);
+        if (it == smallest.end() || j < it->second.first) {
+            smallest[key] = { j, i };
+        }
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+        int         j;
+        std::string rest;
+        if (!eligible[i] || !parse(names[i], j, rest)) {
+            continue;
+        }
+        const auto & s = smallest.at(std::make_pair(rest, (M + j - 1) / j));
+        if (s.second != i) {
+            out[i] = names[s.second];
+        }
+    }
+    return out;
 }
