@@ -286,13 +286,16 @@ def _gap_rules(
         for route, run in _runs(labels):
             # the size trend of the fitted curves at each claimed M (an end of the gap where the route
             # loses says nothing about the M it is claimed at); the run is split where that reach changes
-            def reach(m: int, route: str = route) -> tuple[int, int]:
-                i = m - (a + 1)
-                return _extent(
-                    [[(S, float(f.ratio[i]), float(f.ci_low[i])) for S, f in fitted[route]]], cell, params
+            sized = fitted[route]
+            reach = {
+                m: _extent(
+                    [[(S, float(g.ratio[m - a - 1]), float(g.ci_low[m - a - 1])) for S, g in sized]],
+                    cell,
+                    params,
                 )
-
-            for nk, piece in itertools.groupby(run, key=reach):
+                for m in run
+            }
+            for nk, piece in itertools.groupby(run, key=reach.__getitem__):
                 ms = list(piece)
                 lo_i, hi_i = ms[0] - (a + 1), ms[-1] - (a + 1)
                 rules.append(

@@ -180,7 +180,9 @@ def report(held: Sequence[Held]) -> list[str]:
             lines.append(f"  via {via}: {len(vs)} points, {ok} agree with the measured decision")
         if check == "in-sample":
             far = [h for h in scored if (h.predicted_us or 0.0) > (1 + IN_SAMPLE_SLACK) * h.oracle_us]
-            lines.append(f"  {len(far)} of {len(scored)} points beyond {IN_SAMPLE_SLACK:.0%} of the per-point best:")
+            lines.append(
+                f"  {len(far)} of {len(scored)} points beyond {IN_SAMPLE_SLACK:.0%} of the per-point best:"
+            )
             for h in far:
                 lines.append(
                     f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: table {h.predicted or 'stock'} "
