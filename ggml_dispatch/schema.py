@@ -208,7 +208,19 @@ TRACE_ROUTE_FIELDS: Final[dict[str, str]] = {
     "count": "int",
 }
 # config: the configuration that ran, canonical text (null for a trace-only path)
-TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null"}
+TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null", "experts": "obj"}
+# MUL_MAT_ID records of a traced run: tokens-per-expert statistics of the sampled calls since the last
+# flush (hook/native/ggml-dispatch-moe-stats.h): means per call, the largest max, calls per routing bucket.
+TRACE_EXPERTS_FIELDS: Final[dict[str, str]] = {
+    "sampled": "int",
+    "picks": "num",
+    "nonempty": "num",
+    "max": "num",
+    "max_max": "num",
+    "mean": "num",
+    "cv": "num",
+    "routing": "list",
+}
 TRACE_HEADER_FIELDS: Final[dict[str, str]] = {
     "schema": "str",
     "upstream_commit": "str|null",

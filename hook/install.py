@@ -42,6 +42,8 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch-hook.cuh",
     "ggml-dispatch-params.h",
     "ggml-dispatch.cu",
+    "ggml-dispatch-moe.cuh",
+    "ggml-dispatch-moe-stats.h",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
 BUILD_HEADER: Final = "ggml-dispatch-build.h"

@@ -7,6 +7,7 @@
 #include "ggml-dispatch-hook.cuh"
 #include "ggml-dispatch-eligibility.cuh"
 #include "ggml-dispatch-core.h"
+#include "ggml-dispatch-moe.cuh"
 #define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 3
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
@@ -53,6 +54,7 @@ struct dispatch_state {
     mode        m            = MODE_OFF;
     int         force_config = 0;
     bool        table_applies[GGML_CUDA_MAX_DEVICES] = {};
+    moe_stats   moe;  // MUL_MAT_ID tokens per expert, while the trace is on
 };
 
 static dispatch_state & state() {
@@ -286,6 +288,11 @@ static void init_once() {
         if (st.rec.open_trace(trace_path, header_json(idents))) {
             std::atexit(flush_at_exit);
             line += std::string("; route trace -> ") + trace_path;
+            if (st.moe.open(info.device_count)) {
+                st.rec.set_extra(&st.moe);
+            } else {
+                line += " (no MUL_MAT_ID expert statistics: no device memory)";
+            }
         } else {
             line += std::string("; cannot open route trace ") + trace_path + ": " + std::strerror(errno);
         }
@@ -481,6 +488,7 @@ void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const g
     if (st.rec.trace_on()) {
         const record_key k = make_key(ctx.device, dst, GGML_DISPATCH_LAYOUT_EXPERT, FUSED_NONE, stock, stock, REASON_STOCK,
                                       GGML_DISPATCH_OK);
+        st.moe.note(ctx.device, ctx.stream(), dst, k);
         st.rec.note(o, &k);
     } else {
         st.rec.note(o, nullptr);
@@ -511,6 +519,9 @@ void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_c
         if (st.rec.trace_on()) {
             const record_key k = make_key(ctx.device, node, layout_of(node), group, route, route, REASON_FUSED,
                                           GGML_DISPATCH_OK);
+            if (node->op == GGML_OP_MUL_MAT_ID) {
+                st.moe.note(ctx.device, ctx.stream(), node, k);
+            }
             st.rec.note(o, &k);
         } else {
             st.rec.note(o, nullptr);
