@@ -291,6 +291,17 @@ CENSUS_COLUMNS: Final[dict[str, str]] = {
     "source": "string",  # Source.TRACE or Source.DECLARED
 }
 
+# Census columns of MUL_MAT_ID rows ingested from a trace with tokens-per-expert statistics; a file
+# without them reads as all null, and a census writes them only when a row has them. routing: the
+# registry's routing bucket most of the key's calls fell in (part of the key); the others are means per
+# sampled call (merged rows: weighted by calls).
+CENSUS_OPTIONAL_COLUMNS: Final[dict[str, str]] = {
+    "routing": "int64",
+    "experts_nonempty": "float64",
+    "tokens_max": "float64",
+    "tokens_cv": "float64",
+}
+
 # Tuning results: one row per (shape, route, trial).
 TUNING_COLUMNS: Final[dict[str, str]] = {
     "gpu_name": "string",
