@@ -44,6 +44,7 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch.cu",
     "ggml-dispatch-moe.cuh",
     "ggml-dispatch-moe-stats.h",
+    "ggml-dispatch-eligibility-id.cuh",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
 BUILD_HEADER: Final = "ggml-dispatch-build.h"
