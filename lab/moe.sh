@@ -12,7 +12,8 @@
 #   PART=trace    llama-bench pp2048 at ubatch 128 and 512 and tg128 (FA on) with GGML_CUDA_ROUTE_TRACE,
 #                 then census ingest (MUL_MAT_ID rows keyed by routing bucket)
 #   PART=tune     harness cases for the census' MUL_MAT_ID shapes (uniform, skewed, few) with every
-#                 MUL_MAT_ID configuration as a candidate; the harness' JSON Lines go to $OUT
+#                 MUL_MAT_ID configuration as a candidate; the harness' JSON Lines and the decisions per
+#                 routing bucket (lab/moe_decide.py) go to $OUT
 #   PART=ab       not available: codegen has no MUL_MAT_ID rules yet, so there is no table to A/B
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -114,7 +115,9 @@ for case, by in best.items():
     med = sorted(((statistics.median(v), k) for k, v in by.items()), reverse=True)
     print(case, "stock/config, best first:", " ".join(f"{k}={m:.3f}" for m, k in med[:4]))
 PY
-    cp "$W/moe/harness.jsonl" "$W/moe/cases.json" "$OUT/"
+    python3 -m lab.moe_decide "$W/moe/cases.json" "$W/moe/harness.jsonl" -o "$W/moe/decisions.json" |
+        tee "$OUT/moe-decisions.txt"
+    cp "$W/moe/harness.jsonl" "$W/moe/cases.json" "$W/moe/decisions.json" "$OUT/" 2>/dev/null
     echo "harness rc=$rc"
     [ "$rc" -eq 0 ] || die "harness failed (rc $rc)"
     ;;
