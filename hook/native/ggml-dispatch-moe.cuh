@@ -71,10 +71,11 @@ class moe_stats final : public record_extra {
         return any;
     }
 
-    // One MUL_MAT_ID node traced as `k`: count its tokens per expert on `stream` (no wait).
-    void note(int device, cudaStream_t stream, const ggml_tensor * dst, const record_key & k) {
-        const ggml_tensor * src0 = dst->src[0];
-        const ggml_tensor * ids  = dst->src[2];
+    // One MUL_MAT_ID node traced as `k`: count its tokens per expert on the context's stream (no wait).
+    void note(ggml_backend_cuda_context & ctx, const ggml_tensor * dst, const record_key & k) {
+        const int           device = ctx.device;
+        const ggml_tensor * src0   = dst->src[0];
+        const ggml_tensor * ids    = dst->src[2];
         if (device < 0 || device >= GGML_CUDA_MAX_DEVICES || dev_[device] == nullptr || ids == nullptr ||
                 ids->type != GGML_TYPE_I32 || src0->ne[2] > MOE_MAX_E || ids->ne[0] <= 0 || ids->ne[1] <= 0 ||
                 ids->ne[0] > INT32_MAX || ids->ne[1] > INT32_MAX) {
@@ -94,7 +95,7 @@ class moe_stats final : public record_extra {
             slot = it->second;
         }
         const int E = (int) src0->ne[2];
-        moe_stats_kernel<<<1, MOE_BLOCK, E*sizeof(int32_t), stream>>>(
+        moe_stats_kernel<<<1, MOE_BLOCK, E*sizeof(int32_t), ctx.stream()>>>(
             (const char *) ids->data, (int64_t) ids->nb[0], (int64_t) ids->nb[1], (int) ids->ne[0], (int) ids->ne[1], E,
             dev_[device] + slot);
         (void) cudaGetLastError();

@@ -489,7 +489,7 @@ void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const g
     if (st.rec.trace_on()) {
         const record_key k = make_key(ctx.device, dst, GGML_DISPATCH_LAYOUT_EXPERT, FUSED_NONE, stock, stock, REASON_STOCK,
                                       GGML_DISPATCH_OK);
-        st.moe.note(ctx.device, ctx.stream(), dst, k);
+        st.moe.note(ctx, dst, k);
         st.rec.note(o, &k);
     } else {
         st.rec.note(o, nullptr);
@@ -561,7 +561,7 @@ void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused) {
     if (st.rec.trace_on()) {
         const record_key k = make_key(p.ctx->device, p.dst, GGML_DISPATCH_LAYOUT_EXPERT, FUSED_NONE, o.route, p.stock,
                                       p.reason, p.why, config != 0 ? config : -1);
-        st.moe.note(p.ctx->device, p.ctx->stream(), p.dst, k);
+        st.moe.note(*p.ctx, p.dst, k);
         st.rec.note(o, &k);
     } else {
         st.rec.note(o, nullptr);
@@ -594,7 +594,7 @@ void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_c
             const record_key k = make_key(ctx.device, node, layout_of(node), group, route, route, REASON_FUSED,
                                           GGML_DISPATCH_OK);
             if (node->op == GGML_OP_MUL_MAT_ID) {
-                st.moe.note(ctx.device, ctx.stream(), node, k);
+                st.moe.note(ctx, node, k);
             }
             st.rec.note(o, &k);
         } else {
