@@ -71,7 +71,7 @@ class moe_stats final : public record_extra {
         return any;
     }
 
-    // One MUL_MAT_ID node traced as `k`: count its tokens per expert on the context's stream (no wait).
+    // One MUL_MAT_ID node traced as `k`, after it ran: count its tokens per expert on its stream (no wait).
     void note(ggml_backend_cuda_context & ctx, const ggml_tensor * dst, const record_key & k) {
         const int           device = ctx.device;
         const ggml_tensor * src0   = dst->src[0];
@@ -94,8 +94,13 @@ class moe_stats final : public record_extra {
             }
             slot = it->second;
         }
+        // the node's stream, which running the node created (never created here: no CUDA call but the launch)
+        cudaStream_t stream = ctx.streams[device][ctx.curr_stream_no];
+        if (stream == nullptr) {
+            return;
+        }
         const int E = (int) src0->ne[2];
-        moe_stats_kernel<<<1, MOE_BLOCK, E*sizeof(int32_t), ctx.stream()>>>(
+        moe_stats_kernel<<<1, MOE_BLOCK, E*sizeof(int32_t), stream>>>(
             (const char *) ids->data, (int64_t) ids->nb[0], (int64_t) ids->nb[1], (int) ids->ne[0], (int) ids->ne[1], E,
             dev_[device] + slot);
         (void) cudaGetLastError();
