@@ -17,18 +17,23 @@ Row = MutableMapping[str, Any]
 EST_ROOFLINE = "roofline"
 EST_MEASURED = "measured"
 
+# Every census column a row holds: the required ones, then the optional MUL_MAT_ID statistics.
+ROW_COLUMNS: Final[tuple[str, ...]] = (*schema.CENSUS_COLUMNS, *schema.CENSUS_OPTIONAL_COLUMNS)
+# MUL_MAT_ID statistics that merged rows average (weighted by calls) instead of keying on
+_MEANS: Final = ("experts_nonempty", "tokens_max", "tokens_cv")
 # Census columns that identify a row; calls / est_us / est_kind are summed or derived.
 KEY_COLUMNS: tuple[str, ...] = tuple(
-    c for c in schema.CENSUS_COLUMNS if c not in ("calls", "est_us", "est_kind")
+    c for c in ROW_COLUMNS if c not in ("calls", "est_us", "est_kind", *_MEANS)
 )
-_COLUMN: Final[dict[str, int]] = {c: i for i, c in enumerate(schema.CENSUS_COLUMNS)}
+_COLUMN: Final[dict[str, int]] = {c: i for i, c in enumerate(ROW_COLUMNS)}
 _KEY_INDEX: Final = tuple(_COLUMN[c] for c in KEY_COLUMNS)
 _CALLS, _EST_US, _EST_KIND = (_COLUMN[c] for c in ("calls", "est_us", "est_kind"))
+_MEAN_INDEX: Final = tuple(_COLUMN[c] for c in _MEANS)
 
 
 class CensusRow(MutableMapping[str, Any]):
     """One census row read and written by column name like a dict, its values kept in one list in
-    ``schema.CENSUS_COLUMNS`` order: about a quarter of a 25-key dict's memory (a trace can have
+    :data:`ROW_COLUMNS` order: about a quarter of a 25-key dict's memory (a trace can have
     millions of distinct keys). Columns cannot be added or removed."""
 
     __slots__ = ("cells",)
@@ -183,11 +188,21 @@ def trace_rows(
                 f"the shape's class is {shape_layout.value!r} (kept the trace's)"
             )
         spec = _spec(key.gpu, report.specs)
+        ex = tally.experts if key.op == schema.Op.MUL_MAT_ID else None
+        means = ex.means() if ex is not None else None
         if tally.timed_calls > 0 and key.route == key.stock_route:
             est = tally.calls * tally.time_us / tally.timed_calls
             kind = EST_MEASURED
         else:
-            work = estimate.work_of(key.op, key.src0_type, key.src1_type, key.src0_ne, key.src1_ne, n_used)
+            work = estimate.work_of(
+                key.op,
+                key.src0_type,
+                key.src1_type,
+                key.src0_ne,
+                key.src1_ne,
+                n_used,
+                experts_touched=means["nonempty"] if means is not None else None,
+            )
             est = tally.calls * estimate.per_call_us(spec, work)
             kind = EST_ROOFLINE
         row = CensusRow(
@@ -217,6 +232,10 @@ def trace_rows(
                 est,
                 kind,
                 source,
+                ex.bucket() if ex is not None else None,
+                means["nonempty"] if means is not None else None,
+                means["max"] if means is not None else None,
+                means["cv"] if means is not None else None,
             ]
         )
         if _merge(buckets, row):
@@ -241,6 +260,12 @@ def _merge(buckets: dict[int, CensusRow | list[CensusRow]], row: CensusRow) -> b
     for other in have if isinstance(have, list) else (have,):
         if other.key() == k:
             c = other.cells
+            for i in _MEAN_INDEX:  # calls-weighted means (a side without statistics adds no weight)
+                a, b = c[i], row.cells[i]
+                if a is None or b is None:
+                    c[i] = a if b is None else b
+                elif c[_CALLS] + row.cells[_CALLS] > 0:
+                    c[i] = (a * c[_CALLS] + b * row.cells[_CALLS]) / (c[_CALLS] + row.cells[_CALLS])
             c[_CALLS] += row.cells[_CALLS]
             c[_EST_US] += row.cells[_EST_US]
             if c[_EST_KIND] != row.cells[_EST_KIND]:

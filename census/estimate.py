@@ -149,11 +149,14 @@ def work_of(
     src0_ne: tuple[int, ...],
     src1_ne: tuple[int, ...],
     n_expert_used: int = 0,
+    experts_touched: float | None = None,
 ) -> Work:
     """Bytes moved and FLOPs of one MUL_MAT / MUL_MAT_ID node.
 
     ``n_expert_used`` (from the GGUF) fixes MUL_MAT_ID gate/up nodes, whose src1 has one row per token
-    (``src1.ne[1] == 1``) though each token uses that many experts.
+    (``src1.ne[1] == 1``) though each token uses that many experts. ``experts_touched`` (a traced
+    call's mean non-empty experts) replaces the bound min(E, M * used) on the experts whose weights are
+    read: only experts that get tokens cost bytes.
     """
     t0 = schema.ggml_type(src0_type)
     t1 = schema.ggml_type(src1_type)
@@ -165,7 +168,7 @@ def work_of(
         E = src0_ne[2]
         M = src1_ne[2]
         used = max(src1_ne[1], n_expert_used, 1)
-        touched = min(E, M * used)
+        touched = min(E, M * used) if experts_touched is None else min(float(E), experts_touched)
         w = touched * N * t0.row_bytes(K)
         out = N * used * M * _F32_BYTES
         flops = 2.0 * M * N * K * used

@@ -71,12 +71,55 @@ class RouteKey:
     config: str | None = None  # the configuration that ran (canonical text), where the trace records it
 
 
-class Tally:
-    """Calls of one key; ``timed_calls``/``time_us`` from records that carry ``t_us`` (mean per call)."""
+@dataclass(slots=True)
+class Experts:
+    """Tokens-per-expert statistics of a MUL_MAT_ID key summed over its sampled calls (records add up)."""
 
-    __slots__ = ("calls", "line", "path", "time_us", "timed_calls")
+    sampled: int = 0
+    picks: float = 0.0  # sums of per-call values; divide by ``sampled`` for the means
+    nonempty: float = 0.0
+    max: float = 0.0
+    mean: float = 0.0
+    cv: float = 0.0
+    max_max: float = 0.0
+    routing: list[int] = field(default_factory=lambda: [0, 0, 0])  # calls per bucket 1..3
+
+    def add(self, other: Experts) -> None:
+        self.sampled += other.sampled
+        self.picks += other.picks
+        self.nonempty += other.nonempty
+        self.max += other.max
+        self.mean += other.mean
+        self.cv += other.cv
+        self.max_max = max(self.max_max, other.max_max)
+        self.routing = [a + b for a, b in zip(self.routing, other.routing, strict=True)]
+
+    def means(self) -> dict[str, float]:
+        n = max(self.sampled, 1)
+        return {
+            "picks": self.picks / n,
+            "nonempty": self.nonempty / n,
+            "max": self.max / n,
+            "mean": self.mean / n,
+            "cv": self.cv / n,
+        }
+
+    def bucket(self) -> int:
+        """The routing bucket most sampled calls fell in (ties: the more concentrated), 0 if none."""
+        if self.sampled == 0:
+            return registry.ROUTING_ANY
+        best = max(range(3), key=lambda i: (self.routing[i], i))
+        return best + 1
+
+
+class Tally:
+    """Calls of one key; ``timed_calls``/``time_us`` from records that carry ``t_us`` (mean per call);
+    ``experts`` from MUL_MAT_ID records that carry tokens-per-expert statistics."""
+
+    __slots__ = ("calls", "experts", "line", "path", "time_us", "timed_calls")
 
     def __init__(self, path: str, line: int) -> None:
+        self.experts: Experts | None = None
         self.calls = 0
         self.timed_calls = 0
         self.time_us = 0.0
@@ -289,6 +332,8 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
         if parsed.route.value != route:
             raise RecordError(f"{what}: config {_describe(config)} is not a configuration of route {route!r}")
         config = str(parsed)
+    if "experts" in obj and op != schema.Op.MUL_MAT_ID:
+        raise RecordError(f"{what}: only MUL_MAT_ID records carry 'experts'")
     t_us = obj.get("t_us")
     if t_us is not None and not 0 <= t_us <= MAX_T_US:
         raise RecordError(f"{what}: t_us must be a time per call in [0, {MAX_T_US:g}] us, got {t_us!r}")
@@ -313,6 +358,35 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
         config=config,
     )
     return key, count, None if t_us is None else float(t_us)
+
+
+def parse_experts(obj: dict[str, Any], n_experts: int) -> Experts:
+    """Validate a MUL_MAT_ID record's ``experts`` member; return it as sums over its sampled calls."""
+    what = "route record: experts"
+    _check_fields(obj, schema.TRACE_EXPERTS_FIELDS, what)
+    n = obj["sampled"]
+    if not 0 < n <= MAX_DIM:
+        raise RecordError(f"{what}: sampled must be a positive integer, got {n}")
+    r = obj["routing"]
+    if len(r) != 3 or not all(_is_int(x) and x >= 0 for x in r) or sum(r) != n:
+        raise RecordError(
+            f"{what}: routing must be 3 counts that add up to sampled ({n}), got {_describe(r)}"
+        )
+    for k in ("picks", "nonempty", "max", "max_max", "mean", "cv"):
+        if obj[k] < 0:
+            raise RecordError(f"{what}: {k} must not be negative, got {obj[k]}")
+    if obj["nonempty"] > n_experts:
+        raise RecordError(f"{what}: nonempty {obj['nonempty']} is more than the {n_experts} experts")
+    return Experts(
+        sampled=n,
+        picks=obj["picks"] * n,
+        nonempty=obj["nonempty"] * n,
+        max=obj["max"] * n,
+        mean=obj["mean"] * n,
+        cv=obj["cv"] * n,
+        max_max=float(obj["max_max"]),
+        routing=list(r),
+    )
 
 
 def cut_member(raw: bytes, name: bytes) -> tuple[bytes, bytes] | None:
@@ -578,6 +652,7 @@ class _TraceFile:
         if self.footer_seen:
             raise RecordError("route record after the footer")
         key, count, t_us = parse_route(obj, self.devices)
+        experts = parse_experts(obj["experts"], key.src0_ne[2]) if "experts" in obj else None
         tally = self.sink(key, self.path, lineno)
         tally.calls += count
         self.report.route_lines += 1
@@ -585,6 +660,12 @@ class _TraceFile:
         if t_us is not None:
             tally.timed_calls += count
             tally.time_us += t_us * count
+        if experts is not None:
+            if tally.experts is None:
+                tally.experts = experts
+            else:
+                tally.experts.add(experts)
+            return  # statistics differ from record to record: never the fast path
         # make later lines of this key take the fast path
         if not self.fast or raw.count(_COUNT) != 1:
             return

@@ -626,3 +626,51 @@ def shape_key(row: Mapping[str, Any]) -> Any:
 def route_allowed(op: Op | str, config: str) -> bool:
     """May nodes of ``op`` run this configuration's route?"""
     return Op(op) in ROUTES[Config.parse(config).route].ops
+
+
+# --------------------------------------------------------------------------------------------
+# MUL_MAT_ID routing buckets (a MulMatIdKey's ``routing``), as hook/native/ggml-dispatch-moe-stats.h
+# computes them per call from the tokens each expert got. Coverage = non-empty experts / min(E, picks),
+# picks = (token, slot) pairs.
+
+ROUTING_ANY: Final = 0
+ROUTING_BUCKETS: Final[dict[int, str]] = {
+    1: "spread",  # coverage >= 1/2 and CV <= 1
+    2: "skewed",  # neither
+    3: "concentrated",  # coverage < 1/8
+}
+
+
+def routing_bucket(picks: int, nonempty: int, cv: float, n_experts: int) -> int:
+    """The routing bucket of one MUL_MAT_ID call (the C rule, ggml_dispatch_routing_bucket)."""
+    if picks <= 0 or nonempty <= 0:
+        return 3
+    reach = min(picks, n_experts)
+    if 2 * nonempty >= reach and cv <= 1.0:
+        return 1
+    if 8 * nonempty < reach:
+        return 3
+    return 2
+
+
+@dataclass(frozen=True)
+class MoeCall:
+    """Tokens-per-expert statistics of one MUL_MAT_ID call (ggml_dispatch_moe_stats)."""
+
+    picks: int
+    nonempty: int
+    max: int
+    mean: float  # tokens per non-empty expert
+    cv: float  # population coefficient of variation over the non-empty experts
+    routing: int
+
+
+def moe_call_stats(counts: Any) -> MoeCall:
+    """The statistics of a call from its per-expert token counts (any sequence of E integers)."""
+    nz = [int(n) for n in counts if int(n) > 0]
+    picks = sum(nz)
+    mean = picks / len(nz) if nz else 0.0
+    var = sum(n * n for n in nz) / len(nz) - mean * mean if nz else 0.0
+    cv = var**0.5 / mean if nz and var > 0 else 0.0
+    bucket = routing_bucket(picks, len(nz), cv, len(counts))
+    return MoeCall(picks, len(nz), max(nz, default=0), mean, cv, bucket)

@@ -208,7 +208,19 @@ TRACE_ROUTE_FIELDS: Final[dict[str, str]] = {
     "count": "int",
 }
 # config: the configuration that ran, canonical text (null for a trace-only path)
-TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null"}
+TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null", "experts": "obj"}
+# MUL_MAT_ID records of a traced run: tokens-per-expert statistics of the sampled calls since the last
+# flush (hook/native/ggml-dispatch-moe-stats.h): means per call, the largest max, calls per routing bucket.
+TRACE_EXPERTS_FIELDS: Final[dict[str, str]] = {
+    "sampled": "int",
+    "picks": "num",
+    "nonempty": "num",
+    "max": "num",
+    "max_max": "num",
+    "mean": "num",
+    "cv": "num",
+    "routing": "list",
+}
 TRACE_HEADER_FIELDS: Final[dict[str, str]] = {
     "schema": "str",
     "upstream_commit": "str|null",
@@ -277,6 +289,17 @@ CENSUS_COLUMNS: Final[dict[str, str]] = {
     "est_us": "float64",
     "est_kind": "string",  # "roofline" or "measured"
     "source": "string",  # Source.TRACE or Source.DECLARED
+}
+
+# Census columns of MUL_MAT_ID rows ingested from a trace with tokens-per-expert statistics; a file
+# without them reads as all null, and a census writes them only when a row has them. routing: the
+# registry's routing bucket most of the key's calls fell in (part of the key); the others are means per
+# sampled call (merged rows: weighted by calls).
+CENSUS_OPTIONAL_COLUMNS: Final[dict[str, str]] = {
+    "routing": "int64",
+    "experts_nonempty": "float64",
+    "tokens_max": "float64",
+    "tokens_cv": "float64",
 }
 
 # Tuning results: one row per (shape, route, trial).

@@ -45,6 +45,9 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch-cache.h",
     "ggml-dispatch-cache.cuh",
     "ggml-dispatch-cache-impl.cuh",
+    "ggml-dispatch-moe.cuh",
+    "ggml-dispatch-moe-stats.h",
+    "ggml-dispatch-eligibility-id.cuh",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
 BUILD_HEADER: Final = "ggml-dispatch-build.h"

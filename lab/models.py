@@ -13,6 +13,7 @@ Only numpy and gguf are needed (the GPU machine runs this with the pinned tree's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -35,6 +36,10 @@ class Dims:
     kv_heads: int
     head_dim: int
     layers: int
+    # mixture of experts (0: dense): experts per layer, experts used per token, each expert's FFN size
+    experts: int = 0
+    experts_used: int = 0
+    expert_ffn: int = 0
 
 
 PRESETS: dict[str, Dims] = {
@@ -42,6 +47,19 @@ PRESETS: dict[str, Dims] = {
     "llama8b": Dims("llama", hidden=4096, ffn=14336, heads=32, kv_heads=8, head_dim=128, layers=32),
     # the seed workload's dense shapes: hidden 5120, FFN 17408, head dim 256, 24 query and 4 KV heads
     "qwen27b": Dims("qwen3", hidden=5120, ffn=17408, heads=24, kv_heads=4, head_dim=256, layers=64),
+    # Qwen3-30B-A3B dimensions (its config.json: intermediate_size 6144, moe_intermediate_size 768)
+    "qwen3moe-a3b": Dims(
+        "qwen3moe",
+        hidden=2048,
+        ffn=6144,
+        heads=32,
+        kv_heads=4,
+        head_dim=128,
+        layers=48,
+        experts=128,
+        experts_used=8,
+        expert_ffn=768,
+    ),
 }
 
 
@@ -127,7 +145,8 @@ def clone(meta: Path, out: Path, seed: int = 0) -> None:
 
 
 def _tensor_specs(d: Dims, vocab: int) -> Iterator[tuple[str, list[int]]]:
-    """(name, ne) for a dense decoder with the given dimensions, in llama.cpp's tensor naming."""
+    """(name, ne) for a decoder with the given dimensions, in llama.cpp's tensor naming (with experts:
+    a router and the stacked gate/up/down expert tensors in place of the dense FFN)."""
     q_dim, kv_dim = d.heads * d.head_dim, d.kv_heads * d.head_dim
     yield "token_embd.weight", [d.hidden, vocab]
     for i in range(d.layers):
@@ -137,10 +156,16 @@ def _tensor_specs(d: Dims, vocab: int) -> Iterator[tuple[str, list[int]]]:
         yield p + "attn_k.weight", [d.hidden, kv_dim]
         yield p + "attn_v.weight", [d.hidden, kv_dim]
         yield p + "attn_output.weight", [q_dim, d.hidden]
-        if d.arch == "qwen3":
+        if d.arch in ("qwen3", "qwen3moe"):
             yield p + "attn_q_norm.weight", [d.head_dim]
             yield p + "attn_k_norm.weight", [d.head_dim]
         yield p + "ffn_norm.weight", [d.hidden]
+        if d.experts:
+            yield p + "ffn_gate_inp.weight", [d.hidden, d.experts]
+            yield p + "ffn_gate_exps.weight", [d.hidden, d.expert_ffn, d.experts]
+            yield p + "ffn_up_exps.weight", [d.hidden, d.expert_ffn, d.experts]
+            yield p + "ffn_down_exps.weight", [d.expert_ffn, d.hidden, d.experts]
+            continue
         yield p + "ffn_gate.weight", [d.hidden, d.ffn]
         yield p + "ffn_up.weight", [d.hidden, d.ffn]
         yield p + "ffn_down.weight", [d.ffn, d.hidden]
@@ -149,12 +174,14 @@ def _tensor_specs(d: Dims, vocab: int) -> Iterator[tuple[str, list[int]]]:
 
 
 def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None:
-    """An F16 model (F32 norms) with real architecture metadata and the tokenizer of ``tokenizer_from``."""
+    """An F16 model (F32 norms and router) with real architecture metadata and the tokenizer of
+    ``tokenizer_from``."""
     gguf = _gguf()
     reader = gguf.GGUFReader(tokenizer_from)
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     writer = gguf.GGUFWriter(out, d.arch)
-    writer.add_name(f"ggml-dispatch {d.arch} h{d.hidden} f{d.ffn} L{d.layers} (random weights)")
+    moe = f" moe {d.experts}x{d.experts_used} e{d.expert_ffn}" if d.experts else ""
+    writer.add_name(f"ggml-dispatch {d.arch} h{d.hidden} f{d.ffn}{moe} L{d.layers} (random weights)")
     writer.add_block_count(d.layers)
     writer.add_context_length(8192)
     writer.add_embedding_length(d.hidden)
@@ -167,6 +194,10 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
     writer.add_rope_freq_base(500000.0 if d.arch == "llama" else 1000000.0)
     writer.add_layer_norm_rms_eps(1e-5 if d.arch == "llama" else 1e-6)
     writer.add_vocab_size(vocab)
+    if d.experts:
+        writer.add_expert_count(d.experts)
+        writer.add_expert_used_count(d.experts_used)
+        writer.add_expert_feed_forward_length(d.expert_ffn)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for key, field in reader.fields.items():
         if key.startswith("tokenizer."):
@@ -175,16 +206,21 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
             writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
     specs = list(_tensor_specs(d, vocab))
     for name, ne in specs:
-        dtype = np.float32 if len(ne) == 1 else np.float16
+        dtype = np.float32 if len(ne) == 1 or name.endswith("ffn_gate_inp.weight") else np.float16
         writer.add_tensor_info(name, list(reversed(ne)), np.dtype(dtype), int(np.prod(ne)) * dtype().itemsize)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     pool = _random_pool(seed)
     pool16 = pool.astype(np.float16)
-    for i, (_name, ne) in enumerate(specs):
+    for i, (name, ne) in enumerate(specs):
         n = int(np.prod(ne))
-        norm_or_weight = np.ones(n, dtype=np.float32) if len(ne) == 1 else _fill(pool16, n, offset=i * 104729)
+        if len(ne) == 1:
+            norm_or_weight = np.ones(n, dtype=np.float32)
+        elif name.endswith("ffn_gate_inp.weight"):  # the router stays F32 (llama-quantize keeps it so)
+            norm_or_weight = _fill(pool, n, offset=i * 104729)
+        else:
+            norm_or_weight = _fill(pool16, n, offset=i * 104729)
         writer.write_tensor_data(norm_or_weight)
     writer.close()
 
@@ -199,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("meta", type=Path)
     c.add_argument("-o", "--out", type=Path, required=True)
     c.add_argument("--seed", type=int, default=0)
-    w = sub.add_parser("dense", help="an F16 model at real dimensions (then quantize with llama-quantize)")
+    w = sub.add_parser(
+        "dense",
+        help="an F16 model at real dimensions, dense or MoE by preset (then quantize with llama-quantize)",
+    )
     w.add_argument("--preset", choices=sorted(PRESETS), required=True)
     w.add_argument("--layers", type=int, required=True)
     w.add_argument("--tokenizer-from", type=Path, required=True)
@@ -212,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         clone(args.meta, args.out, args.seed)
     else:
         base = PRESETS[args.preset]
-        dims = Dims(base.arch, base.hidden, base.ffn, base.heads, base.kv_heads, base.head_dim, args.layers)
+        dims = dataclasses.replace(base, layers=args.layers)
         write_dense(args.out, dims, args.tokenizer_from, args.seed)
     print(args.out)
     return 0

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 
+from census import gguf_meta
+from ggml_dispatch import fetch
 from lab import models
 
 
@@ -48,3 +55,71 @@ def test_dense_writer_real_architecture_metadata(smollm2_gguf: Path, tmp_path: P
     assert by_name["blk.0.ffn_down.weight"] == ([512, 256], "F16")
     assert by_name["blk.0.attn_q_norm.weight"] == ([64], "F32")
     assert by_name["output.weight"] == ([256, 49152], "F16")
+
+
+def _moe_dims(layers: int = 2) -> models.Dims:
+    """The preset's structure at a size a test can write: fewer experts, smaller FFN and attention."""
+    base = models.PRESETS["qwen3moe-a3b"]
+    return dataclasses.replace(
+        base, layers=layers, hidden=256, heads=4, kv_heads=2, head_dim=64, experts=16, expert_ffn=64
+    )
+
+
+def test_the_moe_preset_has_qwen3_30b_a3b_dimensions() -> None:
+    d = dataclasses.replace(models.PRESETS["qwen3moe-a3b"], layers=8)
+    assert (d.arch, d.hidden, d.experts, d.experts_used, d.expert_ffn) == ("qwen3moe", 2048, 128, 8, 768)
+    specs = dict(models._tensor_specs(d, vocab=49152))
+    assert specs["blk.7.ffn_gate_exps.weight"] == [2048, 768, 128]
+    assert specs["blk.7.ffn_up_exps.weight"] == [2048, 768, 128]
+    assert specs["blk.7.ffn_down_exps.weight"] == [768, 2048, 128]
+    assert specs["blk.0.ffn_gate_inp.weight"] == [2048, 128]
+    assert specs["blk.0.attn_q.weight"] == [2048, 32 * 128]
+    assert specs["blk.0.attn_k.weight"] == [2048, 4 * 128]
+    assert specs["blk.0.attn_q_norm.weight"] == [128]
+    assert "blk.0.ffn_up.weight" not in specs and "blk.8.attn_q.weight" not in specs
+
+
+def test_moe_writer_loads_with_gguf_and_the_pinned_tree_gguf_py(smollm2_gguf: Path, tmp_path: Path) -> None:
+    out = tmp_path / "qwen3moe-test-moe-L2.gguf"
+    models.write_dense(out, _moe_dims(), smollm2_gguf)
+    r = gguf.GGUFReader(out)
+    assert r.fields["general.architecture"].contents() == "qwen3moe"
+    assert r.fields["qwen3moe.expert_count"].contents() == 16
+    assert r.fields["qwen3moe.expert_used_count"].contents() == 8
+    assert r.fields["qwen3moe.expert_feed_forward_length"].contents() == 64
+    assert r.fields["qwen3moe.block_count"].contents() == 2
+    assert "moe 16x8" in r.fields["general.name"].contents()
+    by_name = {t.name: ([int(x) for x in t.shape], t.tensor_type.name) for t in r.tensors}
+    assert by_name["blk.1.ffn_gate_exps.weight"] == ([256, 64, 16], "F16")
+    assert by_name["blk.0.ffn_down_exps.weight"] == ([64, 256, 16], "F16")
+    assert by_name["blk.0.ffn_gate_inp.weight"] == ([256, 16], "F32")
+    up = next(t for t in r.tensors if t.name == "blk.0.ffn_up_exps.weight")
+    assert np.std(np.asarray(up.data, dtype=np.float32)) > 0.001
+    # the reader of the pinned tree's gguf-py (what its convert and quantize tools read)
+    tree = fetch.llama_cpp_dir()
+    code = (
+        "import json,sys; from gguf import GGUFReader; r=GGUFReader(sys.argv[1]);"
+        "t={x.name: [int(v) for v in x.shape] for x in r.tensors};"
+        "print(json.dumps({'arch': r.fields['general.architecture'].contents(),"
+        "'experts': r.fields['qwen3moe.expert_count'].contents(), 'n': len(t),"
+        "'down': t['blk.1.ffn_down_exps.weight']}))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        env={"PYTHONPATH": str(tree / "gguf-py"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got == {"arch": "qwen3moe", "experts": 16, "n": len(r.tensors), "down": [64, 256, 16]}
+
+
+def test_census_sees_the_moe_files_experts(smollm2_gguf: Path, tmp_path: Path) -> None:
+    out = tmp_path / "moe.gguf"
+    models.write_dense(out, _moe_dims(), smollm2_gguf)
+    m = gguf_meta.read_gguf(out)
+    assert (m.expert_count, m.expert_used_count) == (16, 8)
+    exps = [t for t in m.matmul_weights() if t.name.endswith("_exps.weight")]
+    assert len(exps) == 6 and all(t.n_dims == 3 for t in exps)

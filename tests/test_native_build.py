@@ -615,30 +615,31 @@ def test_glue_default_mode_runs_stock_and_traces_it(glue: dict[str, Path], tmp_p
 @pytest.mark.parametrize(
     ("mode", "forced", "ineligible"),
     [
+        # the MUL_MAT_ID node (q4_0 experts, 5 tokens) runs mmq and mmvq with ids, nothing else
         (
             "force:mmq",
-            {"q4_0 M=8", "q4_0 M=512"},
+            {"q4_0 M=8", "q4_0 M=512", "moe q4_0 M=5"},
             {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9", "f32 N=1 M=100"},
         ),
         (
             "force:mmvq",
-            {"q4_0 M=8"},
+            {"q4_0 M=8", "moe q4_0 M=5"},
             {"q4_0 M=512", "f16 M=8", "f16 M=1", "attention f16 M=7 B=9", "f32 N=1 M=100"},
         ),
         (
             "force:mmvf",
             {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9"},
-            {"q4_0 M=8", "q4_0 M=512", "f32 N=1 M=100"},
+            {"q4_0 M=8", "q4_0 M=512", "f32 N=1 M=100", "moe q4_0 M=5"},
         ),
         (
             "force:mmf",
             {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9"},
-            {"q4_0 M=8", "q4_0 M=512", "f32 N=1 M=100"},
+            {"q4_0 M=8", "q4_0 M=512", "f32 N=1 M=100", "moe q4_0 M=5"},
         ),
-        ("force:cublas", set(STOCK) | {"attention f16 M=7 B=9"}, set()),
+        ("force:cublas", set(STOCK) | {"attention f16 M=7 B=9"}, {"moe q4_0 M=5"}),
         (
             "override:4",
-            {"q4_0 M=8", "q4_0 M=512"},
+            {"q4_0 M=8", "q4_0 M=512", "moe q4_0 M=5"},
             {"f16 M=8", "f16 M=1", "attention f16 M=7 B=9", "f32 N=1 M=100"},
         ),
     ],
@@ -659,8 +660,12 @@ def test_glue_forced_routes_only_where_eligible(
     assert {c for c, r in out["cases"].items() if r != "stock"} == forced
     assert all(out["cases"][c] == route for c in forced)
     routes = [json.loads(ln) for ln in trace.read_text().splitlines()][1:-1]
-    mm = [r for r in routes if r["op"] == "MUL_MAT" and not r["fused"]]
+    mm = [r for r in routes if r["op"] in ("MUL_MAT", "MUL_MAT_ID") and not r["fused"]]
     refused = [r for r in mm if r["reason"].startswith("ineligible:")]
+    moe = [r for r in mm if r["op"] == "MUL_MAT_ID"]
+    assert len(moe) == 1 and moe[0]["layout"] == "expert" and moe[0]["stock_route"] == "mmvq"
+    if mode == "force:cublas":  # cuBLAS serves no MUL_MAT_ID node
+        assert moe[0]["reason"] == "ineligible:op" and moe[0]["route"] == "mmvq"
     # every refused node ran its stock route; every forced node ran the forced route
     assert all(r["route"] == r["stock_route"] for r in refused)
     assert all(r["route"] == route for r in mm if r["reason"] == "forced")
@@ -705,7 +710,10 @@ def test_glue_an_illegal_configuration_is_ineligible_params_and_runs_stock(
     recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
     mm = [r for r in recs[1:-1] if r["op"] == "MUL_MAT" and not r["fused"]]
     assert mm and all(r["reason"] == "ineligible:params" and r["route"] == r["stock_route"] for r in mm)
-    assert out["counts"]["forced"] == 0 and out["counts"]["ineligible"] == sum(r["count"] for r in mm)
+    moe = [r for r in recs[1:-1] if r["op"] == "MUL_MAT_ID"]  # cuBLAS serves no MUL_MAT_ID node
+    assert [r["reason"] for r in moe] == ["ineligible:op"]
+    assert out["counts"]["forced"] == 0
+    assert out["counts"]["ineligible"] == sum(r["count"] for r in mm) + sum(r["count"] for r in moe)
 
 
 @needs_nvcc

@@ -16,6 +16,7 @@ from typing import Any, Final
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import columns as col
@@ -23,6 +24,8 @@ from ggml_dispatch.artifacts import validators as v
 from ggml_dispatch.errors import InputError
 
 CENSUS_ARROW_SCHEMA: Final = v.arrow_schema(schema.CENSUS_COLUMNS)
+COLUMNS: Final = {**schema.CENSUS_COLUMNS, **schema.CENSUS_OPTIONAL_COLUMNS}
+FULL_ARROW_SCHEMA: Final = v.arrow_schema(COLUMNS)
 INT64_MAX: Final = (1 << 63) - 1
 WHAT: Final = "census"
 
@@ -78,14 +81,17 @@ def to_table(rows: Sequence[Mapping[str, Any]], source: str | Path) -> pa.Table:
     # sorted by Arrow and built one column at a time: no per-row sort key, and no column of Python
     # values or unsorted copy longer than it takes to convert it (a census can have millions of rows)
     def column(c: str) -> pa.Array:
-        return pa.array([r[c] for r in rows], type=CENSUS_ARROW_SCHEMA.field(c).type)
+        return pa.array([r.get(c) for r in rows], type=FULL_ARROW_SCHEMA.field(c).type)
+
+    # the optional columns only where a row has a value (a census without MUL_MAT_ID statistics keeps
+    # exactly the required columns)
+    optional = [c for c in schema.CENSUS_OPTIONAL_COLUMNS if any(r.get(c) is not None for r in rows)]
+    out_schema = v.arrow_schema({**schema.CENSUS_COLUMNS, **{c: COLUMNS[c] for c in optional}})
 
     keys = pa.table({c: pc.fill_null(column(c), "") if c in _OR_EMPTY else column(c) for c, _ in _SORT_KEYS})
     order = pc.sort_indices(keys, sort_keys=_SORT_KEYS)
     del keys
-    return pa.Table.from_arrays(
-        [column(c).take(order) for c in CENSUS_ARROW_SCHEMA.names], schema=CENSUS_ARROW_SCHEMA
-    )
+    return pa.Table.from_arrays([column(c).take(order) for c in out_schema.names], schema=out_schema)
 
 
 def metadata(
@@ -149,7 +155,7 @@ class Census:
     """A validated census file."""
 
     path: Path
-    table: pa.Table  # exactly schema.CENSUS_COLUMNS, canonical types
+    table: pa.Table  # schema.CENSUS_COLUMNS then CENSUS_OPTIONAL_COLUMNS (null where absent), canonical types
     raw_meta: dict[str, str]  # the ggml_dispatch.* key-value metadata as stored
 
     @functools.cached_property
@@ -191,10 +197,24 @@ class Census:
         )
 
 
+def _column_names(path: Path) -> set[str]:
+    """The column names a Parquet file holds (empty where it cannot be read: read_parquet says why)."""
+    try:
+        return set(pq.ParquetFile(path).schema_arrow.names)
+    except (pa.ArrowException, OSError):
+        return set()
+
+
 def read(path: str | Path) -> Census:
     """The census file at ``path``, or one :class:`InputError` naming the file and the field."""
     p = Path(path)
-    table, raw = v.read_parquet(p, schema.CENSUS_SCHEMA, schema.CENSUS_COLUMNS, WHAT)
+    _names = _column_names(p)
+    present = {c: k for c, k in COLUMNS.items() if c in _names or c in schema.CENSUS_COLUMNS}
+    table, raw = v.read_parquet(p, schema.CENSUS_SCHEMA, present, WHAT)
+    for name, kind in schema.CENSUS_OPTIONAL_COLUMNS.items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, v.ARROW_TYPES[kind]))
+    table = table.select(list(COLUMNS))
     validate_table(table, p)
     return Census(p, table, raw)
 

@@ -253,7 +253,15 @@ struct record_key_hash {
     }
 };
 
-inline std::string route_record_json(const record_key & k, int64_t count) {
+// Extra members of route records (MUL_MAT_ID's tokens-per-expert statistics, ggml-dispatch-moe.cuh): asked
+// once per flush, then per written key for a `,"name":value` fragment (empty: none).
+struct record_extra {
+    virtual ~record_extra() = default;
+    virtual void        begin_flush() {}
+    virtual std::string members(const record_key & k) = 0;
+};
+
+inline std::string route_record_json(const record_key & k, int64_t count, const std::string & extra = std::string()) {
     std::string s = "{\"kind\":\"route\",\"op\":";
     json_string(s, ggml_dispatch_op_name(k.op));
     s += ",\"device\":" + std::to_string(k.device);
@@ -297,6 +305,7 @@ inline std::string route_record_json(const record_key & k, int64_t count) {
     } else {
         json_string(s, ggml_dispatch_reason_name(k.reason));
     }
+    s += extra;
     s += ",\"count\":" + std::to_string(count) + "}";
     return s;
 }
@@ -490,6 +499,12 @@ class recorder {
     // Makes every graph captured so far stale (the weight cache freed or is about to make a copy it read).
     void invalidate_graphs() { generation_.fetch_add(1); }
 
+    // Route records get extra members from `e` at flush (not owned; null: none).
+    void set_extra(record_extra * e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        extra_ = e;
+    }
+
     int64_t unknown_replays() const { return unknown_replays_; }
 
     size_t capture_count() {
@@ -529,11 +544,15 @@ class recorder {
         if (!trace_on_ || out_ == nullptr) {
             return;
         }
+        if (extra_ != nullptr) {
+            extra_->begin_flush();
+        }
         for (auto & kv : records_) {
             if (kv.second == 0) {
                 continue;
             }
-            write_line_locked(route_record_json(kv.first, kv.second));
+            write_line_locked(route_record_json(kv.first, kv.second,
+                                                extra_ != nullptr ? extra_->members(kv.first) : std::string()));
             kv.second = 0;  // keys stay: captured graphs point at their counters
             lines_++;
         }
@@ -554,6 +573,7 @@ class recorder {
     int64_t                                                 lines_   = 0;
     int64_t                                                 dropped_ = 0;
     int64_t                                                 unknown_replays_ = 0;
+    record_extra *                                          extra_           = nullptr;
     std::unordered_map<std::pair<const void *, const void *>, std::unique_ptr<capture>, pair_hash> captures_;
 };
 

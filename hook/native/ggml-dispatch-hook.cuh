@@ -32,6 +32,12 @@ ggml_dispatch_params ggml_cuda_dispatch_params_of(int config);
 // MUL_MAT_ID: stock always runs; counts and traces the route its cascade takes.
 void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
 
+// MUL_MAT_ID through the route selection, in two halves as MUL_MAT: begin returns the configuration to
+// run with ids (0: stock ggml_cuda_mul_mat_id), end counts and traces the node (with its tokens-per-expert
+// statistics while the trace is on).
+int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
+void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused);
+
 // ggml_cuda_try_fuse consumed nodes i..i+n_skip: count and trace the matmuls among them as fused.
 void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, int n_skip);
 

@@ -7,6 +7,8 @@
 #include "ggml-dispatch-hook.cuh"
 #include "ggml-dispatch-eligibility.cuh"
 #include "ggml-dispatch-core.h"
+#include "ggml-dispatch-moe.cuh"
+#include "ggml-dispatch-eligibility-id.cuh"
 #define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 3
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
@@ -58,6 +60,7 @@ struct dispatch_state {
     mode        m            = MODE_OFF;
     int         force_config = 0;
     bool        table_applies[GGML_CUDA_MAX_DEVICES] = {};
+    moe_stats   moe;  // MUL_MAT_ID tokens per expert, while the trace is on
 };
 
 static dispatch_state & state() {
@@ -300,6 +303,11 @@ static void init_once() {
         if (st.rec.open_trace(trace_path, header_json(idents))) {
             std::atexit(flush_at_exit);
             line += std::string("; route trace -> ") + trace_path;
+            if (st.moe.open(info.device_count)) {
+                st.rec.set_extra(&st.moe);
+            } else {
+                line += " (no MUL_MAT_ID expert statistics: no device memory)";
+            }
         } else {
             line += std::string("; cannot open route trace ") + trace_path + ": " + std::strerror(errno);
         }
@@ -502,10 +510,84 @@ void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const g
     if (st.rec.trace_on()) {
         const record_key k = make_key(ctx.device, dst, GGML_DISPATCH_LAYOUT_EXPERT, FUSED_NONE, stock, stock, REASON_STOCK,
                                       GGML_DISPATCH_OK);
+        st.moe.note(ctx, dst, k);
         st.rec.note(o, &k);
     } else {
         st.rec.note(o, nullptr);
     }
+}
+
+namespace {
+// The MUL_MAT_ID node between begin and end of ggml_cuda_mul_mat_id_dispatch.
+struct id_pending {
+    ggml_backend_cuda_context * ctx = nullptr;
+    const ggml_tensor *         dst = nullptr;
+    int                         stock = 0, reason = REASON_STOCK, why = GGML_DISPATCH_OK, run = 0;
+};
+thread_local id_pending tl_id_pending;
+}  // namespace
+
+int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    dispatch_state &             st   = state();
+    const ggml_dispatch_mm_desc  d    = describe(dst);
+    const ggml_dispatch_dev_desc dev  = device_desc(ctx.device);
+    const int                    stock = ggml_dispatch_stock_route_id(d, dev);
+    const ggml_tensor *          src0 = dst->src[0];
+    const ggml_tensor *          src1 = dst->src[1];
+    const ggml_tensor *          ids  = dst->src[2];
+
+    // the runtime cannot see the routing of a call without a host sync: it looks up routing 0, the rules
+    // a configuration earned in every routing bucket the tuner measured (ARCHITECTURE.md)
+    int64_t key[GGML_DISPATCH_KEY_SLOTS] = {};
+    key[GGML_DISPATCH_KEY_MUL_MAT_ID_N]       = src0->ne[1];
+    key[GGML_DISPATCH_KEY_MUL_MAT_ID_K]       = src0->ne[0];
+    key[GGML_DISPATCH_KEY_MUL_MAT_ID_E]       = src0->ne[2];
+    key[GGML_DISPATCH_KEY_MUL_MAT_ID_U]       = src1->ne[1];
+    key[GGML_DISPATCH_KEY_MUL_MAT_ID_ROUTING] = GGML_DISPATCH_ROUTING_ANY;
+    int       reason    = REASON_STOCK;
+    const int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT_ID, GGML_DISPATCH_LAYOUT_EXPERT,
+                                           (int) src0->type, (int) src1->type, key, src1->ne[2], &reason);
+    int run = 0;
+    int why = GGML_DISPATCH_OK;
+    if (requested != 0) {
+        const bool ids_ok = ids != nullptr && ids->type == GGML_TYPE_I32 && ids->nb[0] == sizeof(int32_t);
+        why = ggml_dispatch_check_config_id(requested, d, dev, ids_ok);
+        if (why == GGML_DISPATCH_OK) {
+            run = requested;
+        } else {
+            reason = REASON_INELIGIBLE;
+        }
+    }
+    tl_id_pending = id_pending{&ctx, dst, stock, reason, why, run};
+    return run;
+}
+
+void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused) {
+    dispatch_state & st = state();
+    id_pending &     p  = tl_id_pending;
+    if (p.dst == nullptr) {
+        return;
+    }
+    int config = p.run;
+    if (params_refused && p.run != 0) {
+        p.reason = REASON_INELIGIBLE;
+        p.why    = GGML_DISPATCH_WHY_PARAMS;
+        config   = ggml_dispatch_config_route(p.run);
+    }
+    outcome o;
+    o.route      = p.run != 0 ? ggml_dispatch_config_route(p.run) : p.stock;
+    o.forced     = p.run != 0 && p.reason == REASON_FORCED;
+    o.table      = p.run != 0 && p.reason == REASON_TABLE;
+    o.ineligible = p.reason == REASON_INELIGIBLE;
+    if (st.rec.trace_on()) {
+        const record_key k = make_key(p.ctx->device, p.dst, GGML_DISPATCH_LAYOUT_EXPERT, FUSED_NONE, o.route, p.stock,
+                                      p.reason, p.why, config != 0 ? config : -1);
+        st.moe.note(*p.ctx, p.dst, k);
+        st.rec.note(o, &k);
+    } else {
+        st.rec.note(o, nullptr);
+    }
+    p.dst = nullptr;
 }
 
 void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, int n_skip) {
@@ -532,6 +614,9 @@ void ggml_cuda_dispatch_note_fused(ggml_backend_cuda_context & ctx, const ggml_c
         if (st.rec.trace_on()) {
             const record_key k = make_key(ctx.device, node, layout_of(node), group, route, route, REASON_FUSED,
                                           GGML_DISPATCH_OK);
+            if (node->op == GGML_OP_MUL_MAT_ID) {
+                st.moe.note(ctx, node, k);
+            }
             st.rec.note(o, &k);
         } else {
             st.rec.note(o, nullptr);

@@ -1,7 +1,7 @@
 // Drives the real ggml-dispatch.cu (as installed into the tree) on a machine without a GPU.
 //
 // The hook's entry points are called the way the edited ggml-cuda.cu calls them, on real ggml tensors
-// (allocated in CPU buffers): MUL_MAT selection, MUL_MAT_ID and fused-group notes, CUDA-graph capture /
+// (allocated in CPU buffers): MUL_MAT and MUL_MAT_ID selection, fused-group notes, CUDA-graph capture /
 // replay / staleness, backend free, exit. What needs a GPU is replaced, and only that:
 //   - ggml_cuda_info() / ggml_cuda_get_device(): an H200-like device (cc 900, 132 SMs, 227 KiB smpbo);
 //   - cudaGetDeviceProperties, cublasGetProperty: linked with --wrap (name from GLUE_GPU_NAME);
@@ -137,8 +137,14 @@ int main() {
         const int run = ggml_cuda_dispatch_active ? ggml_cuda_dispatch_select_mul_mat(*cctx, c.node) : 0;
         print_case(c.name, run);
     }
+    {  // MUL_MAT_ID as the hook's ggml_cuda_mul_mat_id_dispatch selects it
+        const int run = ggml_cuda_dispatch_active ? ggml_cuda_dispatch_begin_mul_mat_id(*cctx, mm_g) : 0;
+        if (ggml_cuda_dispatch_active) {
+            ggml_cuda_dispatch_end_mul_mat_id(false);
+        }
+        print_case("moe q4_0 M=5", run);
+    }
     if (ggml_cuda_dispatch_active) {
-        ggml_cuda_dispatch_note_mul_mat_id(*cctx, mm_g);
         int i_gate = -1;
         for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
             if (ggml_graph_node(gf, i) == gate || ggml_graph_node(gf, i) == up) {

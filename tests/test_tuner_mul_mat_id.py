@@ -1,0 +1,108 @@
+"""The harness's MUL_MAT_ID op file (tuner/harness/mul_mat_id.cpp), built against the pinned tree's CPU
+backend: cases with each routing kind run, their output matches the CPU reference, the routing the
+nodes read is the one asked for, and bad cases are refused naming the field. Which CUDA route ran and
+how fast is a GPU matter (lab/moe.sh PART=tune)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ggml_dispatch import fetch
+from tuner import build
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        tree = fetch.llama_cpp_dir()
+    except fetch.FetchError as e:
+        pytest.skip(f"the pinned llama.cpp tree cannot be fetched here: {e}")
+    env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
+    cache = Path(env) if env else tmp_path_factory.mktemp("harness-cache")
+    return build.build_harness(tree, cuda=False, cache_root=cache, jobs=1)
+
+
+def run(harness: Path, cases: list[dict[str, Any]], tmp: Path) -> tuple[int, list[dict[str, Any]], str]:
+    f = tmp / "cases.json"
+    f.write_text(json.dumps(cases))
+    p = subprocess.run(
+        [str(harness), "--cases", str(f), "--threads", "1", "--trial-ms", "2", "--target-graph-us", "200"],
+        capture_output=True,
+        text=True,
+    )
+    return p.returncode, [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")], p.stderr
+
+
+def case(cid: str, routing: dict[str, Any], U: int = 1, **kw: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "case": cid,
+        "op": "MUL_MAT_ID",
+        "layout": "expert",
+        "src0_type": "q4_K",
+        "src1_type": "f32",
+        "M": 12,
+        "N": 64,
+        "K": 256,
+        "E": 16,
+        "U": U,
+        "used": 4,
+        "routing": routing,
+        "routes": ["mmq", "mmvq"],
+        "trials": 2,
+    }
+    d.update(kw)
+    return d
+
+
+def test_every_routing_kind_runs_and_matches_the_reference(harness: Path, tmp_path: Path) -> None:
+    counts = [0] * 16
+    counts[3], counts[5], counts[9], counts[10], counts[15] = 40, 10, 5, 5, 1
+    cases = [
+        case("uniform", {"kind": "uniform"}),
+        case("skewed", {"kind": "skewed", "s": 1.5}),
+        case("few", {"kind": "few"}, U=4),
+        case("counts", {"kind": "counts", "counts": counts}),
+    ]
+    rc, lines, err = run(harness, cases, tmp_path)
+    assert rc == 0, err
+    ends = {x["case"]: x for x in lines if x.get("kind") == "case"}
+    assert set(ends) == {"uniform", "skewed", "few", "counts"}
+    stock = [x for x in lines if x.get("kind") == "trial" and x.get("route") == "stock"]
+    # drifted: a shared CPU's timing noise; the numerics are checked all the same
+    assert stock and all(x["status"] in ("ok", "drifted") and x["nmse"] <= 5e-4 for x in stock)
+    # the routing the first node reads: all tokens on `used` experts for "few", every expert with
+    # tokens among the five the counts name
+    assert ends["few"]["experts"]["nonempty"] == 4 and ends["few"]["experts"]["max"] == 12
+    assert ends["counts"]["experts"]["nonempty"] <= 5
+    assert ends["uniform"]["experts"]["nonempty"] > 4
+    assert ends["skewed"]["experts"]["cv"] > ends["uniform"]["experts"]["cv"] * 0.5
+    # on the CPU backend there is no override API: candidates are refused, not timed
+    refused = [x for x in lines if x.get("kind") == "trial" and x.get("route") in ("mmq", "mmvq")]
+    assert refused and all(x["status"] == "ineligible" for x in refused)
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"used": 17}, "more than E"),
+        ({"U": 2}, "U must be 1"),
+        ({"src1_type": "f16"}, "src1_type f32"),
+        ({"routing": {"kind": "zipf"}}, "routing.kind 'zipf'"),
+        ({"routing": {"kind": "few", "experts": 2}}, "routing.experts"),
+        ({"routing": {"kind": "counts", "counts": [1, 2]}}, "list of E token counts"),
+        ({"layout": "weight"}, "layout 'expert'"),
+    ],
+)
+def test_bad_cases_are_refused(harness: Path, tmp_path: Path, over: dict[str, Any], needle: str) -> None:
+    rc, lines, _err = run(harness, [{**case("bad", {"kind": "uniform"}), **over}], tmp_path)
+    (end,) = [x for x in lines if x.get("kind") == "case"]
+    assert rc == 0 and end["status"].startswith("failed:") and needle in end["status"], end
+    assert not [x for x in lines if x.get("kind") == "trial"]  # nothing was timed
