@@ -67,7 +67,7 @@ static ggml_tensor * attention(ggml_context * ctx, ggml_type type, int D, int kv
 }
 
 static const char * route_name(int code) {
-    return ggml_dispatch::route_name(code);
+    return ggml_dispatch_route_name(code);
 }
 
 int main() {
