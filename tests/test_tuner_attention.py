@@ -178,3 +178,24 @@ def test_table_json_takes_attention_rules() -> None:
     t["rules"] = [key | {"D_V": 256, "gqa": 6, "kv": 65536, "M_lo": 1, "M_hi": 2, "route": "mmq"}]
     with pytest.raises(InputError, match="route mmq does not serve FLASH_ATTN_EXT"):
         table.validate(t)
+
+
+def test_tune_run_dry_run_on_an_attention_census_lists_attention_cases(tmp_path: Path) -> None:
+    import json
+
+    from cli_support import refused, run
+
+    rows = attention.attention_rows(
+        {attn_key("q8_0", 2, 16384): tally(9), attn_key("q8_0", 1, 16384): tally(9)}
+    )
+    census = tmp_path / "attn.parquet"
+    attention.write(rows, census, {}, tmp_path / "trace.jsonl")
+    args = ["tune", "run", census, "--llama-cpp", tmp_path, "-o", tmp_path / "t.parquet", "--dry-run"]
+    res = run(*args, "--configs", "routes")
+    assert res.exit_code == 0, res.output
+    cases = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    assert [(c["op"], c["M"], c["n_kv"], c["routes"]) for c in cases] == [
+        ("FLASH_ATTN_EXT", 2, 16384, ["fa_vec", "fa_tile", "fa_mma"]),  # larger est_us first
+        ("FLASH_ATTN_EXT", 1, 16384, ["fa_vec", "fa_tile", "fa_mma"]),
+    ]
+    refused(run(*args, "--routes", "mmq"), "--routes", "fa_vec")

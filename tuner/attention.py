@@ -73,6 +73,26 @@ class AttnCase:
         }
 
 
+def is_attention_census(path: Path) -> bool:
+    """Is this file an attention census (`census attention`) rather than a matmul census?"""
+    from census import attention
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception:  # not Parquet, missing: the matmul census reader gives the error
+        return False
+    return meta.get(b"ggml_dispatch_schema") == attention.ATTENTION_SCHEMA.encode()
+
+
+def parse_routes(text: str) -> tuple[str, ...]:
+    """--routes for attention cases: FlashAttention kernels only."""
+    routes = tuple(r.strip() for r in text.split(",") if r.strip())
+    bad = [r for r in routes if r not in FA_ROUTES]
+    if bad or not routes:
+        raise ValueError(f"attention routes must be among {', '.join(FA_ROUTES)}; got {text!r}")
+    return routes
+
+
 def read_attention_census(path: Path) -> list[dict[str, Any]]:
     from census import attention
 
@@ -86,7 +106,8 @@ def read_attention_census(path: Path) -> list[dict[str, Any]]:
     missing = [c for c in attention.COLUMNS if c not in table.column_names]
     if missing:
         raise InputError(path, f"columns missing: {', '.join(missing)}")
-    return table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
 
 
 def select_attention(
