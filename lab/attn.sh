@@ -14,13 +14,16 @@
 #   PART=trace    route traces of stock runs at every depth and KV type -> attention census (census attention)
 #   PART=ab-qwen3 the A/B on the qwen3 seed-shape model (stock and each forced kernel, both KV types)
 #   PART=ab-8b    the same on the 8B-dimension model
+#   PART=tune     tune run on the combined attention census (FLASH_ATTN_EXT cases, VEC/TILE/MMA_F16 timed
+#                 against stock with the CPU reference check), codegen -> table.json (attention rules)
+#   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
+#                 models and KV types (TABLE_ARMS to add forced arms)
 #
-# The forced arms bound what a table keyed by the attention shape can win end to end; a table itself
-# comes from the tuner's attention cases (not built yet), so nothing here writes one.
+# The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b}"
+: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|table}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -55,7 +58,11 @@ need_build() {
 # llama-bench over the attention tests, one arm (GGML_CUDA_DISPATCH value), one KV type; JSON Lines out
 bench() {  # model kv arm out
     local model=$1 kv=$2 arm=$3 out=$4 dispatch
-    dispatch=$([ "$arm" = stock ] && echo off || echo "force:$arm")
+    case $arm in
+    stock) dispatch=off ;;
+    table) dispatch=table ;;
+    *) dispatch=force:$arm ;;
+    esac
     local t
     t=$(left)
     [ "$t" -gt 20 ] || { echo "attn.sh: deadline reached before $arm $kv $(basename "$model")" >&2; return 1; }
@@ -64,7 +71,7 @@ bench() {  # model kv arm out
         GGML_CUDA_DISPATCH=$dispatch timeout "$(left)" "$BENCH" -m "$model" -fa on -ctk "$kv" -ctv "$kv" \
             -ngl 99 -r "${REPS:-3}" -o jsonl -p 512 -n 0 -d 16384 >>"$out" 2>>"$out.log" ||
         { echo "attn.sh: llama-bench failed ($arm $kv $(basename "$model")):" >&2; tail -5 "$out.log" >&2; return 1; }
-    grep -q "ggml_cuda_dispatch: GGML_CUDA_DISPATCH=" "$out.log" ||
+    grep -q "ggml_cuda_dispatch: " "$out.log" ||
         { echo "attn.sh: no dispatch line in $out.log (not the hooked build?)" >&2; return 1; }
 }
 
@@ -104,7 +111,55 @@ trace)
             [ "${PIPESTATUS[0]}" -eq 0 ] || die "census attention $name"
         done
     done
+    gd census attention "$W"/attn-trace/*-L4-{q8_0,f16}.jsonl -o "$W/attn-trace/all.attn.parquet" 2>&1 |
+        tail -30 | tee "$OUT/attn-census-all.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die "combined census attention"
     tar -czf "$OUT/attn-trace.tar.gz" -C "$W" attn-trace
+    ;;
+tune)
+    need_build
+    C=$W/attn-trace/all.attn.parquet
+    [ -f "$C" ] || die "no $C: run PART=trace first"
+    mkdir -p "$W/attn-tune"
+    # the harness' stock anchor must be stock: no table compiled in
+    grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
+        die "a table is installed in $TREE: PART=build installs none"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune run "$C" --llama-cpp "$TREE" --build-dir "$B" -o "$W/attn-tune/tuning.parquet" --configs routes \
+        --coverage "${COVERAGE:-0.99}" --trials "${TRIALS:-7}" --max-seconds "$(( $(left) - 60 ))" 2>&1 |
+        tail -40 | tee "$OUT/attn-tune.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die "tune run (call again to resume from the journal)"
+    gd codegen "$W/attn-tune/tuning.parquet" -o "$W/attn-tune/table" -v 2>&1 | tail -60 | tee "$OUT/attn-codegen.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
+    tar -czf "$OUT/attn-tune.tar.gz" -C "$W" attn-tune
+    ;;
+table)
+    need_build
+    T=$W/attn-tune/table/table.json
+    [ -f "$T" ] || die "no $T: run PART=tune first"
+    gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"
+    timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
+        { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }
+    D=$W/attn-table
+    mkdir -p "$D"
+    rc=0
+    for model in "$QWEN" "$L8B"; do
+        for kv in q8_0 f16; do
+            for arm in stock table ${TABLE_ARMS:-}; do
+                f=$D/$(basename "$model" .gguf)/$kv.$arm.jsonl
+                mkdir -p "$(dirname "$f")"
+                [ -s "$f" ] && continue
+                bench "$model" "$kv" "$arm" "$f.part" && mv "$f.part" "$f" || { rc=1; break 3; }
+            done
+        done
+    done
+    for m in "$D"/*/; do
+        echo "## $(basename "$m")"
+        python3 lab/attn_summary.py "$m"
+    done | tee "$OUT/attn-table.md"
+    grep -h "ggml_cuda_dispatch:" "$D"/*/*.table.jsonl.log 2>/dev/null | sort | uniq -c | tee -a "$OUT/attn-table.md"
+    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table
+    [ "$rc" -eq 0 ] || die "table A/B incomplete (call again on the warm machine to continue)"
     ;;
 ab-qwen3 | ab-8b)
     need_build
