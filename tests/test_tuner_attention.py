@@ -145,6 +145,18 @@ def test_tuning_rows_keep_the_attention_key_and_decide_makes_attention_rules(tmp
     key = registry.FlashAttnKey("FLASH_ATTN_EXT", "attention", "q8_0", "q8_0", 256, 256, 6, 65536)
     assert key in d.evals and set(d.evals[key]) == {1, 3}
 
+    # the codegen command: table.json and the C header carry the attention rule
+    from cli_support import run
+
+    res = run("codegen", out, "-o", tmp_path / "table")
+    assert res.exit_code == 0, res.output
+    t = table.load(tmp_path / "table" / "table.json")
+    (r,) = t["rules"]
+    assert (r["op"], r["k_type"], r["D_K"], r["gqa"], r["kv"], r["M_lo"], r["M_hi"], r["route"]) == (
+        "FLASH_ATTN_EXT", "q8_0", 256, 6, 65536, 1, 1, "fa_mma"
+    )  # fmt: skip
+    assert "GGML_DISPATCH_TABLE_RULE_COUNT 1" in (tmp_path / "table" / "ggml-dispatch-table.h").read_text()
+
 
 def test_attention_census_file_round_trip_and_refusals(tmp_path: Path) -> None:
     rows = attention.attention_rows({attn_key("q8_0", 1, 4096): tally(3)})
