@@ -85,7 +85,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "glue": [*flags, f"-I{tree / CUDA}", *inc, "-c", str(NATIVE_TESTS / "fattn_glue.cu"), "-o", "glue.o"],
         "dispatch": [*flags, *inc, "-c", str(tree / CUDA / "ggml-dispatch.cu"), "-o", "dispatch.o"],
         "dispatch_table": [
-            *[*flags, f"-I{ttree / CUDA}", *inc],
+            *[*flags, f"-I{ttree / CUDA}", f"-I{tree / CUDA}", *inc],
             *["-c", str(ttree / CUDA / "ggml-dispatch.cu"), "-o", "dispatch_table.o"],
         ],
         **{
