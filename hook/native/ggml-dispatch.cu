@@ -421,9 +421,15 @@ int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml
     key[GGML_DISPATCH_KEY_MUL_MAT_N]     = src0->ne[1];
     key[GGML_DISPATCH_KEY_MUL_MAT_K]     = src0->ne[0];
     key[GGML_DISPATCH_KEY_MUL_MAT_B]     = src1->ne[2]*src1->ne[3];
-    int       reason    = REASON_STOCK;
-    const int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
-                                           (int) src1->type, key, src1->ne[1], &reason);
+    int reason    = REASON_STOCK;
+    int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
+                                     (int) src1->type, key, src1->ne[1], &reason);
+    if (requested != 0 && ggml_dispatch_config_valid(requested) &&
+            ggml_dispatch_route_allows_op(ggml_dispatch_config_route(requested), GGML_DISPATCH_OP_FLASH_ATTN_EXT) &&
+            !ggml_dispatch_route_allows_op(ggml_dispatch_config_route(requested), GGML_DISPATCH_OP_MUL_MAT)) {
+        requested = 0;  // a FlashAttention kernel forced or overridden: not asked of matmul nodes
+        reason    = REASON_STOCK;
+    }
 
     int run = 0;
     int why = GGML_DISPATCH_OK;
@@ -610,12 +616,13 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
                                            (int) K->type, (int) V->type, key, Q->ne[1], &reason);
     int run_config = 0;
     int why        = GGML_DISPATCH_OK;
-    if (requested != 0) {
+    if (requested != 0 && !ggml_dispatch_route_allows_op(ggml_dispatch_config_route(requested),
+                                                         GGML_DISPATCH_OP_FLASH_ATTN_EXT)) {
+        reason = REASON_STOCK;  // a matmul route forced or overridden: not asked of attention nodes
+    } else if (requested != 0) {
         const int route = ggml_dispatch_config_route(requested);
         if (!ggml_dispatch_config_valid(requested)) {
             why = GGML_DISPATCH_WHY_ROUTE;
-        } else if (!ggml_dispatch_route_allows_op(route, GGML_DISPATCH_OP_FLASH_ATTN_EXT)) {
-            why = GGML_DISPATCH_WHY_OP;
         } else if (((eligible >> route) & 1u) == 0) {
             why = GGML_DISPATCH_WHY_ATTN;
         } else {
