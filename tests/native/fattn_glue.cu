@@ -6,7 +6,7 @@
 // is linked. What needs a GPU is replaced, and only that: ggml_cuda_info() (an H200-like device, cc 900,
 // 132 SMs), cudaGetDeviceProperties / cublasGetProperty (--wrap). The kernels themselves are never
 // launched: the program is linked with the vector-kernel instances the test compiles (so VEC's
-// compiled K/V pairs are real) and leaves the other kernel instances unresolved.
+// compiled K/V pairs are real); every other symbol it lacks (tile/MMA instances, converters) traps if called.
 //
 // Nodes are built as llama.cpp builds them: a K/V cache tensor [head dim x KV heads, cells] viewed per
 // layer as [D, KV heads, n_kv] and permuted to [D, n_kv, KV heads], Q [D, Q heads, tokens] permuted, an
