@@ -17,7 +17,8 @@
 #   PART=tune     tune run on the combined attention census (FLASH_ATTN_EXT cases, VEC/TILE/MMA_F16 timed
 #                 against stock with the CPU reference check), codegen -> table.json (attention rules)
 #   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
-#                 models and KV types (TABLE_ARMS to add forced arms)
+#                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
+#                 whose tests carry the depth: "tg32 @ d16384")
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
@@ -60,7 +61,6 @@ bench() {  # model kv arm out
     local model=$1 kv=$2 arm=$3 out=$4 dispatch
     case $arm in
     stock) dispatch=off ;;
-    table) dispatch=table ;;
     *) dispatch=force:$arm ;;
     esac
     local t
@@ -142,24 +142,22 @@ table)
         { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }
     D=$W/attn-table
     mkdir -p "$D"
-    rc=0
-    for model in "$QWEN" "$L8B"; do
-        for kv in q8_0 f16; do
-            for arm in stock table ${TABLE_ARMS:-}; do
-                f=$D/$(basename "$model" .gguf)/$kv.$arm.jsonl
-                mkdir -p "$(dirname "$f")"
-                [ -s "$f" ] && continue
-                bench "$model" "$kv" "$arm" "$f.part" && mv "$f.part" "$f" || { rc=1; break 3; }
-            done
-        done
+    # interleaved stock/table pairs with provenance (ggml-dispatch-ab/1 records, `ggml-dispatch ab`);
+    # the table arm must apply exactly this table
+    bench=()
+    for kv in q8_0 f16; do
+        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 2,3,4 -n 32 -d $DEPTHS")
+        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 512 -n 0 -d 16384")
     done
-    for m in "$D"/*/; do
-        echo "## $(basename "$m")"
-        python3 lab/attn_summary.py "$m"
-    done | tee "$OUT/attn-table.md"
-    grep -h "ggml_cuda_dispatch:" "$D"/*/*.table.jsonl.log 2>/dev/null | sort | uniq -c | tee -a "$OUT/attn-table.md"
-    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table
-    [ "$rc" -eq 0 ] || die "table A/B incomplete (call again on the warm machine to continue)"
+    AB=$D/ab-$(date +%s).jsonl
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        ab --arm "stock=$BENCH:off" --arm "table=$BENCH:table" --model "qwen3-seed=$QWEN" --model "llama8b=$L8B" \
+        "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" --expect-table "$T" \
+        --log "$D/ab-runs.log" -o "$AB" 2>&1 | tail -20 | tee "$OUT/attn-table-ab.log"
+    rc=${PIPESTATUS[0]}
+    cp "$AB" "$OUT/" 2>/dev/null
+    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table attn-tune
+    [ "$rc" -eq 0 ] || die "table A/B failed or ran past the deadline (rc $rc; its records so far are in $OUT)"
     ;;
 ab-qwen3 | ab-8b)
     need_build

@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-ARMS = ("stock", "table", "fa_vec", "fa_mma", "fa_tile")
+ARMS = ("stock", "fa_vec", "fa_mma", "fa_tile")
 
 
 def test_name(rec: dict[str, object]) -> str:
