@@ -67,11 +67,11 @@ bench() {  # model kv arm out
     t=$(left)
     [ "$t" -gt 20 ] || { echo "attn.sh: deadline reached before $arm $kv $(basename "$model")" >&2; return 1; }
     GGML_CUDA_DISPATCH=$dispatch timeout "$t" "$BENCH" -m "$model" -fa on -ctk "$kv" -ctv "$kv" -ngl 99 \
-        -r "${REPS:-3}" -o jsonl -p 2,3,4 -n 32 -d "$DEPTHS" >"$out" 2>"$out.log" &&
+        -r "${REPS:-3}" -o jsonl -v -p 2,3,4 -n 32 -d "$DEPTHS" >"$out" 2>"$out.log" &&
         GGML_CUDA_DISPATCH=$dispatch timeout "$(left)" "$BENCH" -m "$model" -fa on -ctk "$kv" -ctv "$kv" \
-            -ngl 99 -r "${REPS:-3}" -o jsonl -p 512 -n 0 -d 16384 >>"$out" 2>>"$out.log" ||
+            -ngl 99 -r "${REPS:-3}" -o jsonl -v -p 512 -n 0 -d 16384 >>"$out" 2>>"$out.log" ||
         { echo "attn.sh: llama-bench failed ($arm $kv $(basename "$model")):" >&2; tail -5 "$out.log" >&2; return 1; }
-    grep -q "ggml_cuda_dispatch: " "$out.log" ||
+    grep -q "ggml_cuda_dispatch: " "$out.log" ||  # llama-bench -v: the hook's start-up line
         { echo "attn.sh: no dispatch line in $out.log (not the hooked build?)" >&2; return 1; }
 }
 
