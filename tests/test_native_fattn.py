@@ -283,3 +283,11 @@ def test_trace_of_attention_calls_reads_into_flash_attn_rows(
     # the matmul census leaves attention records out
     matmul, report = aggregate.trace_rows(agg.tallies)
     assert matmul == [] and report.attention_calls == len(STOCK)
+
+
+def test_the_trees_stock_kernel_is_always_eligible(drivers: dict[str, Path]) -> None:
+    """On a grid of head dims, cache types, GQA ratios, KV lengths, Q columns and cc values (Volta to
+    Hopper; this build has sm_90 code only), the kernel the tree's own choice picks passes the check."""
+    g = run(drivers["no_table"], {"GLUE_GRID": "1", "GGML_CUDA_DISPATCH": "off"})["grid"]
+    assert g["points"] == 5 * 9 * 4 * 5 * 4 * 7 and g["refused"] == 0, g
+    assert g["none"] > 0 and g["fa_vec"] > 0 and g["fa_mma"] > 0 and g["fa_tile"] > 0, g

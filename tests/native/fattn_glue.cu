@@ -113,6 +113,46 @@ int main() {
                     route_name(ggml_cuda_fattn_dispatch_route(stock)), scratch,
                     (long long) ggml_nelements(c.node->src[1]), ggml_nbytes(c.node));
     }
+    // the eligibility held against the tree: on a grid of shapes, types and cc values the kernel stock
+    // picks is one the hook's check allows (else the table could never hand a node back to stock's kernel)
+    if (std::getenv("GLUE_GRID")) {
+        long          points = 0, none = 0, refused = 0, stock_by[GGML_DISPATCH_ROUTE_COUNT] = {};
+        const int     ccs[]  = {700, 750, 800, 890, 900};
+        const int     Ds[]   = {40, 64, 72, 80, 96, 112, 128, 256, 512};
+        const ggml_type ts[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1};
+        const int     gqas[] = {1, 2, 4, 6, 8};
+        const int     nkvs[] = {256, 4000, 4096, 16384};
+        const int     Ms[]   = {1, 2, 3, 4, 8, 16, 512};
+        for (int cc : ccs) {
+            g_info.devices[0].cc = cc;
+            for (int D : Ds) for (ggml_type t : ts) for (int g : gqas) for (int n_kv : nkvs) for (int M : Ms) {
+                ggml_init_params gp  = {ggml_tensor_overhead() * 16, nullptr, true};
+                ggml_context *   gctx = ggml_init(gp);
+                ggml_tensor *    node = attention(gctx, t, D, 2, 2 * g, n_kv, M, 0);
+                const best_fattn_kernel st = ggml_cuda_get_best_fattn_kernel_stock(0, node);
+                points++;
+                if (st == BEST_FATTN_KERNEL_NONE) {
+                    none++;
+                } else {
+                    const int r = ggml_cuda_fattn_dispatch_route(st);
+                    stock_by[r]++;
+                    if (((ggml_cuda_fattn_dispatch_eligible(0, node) >> r) & 1u) == 0) {
+                        refused++;
+                        if (refused <= 5) {
+                            std::fprintf(stderr, "refused stock %s: cc %d D %d %s gqa %d n_kv %d M %d\n", route_name(r),
+                                         cc, D, ggml_type_name(t), g, n_kv, M);
+                        }
+                    }
+                }
+                ggml_free(gctx);
+            }
+        }
+        g_info.devices[0].cc = 900;
+        std::printf("{\"grid\":{\"points\":%ld,\"none\":%ld,\"refused\":%ld,\"fa_vec\":%ld,\"fa_tile\":%ld,\"fa_mma\":%ld}}\n",
+                    points, none, refused, stock_by[GGML_DISPATCH_ROUTE_FA_VEC], stock_by[GGML_DISPATCH_ROUTE_FA_TILE],
+                    stock_by[GGML_DISPATCH_ROUTE_FA_MMA]);
+    }
+
     ggml_dispatch_counts counts;
     ggml_backend_cuda_dispatch_get_counts(&counts, 0);
     std::string s = "{\"counts\":{\"ran\":[";
