@@ -74,9 +74,7 @@ def test_attention_cases_measure_stock_against_the_cpu_reference(harness: Path, 
         harness,
         [
             fa_case("q8"),
-            fa_case(
-                "f16", k_type="f16", v_type="f16", D_K=64, kv_heads=1, q_heads=4, M=1, n_kv=256, cells=256
-            ),
+            fa_case("f16", k_type="f16", v_type="f16", D_K=64, kv_heads=1, q_heads=4, M=1, n_kv=256),
         ],
         tmp_path,
     )
