@@ -121,6 +121,20 @@ tune)
     C=$W/attn-trace/all.attn.parquet
     [ -f "$C" ] || die "no $C: run PART=trace first"
     mkdir -p "$W/attn-tune"
+    [ "$(left)" -gt 180 ] || die "too little time left for a sweep"
+    # the measured tests' points: decode and verify (M <= 8) at every depth and pp512 at depth 16384
+    # (n_kv 16384..17152); llama-bench's depth fill (M = 512 at every KV length on the way) is left out
+    python3 - "$C" "$W/attn-tune/census.attn.parquet" <<'PY' || die "filtering the attention census"
+import sys
+from pathlib import Path
+from census import attention
+from tuner.attention import read_attention_census
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+rows = [r for r in read_attention_census(src) if r["M"] <= 8 or (r["M"] == 512 and 16384 <= r["n_kv"] <= 17152)]
+attention.write(rows, dst, {str(src): "filtered"}, src)
+print(f"{len(rows)} attention points to tune")
+PY
+    C=$W/attn-tune/census.attn.parquet
     # the harness' stock anchor must be stock: no table compiled in
     grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
         die "a table is installed in $TREE: PART=build installs none"
