@@ -138,7 +138,7 @@ int main() {
                     stock_by[r]++;
                     if (((ggml_cuda_fattn_dispatch_eligible(0, node) >> r) & 1u) == 0) {
                         refused++;
-                        if (refused <= 5) {
+                        if (std::getenv("GLUE_GRID_ALL") || refused <= 5) {
                             std::fprintf(stderr, "refused stock %s: cc %d D %d %s gqa %d n_kv %d M %d\n", route_name(r),
                                          cc, D, ggml_type_name(t), g, n_kv, M);
                         }
