@@ -302,8 +302,9 @@ def test_no_hand_copied_name_list_in_c() -> None:
     assert not (REPO / "tuner" / "harness" / "dispatch_api.h").exists()
 
 
-def test_census_refuses_a_trace_record_of_an_op_it_does_not_read(tmp_path: Path) -> None:
-    """FLASH_ATTN_EXT is in the registry before the trace records it: ingest names the line, writes none."""
+def test_census_refuses_a_flash_attn_record_without_its_attention_fields(tmp_path: Path) -> None:
+    """A FLASH_ATTN_EXT record needs its attn member (head dims, heads, KV length, ...): ingest names the
+    line and writes nothing."""
     from click.testing import CliRunner
 
     from ggml_dispatch.cli import main
@@ -317,7 +318,7 @@ def test_census_refuses_a_trace_record_of_an_op_it_does_not_read(tmp_path: Path)
     out = tmp_path / "c.parquet"
     res = CliRunner().invoke(main, ["census", "ingest", str(trace), "-o", str(out)])
     assert res.exit_code == 2, res.output
-    assert f"{trace}:{route + 1}:" in res.output and "unknown op" in res.output
+    assert f"{trace}:{route + 1}:" in res.output and "needs its attn member" in res.output
     assert not out.exists()
 
 
