@@ -18,7 +18,8 @@
 #                 against stock with the CPU reference check), codegen -> table.json (attention rules)
 #   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
 #                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
-#                 whose tests carry the depth: "tg32 @ d16384")
+#                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
+#                 one per call
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
@@ -151,7 +152,7 @@ table)
     need_build
     T=$W/attn-tune/table/table.json
     [ -f "$T" ] || die "no $T: run PART=tune first"
-    gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"
+    gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"  # same table: no change
     timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
         { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }
     D=$W/attn-table
@@ -163,9 +164,15 @@ table)
         bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 2,3,4 -n 32 -d $DEPTHS")
         bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 512 -n 0 -d 16384")
     done
-    AB=$D/ab-$(date +%s).jsonl
+    models=()
+    for m in ${AB_MODELS:-qwen3-seed}; do  # one model per call fits a call's budget: AB_MODELS=llama8b next
+        case $m in qwen3-seed) models+=(--model "qwen3-seed=$QWEN") ;; llama8b) models+=(--model "llama8b=$L8B") ;;
+        *) die "AB_MODELS: qwen3-seed or llama8b, not $m" ;; esac
+    done
+    AB=$D/ab-${AB_MODELS:-qwen3-seed}-$(date +%s).jsonl
+    AB=${AB// /+}
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
-        ab --arm "stock=$BENCH:off" --arm "table=$BENCH:table" --model "qwen3-seed=$QWEN" --model "llama8b=$L8B" \
+        ab --arm "stock=$BENCH:off" --arm "table=$BENCH:table" "${models[@]}" \
         "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" --expect-table "$T" \
         --log "$D/ab-runs.log" -o "$AB" 2>&1 | tail -20 | tee "$OUT/attn-table-ab.log"
     rc=${PIPESTATUS[0]}
