@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ggml_dispatch import fetch
+from ggml_dispatch import fetch, registry
 from hook import install as inst
 
 pytestmark = pytest.mark.slow
@@ -712,7 +712,7 @@ def test_glue_an_illegal_configuration_is_ineligible_params_and_runs_stock(
 def test_glue_off_is_inactive(glue: dict[str, Path], tmp_path: Path) -> None:
     out, log = run_glue(glue["no_table"], {"GGML_CUDA_DISPATCH": "off"})
     assert out["active"] is False and set(out["cases"].values()) == {"stock"}
-    assert out["counts"] == {"ran": [0] * 6, "forced": 0, "table": 0, "ineligible": 0}
+    assert out["counts"] == {"ran": [0] * registry.ROUTE_COUNT, "forced": 0, "table": 0, "ineligible": 0}
     assert "GGML_CUDA_DISPATCH=off" in log
     # off with a trace: observed, still stock
     trace = tmp_path / "t.jsonl"
