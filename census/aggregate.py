@@ -104,6 +104,7 @@ class Aggregator:
             stock_route=p(key.stock_route),
             reason=p(key.reason),
             config=p(key.config),
+            attn=p(key.attn),
         )
 
 
@@ -115,6 +116,7 @@ class JoinReport:
     not_in_gguf: list[str] = field(default_factory=list)  # traced weight tensors no GGUF has
     layout_disagrees: list[str] = field(default_factory=list)  # keys whose trace layout != shape's class
     specs: dict[schema.GpuId, estimate.GpuSpec] = field(default_factory=dict)
+    attention_calls: int = 0  # FLASH_ATTN_EXT calls (not matmul rows: `census attention`)
 
 
 def _aligned(nb: Sequence[int]) -> bool:
@@ -170,6 +172,9 @@ def trace_rows(
             keys[i] = None
         else:
             tally = tallies[key]
+        if key.op == schema.Op.FLASH_ATTN_EXT:
+            report.attention_calls += tally.calls  # census.attention makes their rows
+            continue
         gemm = schema.gemm_of(key.op, key.src0_ne, key.src1_ne)
         t0 = schema.ggml_type(key.src0_type)
         n_used = 0

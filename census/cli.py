@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from census import aggregate, build, estimate, gguf_meta, show, trace
+from census import aggregate, attention, build, estimate, gguf_meta, show, trace
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int
@@ -160,6 +160,49 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
             more = f" and {len(names) - 6} more" if len(names) > 6 else ""
             _info(f"{show.safe(gguf_path)}: {len(names)} weight tensor(s) never in the trace: {shown}{more}")
     _summary(table, meta, output)
+    _info(f"wrote {output} ({table.num_rows} rows)")
+
+
+@census.command("attention")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="attention census .parquet to write.",
+)
+@click.option(
+    "--allow-mixed", is_flag=True, help="accept traces of several upstream commits (stamped as a list)."
+)
+def attention_cmd(traces: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
+    """FLASH_ATTN_EXT calls of route traces -> the attention census.
+
+    One row per GPU, attention shape key (K/V types, head dims D_K/D_V, GQA ratio, KV-length bucket
+    kv), Q columns M, exact KV length, flags (mask, sinks, softcap, ALiBi) and stock kernel, with calls
+    and est_us (roofline from bytes and FLOPs, K/V conversions of TILE/MMA included). Matmul records
+    are left to `census ingest`.
+    """
+    fileio.check_output(output, traces)
+    agg = aggregate.Aggregator()
+    reports: list[trace.FileReport] = []
+    for p in traces:
+        reports.append(trace.read_trace(p, agg.sink))
+        trace.check_counts(agg.tallies, p)
+    trace.check_commits(reports, allow_mixed=allow_mixed)
+    for f in reports:
+        for w in f.warnings:
+            _warn(show.safe(w))
+    rows = attention.attention_rows(agg.tallies)
+    table = attention.write(rows, output, {str(f.path): f.sha256 for f in reports}, traces[-1])
+    total = sum(x["est_us"] for x in rows) or 1.0
+    for row in rows[:20]:
+        _info(
+            f"{row['k_type']}/{row['v_type']} D={row['D_K']}/{row['D_V']} gqa={row['gqa']} M={row['M']} "
+            f"n_kv={row['n_kv']} "
+            f"{row['stock_route']}: {row['calls']:,} calls, est {row['est_us']:,.1f} us "
+            f"({100 * row['est_us'] / total:.1f}%)"
+        )
     _info(f"wrote {output} ({table.num_rows} rows)")
 
 

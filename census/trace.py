@@ -52,6 +52,27 @@ Dims = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
+class AttnInfo:
+    """The ``attn`` member of a FLASH_ATTN_EXT route record (src0 = K, src1 = Q in the record's fields)."""
+
+    d_k: int
+    d_v: int
+    q_heads: int
+    kv_heads: int
+    q_cols: int
+    n_kv: int
+    seqs: int
+    k_type: str
+    v_type: str
+    v_nb: Dims
+    mask: bool
+    sinks: bool
+    softcap: float
+    max_bias: float
+    scale: float
+
+
+@dataclass(frozen=True, slots=True)
 class RouteKey:
     """Every field of a route record except ``count`` and ``t_us``; the device resolved to its GPU."""
 
@@ -69,6 +90,7 @@ class RouteKey:
     stock_route: str
     reason: str
     config: str | None = None  # the configuration that ran (canonical text), where the trace records it
+    attn: AttnInfo | None = None  # FLASH_ATTN_EXT records only
 
 
 @dataclass(slots=True)
@@ -249,7 +271,72 @@ def _enum(obj: dict[str, Any], name: str, allowed: frozenset[str] | set[str], wh
     return v
 
 
-_OPS: Final = frozenset(o.value for o in schema.TRACE_OPS)
+_OPS: Final = frozenset(o.value for o in schema.TRACE_OPS) | {schema.Op.FLASH_ATTN_EXT.value}
+
+_ATTN_INTS: Final = ("d_k", "d_v", "q_heads", "kv_heads", "q_cols", "n_kv", "seqs")
+_ATTN_FIELDS: Final[dict[str, str]] = {
+    **{f: "int" for f in _ATTN_INTS},
+    "k_type": "str",
+    "v_type": "str",
+    "v_nb": "nb",
+    "mask": "bool",
+    "sinks": "bool",
+    "softcap": "num",
+    "max_bias": "num",
+    "scale": "num",
+}
+
+
+def parse_attn(obj: Any, src0_type: str, src0_ne: Dims, src1_ne: Dims, what: str) -> AttnInfo:
+    """The ``attn`` member of a FLASH_ATTN_EXT record, checked against the record's K (src0) and Q (src1)."""
+    what = f"{what}: attn"
+    if not isinstance(obj, dict):
+        raise RecordError(f"{what} must be an object, got {_describe(obj)}")
+    for name, kind in _ATTN_FIELDS.items():
+        if name not in obj:
+            raise RecordError(f"{what}: missing field {name!r}")
+        if kind == "bool" and not isinstance(obj[name], bool):
+            raise RecordError(f"{what}: field {name!r} must be true or false, got {_describe(obj[name])}")
+    _check_fields(obj, {k: v for k, v in _ATTN_FIELDS.items() if v != "bool"}, what)
+    for name in _ATTN_INTS:
+        if not 0 < obj[name] <= MAX_DIM:
+            raise RecordError(f"{what}: {name} must be a positive integer, got {obj[name]}")
+    k_type = _enum(obj, "k_type", _TYPES, what)
+    v_type = _enum(obj, "v_type", _TYPES, what)
+    a = AttnInfo(
+        d_k=int(obj["d_k"]),
+        d_v=int(obj["d_v"]),
+        q_heads=int(obj["q_heads"]),
+        kv_heads=int(obj["kv_heads"]),
+        q_cols=int(obj["q_cols"]),
+        n_kv=int(obj["n_kv"]),
+        seqs=int(obj["seqs"]),
+        k_type=k_type,
+        v_type=v_type,
+        v_nb=_dims(obj, "v_nb", what),
+        mask=obj["mask"],
+        sinks=obj["sinks"],
+        softcap=float(obj["softcap"]),
+        max_bias=float(obj["max_bias"]),
+        scale=float(obj["scale"]),
+    )
+    expect = {
+        "k_type": (k_type, src0_type),
+        "d_k": (a.d_k, src0_ne[0]),
+        "n_kv": (a.n_kv, src0_ne[1]),
+        "kv_heads": (a.kv_heads, src0_ne[2]),
+        "q_cols": (a.q_cols, src1_ne[1]),
+        "q_heads": (a.q_heads, src1_ne[2]),
+        "seqs": (a.seqs, src1_ne[3]),
+    }
+    for name, (got, want) in expect.items():
+        if got != want:
+            raise RecordError(f"{what}: {name} = {got} disagrees with the record's K/Q dimensions ({want})")
+    if a.q_heads % a.kv_heads:
+        raise RecordError(f"{what}: q_heads = {a.q_heads} is not a multiple of kv_heads = {a.kv_heads}")
+    return a
+
+
 _LAYOUTS: Final = frozenset(x.value for x in schema.Layout)
 _FUSED: Final = frozenset(x.value for x in schema.Fused)
 _TYPES: Final = frozenset(schema.GGML_TYPES)
@@ -341,6 +428,17 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
         raise RecordError(f"{what}: src0_ne[0] = {src0_ne[0]} and src1_ne[0] = {src1_ne[0]} must agree (K)")
     if op == schema.Op.MUL_MAT and (src1_ne[2] % src0_ne[2] or src1_ne[3] % src0_ne[3]):
         raise RecordError(f"{what}: src1_ne[2:] {list(src1_ne[2:])} does not broadcast src0_ne[2:]")
+    attn = None
+    if op == schema.Op.FLASH_ATTN_EXT:
+        if "attn" not in obj:
+            raise RecordError(f"{what}: a FLASH_ATTN_EXT record needs its attn member")
+        attn = parse_attn(obj["attn"], src0_type, src0_ne, src1_ne, what)
+        if not registry.route_allowed(op, route) or not registry.route_allowed(op, stock_route):
+            raise RecordError(
+                f"{what}: route {route!r} / stock_route {stock_route!r}: not FlashAttention kernels"
+            )
+    elif "attn" in obj:
+        raise RecordError(f"{what}: an attn member on a {op} record")
     key = RouteKey(
         gpu=gpu,
         op=op,
@@ -356,6 +454,7 @@ def parse_route(obj: dict[str, Any], devices: dict[int, schema.GpuId]) -> tuple[
         stock_route=stock_route,
         reason=reason,
         config=config,
+        attn=attn,
     )
     return key, count, None if t_us is None else float(t_us)
 

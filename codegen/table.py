@@ -343,7 +343,7 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
         if not _is_int(r[f]) or r[f] < 0 or r[f] > 2**62:
             raise InputError(path, "must be a non-negative integer", field=f"{where}.{f}")
     zeros = [r[f] == 0 for f in spec.key.DEFAULT_FIELDS]
-    if any(zeros) != all(zeros):
+    if zeros and any(zeros) != all(zeros):  # FLASH_ATTN_EXT keys have no default fields
         names = " and ".join(spec.key.DEFAULT_FIELDS)
         both = "both" if len(zeros) == 2 else "all"
         raise InputError(path, f"{names} are {both} 0 (a type default) or {both} positive", field=where)

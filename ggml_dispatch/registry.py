@@ -155,6 +155,7 @@ INELIGIBLE: Final[dict[str, str]] = {
     "convert": "cuBLAS has no strided conversion for this weight type",
     "op": "the configuration's route does not serve this op",
     "params": "a parameter value this node cannot take (no converter, no compiled J, no stream-k)",
+    "attn": "FlashAttention kernel not legal here (head dims, KV length, Q columns, GQA, cc; fattn.cu)",
 }
 
 
@@ -184,6 +185,9 @@ class Route(StrEnum):
     MMVQ = "mmvq"
     MMQ = "mmq"
     CUBLAS = "cublas"
+    FA_VEC = "fa_vec"
+    FA_TILE = "fa_tile"
+    FA_MMA = "fa_mma"
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,25 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         ),
         "cuBLAS GEMM after dequantization",
     ),
+    # FLASH_ATTN_EXT kernels (fattn.cu's best_fattn_kernel). VEC reads a quantized K/V cache directly where
+    # its K/V type pair is compiled; TILE and MMA_F16 convert K and V to f16 on every call (the f16 copies
+    # live in the node's scratch, sized by ggml_cuda_flash_attn_ext_get_alloc_size for the kernel chosen).
+    Route.FA_VEC: RouteSpec(
+        Route.FA_VEC, 6, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_vec (1-2 Q columns per block)"
+    ),
+    Route.FA_TILE: RouteSpec(
+        Route.FA_TILE, 7, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_tile (no tensor cores, f16 K/V)"
+    ),
+    Route.FA_MMA: RouteSpec(
+        Route.FA_MMA, 8, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_mma_f16 (tensor cores, f16 K/V)"
+    ),
+}
+
+# FLASH_ATTN_EXT: fattn.cu's best_fattn_kernel values -> route
+FATTN_KERNEL_ROUTES: Final[dict[str, Route]] = {
+    "VEC": Route.FA_VEC,
+    "TILE": Route.FA_TILE,
+    "MMA_F16": Route.FA_MMA,
 }
 
 # Paths stock takes that a table never chooses: reported by the trace, counted as "other" by the

@@ -336,7 +336,16 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
 
 # Tuning columns a reader fills with nulls where an older file lacks them. config: the configuration
 # timed, canonical text (registry.Config); its route is the row's route.
-TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {"config": "string"}
+# FLASH_ATTN_EXT rows also carry their attention key (registry.FlashAttnKey; null on matmul rows)
+TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {
+    "config": "string",
+    "k_type": "string",
+    "v_type": "string",
+    "D_K": "int64",
+    "D_V": "int64",
+    "gqa": "int64",
+    "kv": "int64",
+}
 
 # The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the
 # other ops' keys are registry.MulMatIdKey and registry.FlashAttnKey (registry.key_class(op)).

@@ -33,7 +33,11 @@ from hook import codes, patch
 NATIVE_DIR: Final = Path(__file__).resolve().parent / "native"
 HOOK_SPEC: Final = "ggml-cuda.hook"
 # Each edited file of ggml/src/ggml-cuda/ and its hook spec, in the order they are applied.
-HOOK_SPECS: Final[dict[str, str]] = {"ggml-cuda.cu": HOOK_SPEC, "mmq.cuh": "mmq.cuh.hook"}
+HOOK_SPECS: Final[dict[str, str]] = {
+    "ggml-cuda.cu": HOOK_SPEC,
+    "mmq.cuh": "mmq.cuh.hook",
+    "fattn.cu": "fattn.cu.hook",
+}
 # Copied verbatim into ggml/src/ggml-cuda/ (the patch hash covers them and the hook specs).
 NATIVE_SOURCES: Final = (
     "ggml-dispatch.h",
@@ -57,7 +61,11 @@ CUDA_DIR: Final = Path("ggml") / "src" / "ggml-cuda"
 TARGET: Final = "ggml-cuda.cu"
 HOOK_MARKER: Final = '#include "ggml-cuda/ggml-dispatch-hook.cuh"'
 # Text only an installed hook puts into each target (a target carrying it without a record is refused).
-HOOK_MARKERS: Final[dict[str, str]] = {TARGET: HOOK_MARKER, "mmq.cuh": '#include "ggml-dispatch-params.h"'}
+HOOK_MARKERS: Final[dict[str, str]] = {
+    TARGET: HOOK_MARKER,
+    "mmq.cuh": '#include "ggml-dispatch-params.h"',
+    "fattn.cu": '#include "ggml-dispatch-hook.cuh"',
+}
 
 _HEX40: Final = re.compile(r"^[0-9a-f]{40}$")
 

@@ -43,6 +43,7 @@ def tree(tmp_path: Path) -> Path:
     shutil.copy2(pinned / CUDA / "ggml-cuda.cu", t / CUDA / "ggml-cuda.cu")
     shutil.copy2(pinned / CUDA / "mmq.cu", t / CUDA / "mmq.cu")
     shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")  # the hook edits it too
+    shutil.copy2(pinned / CUDA / "fattn.cu", t / CUDA / "fattn.cu")  # and this
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 

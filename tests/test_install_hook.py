@@ -36,6 +36,7 @@ def tree(pinned: Path, tmp_path: Path) -> Path:
     shutil.copy2(pinned / CUDA / "ggml-cuda.cu", t / CUDA / "ggml-cuda.cu")
     shutil.copy2(pinned / CUDA / "mmq.cu", t / CUDA / "mmq.cu")
     shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")
+    shutil.copy2(pinned / CUDA / "fattn.cu", t / CUDA / "fattn.cu")
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 
@@ -321,11 +322,34 @@ def test_mmq_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> No
     assert patch.revert(patched, hunks) == src
 
 
+def test_fattn_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> None:
+    src = (pinned / CUDA / "fattn.cu").read_text()
+    hunks = inst.load_specs()["fattn.cu"]
+    assert {h.name for h in hunks} == {
+        "include",
+        "stock_kernel",
+        "dispatch_kernel",
+        "alloc_size_all",
+        "run_kernel",
+    }
+    patched = patch.apply(src, hunks)
+    assert inst.HOOK_MARKERS["fattn.cu"] in patched and inst.HOOK_MARKERS["fattn.cu"] not in src
+    # the tree's choice is kept under another name; scratch sizing and the launch ask the hook's wrapper
+    assert "ggml_cuda_get_best_fattn_kernel_stock(const int device, const ggml_tensor * dst) {" in patched
+    assert "ggml_cuda_get_best_fattn_kernel(device, dst);" in patched  # get_alloc_size, unchanged
+    assert "ggml_cuda_get_best_fattn_kernel(ggml_cuda_get_device(), dst, /*run =*/ true)" in patched
+    assert patch.revert(patched, hunks) == src
+
+
 def test_install_records_every_target_and_restores_both(tree: Path) -> None:
     before = snapshot(tree)
     inst.install(tree)
     record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
-    assert set(record["targets"]) == {str(CUDA / "ggml-cuda.cu"), str(CUDA / "mmq.cuh")}
+    assert set(record["targets"]) == {
+        str(CUDA / "ggml-cuda.cu"),
+        str(CUDA / "mmq.cuh"),
+        str(CUDA / "fattn.cu"),
+    }
     for rel, t in record["targets"].items():
         assert t["original_sha256"] == before[rel]
         assert t["patched_sha256"] == hashlib.sha256((tree / rel).read_bytes()).hexdigest() != before[rel]

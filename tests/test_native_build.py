@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ggml_dispatch import fetch
+from ggml_dispatch import fetch, registry
 from hook import install as inst
 
 pytestmark = pytest.mark.slow
@@ -263,7 +263,7 @@ def table_object(
     tree = work / "llama.cpp"
     (tree / CUDA).mkdir(parents=True)
     for p in (patched_tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cuh"):
+        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cuh", "fattn.cu"):
             shutil.copy2(p, tree / CUDA / p.name)
     shutil.copy2(patched_tree / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
     (work / "table.json").write_text(table.dumps(h200_table((tree / "UPSTREAM_COMMIT").read_text().strip())))
@@ -720,7 +720,7 @@ def test_glue_an_illegal_configuration_is_ineligible_params_and_runs_stock(
 def test_glue_off_is_inactive(glue: dict[str, Path], tmp_path: Path) -> None:
     out, log = run_glue(glue["no_table"], {"GGML_CUDA_DISPATCH": "off"})
     assert out["active"] is False and set(out["cases"].values()) == {"stock"}
-    assert out["counts"] == {"ran": [0] * 6, "forced": 0, "table": 0, "ineligible": 0}
+    assert out["counts"] == {"ran": [0] * registry.ROUTE_COUNT, "forced": 0, "table": 0, "ineligible": 0}
     assert "GGML_CUDA_DISPATCH=off" in log
     # off with a trace: observed, still stock
     trace = tmp_path / "t.jsonl"

@@ -146,7 +146,9 @@ def test_shape_keys_per_op() -> None:
     assert fa.codes() == (2, 1, 8, 8, 256, 256, 6, 65536, 0) and fa.group() is not fa and not fa.is_default
     assert [registry.kv_bucket(n) for n in (1, 4096, 4097, 49152)] == [1, 4096, 8192, 65536]
     assert registry.OPS[registry.Op.FLASH_ATTN_EXT].default_mask == 0
-    assert registry.OPS[registry.Op.MUL_MAT].routes == tuple(registry.Route)
+    fa_routes = (registry.Route.FA_VEC, registry.Route.FA_TILE, registry.Route.FA_MMA)
+    assert registry.OPS[registry.Op.MUL_MAT].routes == tuple(r for r in registry.Route if r not in fa_routes)
+    assert registry.OPS[registry.Op.FLASH_ATTN_EXT].routes == fa_routes
     assert registry.Route.CUBLAS not in registry.OPS[registry.Op.MUL_MAT_ID].routes
 
 
@@ -301,8 +303,9 @@ def test_no_hand_copied_name_list_in_c() -> None:
     assert not (REPO / "tuner" / "harness" / "dispatch_api.h").exists()
 
 
-def test_census_refuses_a_trace_record_of_an_op_it_does_not_read(tmp_path: Path) -> None:
-    """FLASH_ATTN_EXT is in the registry before the trace records it: ingest names the line, writes none."""
+def test_census_refuses_a_flash_attn_record_without_its_attention_fields(tmp_path: Path) -> None:
+    """A FLASH_ATTN_EXT record needs its attn member (head dims, heads, KV length, ...): ingest names the
+    line and writes nothing."""
     from click.testing import CliRunner
 
     from ggml_dispatch.cli import main
@@ -316,7 +319,7 @@ def test_census_refuses_a_trace_record_of_an_op_it_does_not_read(tmp_path: Path)
     out = tmp_path / "c.parquet"
     res = CliRunner().invoke(main, ["census", "ingest", str(trace), "-o", str(out)])
     assert res.exit_code == 2, res.output
-    assert f"{trace}:{route + 1}:" in res.output and "unknown op" in res.output
+    assert f"{trace}:{route + 1}:" in res.output and "needs its attn member" in res.output
     assert not out.exists()
 
 
@@ -334,7 +337,7 @@ def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> 
     (key,) = d.evals
     assert isinstance(key, registry.MulMatIdKey) and (key.E, key.U, key.routing) == (32, 4, 0)
     assert [(r.route, r.M_lo, r.M_hi) for r in d.rules] == [("mmvq", 4, 4)]
-    # no route serves FLASH_ATTN_EXT yet: its rows are refused, naming the row
+    # a matmul route on FLASH_ATTN_EXT rows is refused, naming the row
     fa = trials(speed={"mmq": 1.0}, M=1, op="FLASH_ATTN_EXT", layout="attention")
     with pytest.raises(InputError, match="row 0: route: route 'mmq' does not serve FLASH_ATTN_EXT"):
         decide.decide(frame(fa), decide.Params())

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry
 from ggml_dispatch.errors import InputError
 from tuner.select import (
     ALL_ROUTES,
@@ -137,7 +137,8 @@ def test_cases_ordered_by_shape_time_then_m_and_specs_follow_the_interface() -> 
 
 
 def test_default_routes_are_the_five_table_routes() -> None:
-    assert set(ALL_ROUTES) == {r.value for r in schema.Route}
+    # the matmul routes (the FlashAttention kernels serve attention cases only)
+    assert set(ALL_ROUTES) == {r.value for r in registry.OPS[registry.Op.MUL_MAT].routes}
     sel = select_cases([row()], coverage=1.0)
     assert sel.cases[0].routes == ALL_ROUTES
 

@@ -15,6 +15,7 @@ import click
 from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
+from tuner import attention as tattn
 from tuner import build, results
 from tuner.executor import Executor, SerialExecutor
 from tuner.reference_cli import import_reference_cmd
@@ -303,20 +304,36 @@ def run_cmd(
         others = [census, *([harness_bin] if harness_bin else [])]
         fileio.check_output(output, [*others, journal])
         fileio.check_output(journal, [*others, output])
-    route_list = candidate_configs(_routes(routes), config_mode)
     layout_list = tuple(x.strip() for x in layouts.split(",") if x.strip())
     shard_t = parse_shard(shard)
-    # the census is checked before anything is built
-    selection = select_cases(
-        read_census(census),
-        coverage=coverage,
-        routes=route_list,
-        trials=trials,
-        nmse_max=nmse_max,
-        layouts=layout_list,
-        whole_shapes=whole_shapes,
-        path=census,
-    )
+    # the census is checked before anything is built; an attention census (`census attention`) gives
+    # FLASH_ATTN_EXT cases with the FlashAttention kernels as candidates
+    attention = tattn.is_attention_census(census)
+    if attention:
+        try:
+            fa_routes = tattn.FA_ROUTES if routes == ",".join(ALL_ROUTES) else tattn.parse_routes(routes)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--routes") from None
+        route_list = candidate_configs(fa_routes, config_mode)
+        selection = tattn.select_attention(
+            tattn.read_attention_census(census),
+            coverage=coverage,
+            routes=route_list,
+            trials=trials,
+            nmse_max=nmse_max,
+        )
+    else:
+        route_list = candidate_configs(_routes(routes), config_mode)
+        selection = select_cases(
+            read_census(census),
+            coverage=coverage,
+            routes=route_list,
+            trials=trials,
+            nmse_max=nmse_max,
+            layouts=layout_list,
+            whole_shapes=whole_shapes,
+            path=census,
+        )
     if dry_run:
         for c in shard_cases(selection.cases, shard_t):
             click.echo(json.dumps(c.spec()))
@@ -368,6 +385,7 @@ def run_cmd(
                 on_plan=lambda todo: setattr(bar, "length", max(todo, 1)),
                 executor=runner,
                 allow_mixed=allow_mixed,
+                selection=selection if attention else None,
             )
     except SweepInterrupted as e:
         _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")

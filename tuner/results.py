@@ -70,6 +70,10 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     spec = rec["spec"]
     prov = provenance(rec.get("header") or {}, rec.get("stamp") or {})
     shape = {k: spec[k] for k in ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B")}
+    # the attention key's own columns (null on matmul rows)
+    fa_fields = (*registry.FlashAttnKey.TYPE_FIELDS, *registry.FlashAttnKey.INT_FIELDS)
+    fa = spec["op"] == registry.Op.FLASH_ATTN_EXT.value
+    shape |= {k: spec[k] if fa else None for k in fa_fields}
     base = {**prov, **shape, "source": schema.Source.MEASURED.value}
     status = str(rec["status"])
     if status.startswith(schema.FAILED_PREFIX):

@@ -212,19 +212,23 @@ def run_sweep(
     on_plan: Callable[[int], Any] | None = None,
     executor: Executor | None = None,
     allow_mixed: bool = False,
+    selection: Selection | None = None,
 ) -> SweepResult:
+    """``selection``: the cases, already selected from ``census_path`` (an attention census:
+    tuner.attention); else the matmul census is read and selected here."""
     t_start = time.monotonic()
     census_sha = fileio.sha256_file(census_path)
-    selection = select_cases(
-        read_census(census_path),
-        coverage=coverage,
-        routes=routes,
-        trials=trials,
-        nmse_max=nmse_max,
-        layouts=layouts,
-        whole_shapes=whole_shapes,
-        path=census_path,
-    )
+    if selection is None:
+        selection = select_cases(
+            read_census(census_path),
+            coverage=coverage,
+            routes=routes,
+            trials=trials,
+            nmse_max=nmse_max,
+            layouts=layouts,
+            whole_shapes=whole_shapes,
+            path=census_path,
+        )
     cases = shard_cases(selection.cases, shard)
     log(selection.summary())
     if shard != (0, 1):

@@ -34,7 +34,11 @@ from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 
 M_GRID: Final[tuple[int, ...]] = tuple(2**i for i in range(15))  # 1 .. 16384
-ALL_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in schema.Route)
+# the matmul routes (the FLASH_ATTN_EXT kernels serve no matmul case)
+_MATMUL_OPS: Final = {registry.Op.MUL_MAT, registry.Op.MUL_MAT_ID}
+ALL_ROUTES: Final[tuple[str, ...]] = tuple(
+    r.value for r in schema.Route if _MATMUL_OPS & set(registry.ROUTES[r].ops)
+)
 CONFIG_MODES: Final = ("all", "routes", "cache")
 
 

@@ -221,6 +221,7 @@ struct record_key {
     int         reason      = REASON_STOCK;
     std::string why;              // REASON_INELIGIBLE: the eligibility check's answer
     int         config      = -1; // the configuration code that ran (-1: a trace-only path, no configuration)
+    std::string extra;            // more members of the record, JSON text starting with ',' (FLASH_ATTN_EXT: "attn")
 
     bool operator==(const record_key & o) const {
         return op == o.op && device == o.device && layout == o.layout && fused == o.fused && route == o.route &&
@@ -229,7 +230,7 @@ struct record_key {
                std::memcmp(src0_ne, o.src0_ne, sizeof(src0_ne)) == 0 &&
                std::memcmp(src0_nb, o.src0_nb, sizeof(src0_nb)) == 0 &&
                std::memcmp(src1_ne, o.src1_ne, sizeof(src1_ne)) == 0 && tensor == o.tensor &&
-               src0_type == o.src0_type && src1_type == o.src1_type && why == o.why;
+               src0_type == o.src0_type && src1_type == o.src1_type && why == o.why && extra == o.extra;
     }
 };
 
@@ -249,6 +250,7 @@ struct record_key_hash {
         mix(std::hash<std::string>()(k.tensor));
         mix(std::hash<std::string>()(k.src0_type));
         mix((uint64_t) (int64_t) k.config);
+        mix(std::hash<std::string>()(k.extra));
         return (size_t) h;
     }
 };
@@ -305,6 +307,7 @@ inline std::string route_record_json(const record_key & k, int64_t count, const 
     } else {
         json_string(s, ggml_dispatch_reason_name(k.reason));
     }
+    s += k.extra;
     s += extra;
     s += ",\"count\":" + std::to_string(count) + "}";
     return s;
@@ -491,6 +494,7 @@ class recorder {
     // ---- configuration override -------------------------------------------------------------
     void set_override(int config) {
         override_.store(config);
+        override_seen_.store(true);
         generation_.fetch_add(1);
     }
 
@@ -504,6 +508,9 @@ class recorder {
         std::lock_guard<std::mutex> lock(mu_);
         extra_ = e;
     }
+
+    // An override was set at least once (cleared or not): routes may change after graphs were allocated.
+    bool override_seen() const { return override_seen_.load(std::memory_order_relaxed); }
 
     int64_t unknown_replays() const { return unknown_replays_; }
 
@@ -563,6 +570,7 @@ class recorder {
     std::atomic<int64_t> forced_{0}, table_{0}, ineligible_{0};
     std::atomic<int>      override_{0};
     std::atomic<uint64_t> generation_{0};
+    std::atomic<bool>     override_seen_{false};  // the weight cache bumps generation_ too
 
     std::mutex                                              mu_;
     std::atomic<bool>                                       trace_on_{false};

@@ -446,6 +446,12 @@ int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml
     int reason    = REASON_STOCK;
     int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT, layout, (int) src0->type,
                                      (int) src1->type, key, src1->ne[1], &reason);
+    if (requested != 0 && ggml_dispatch_config_valid(requested) &&
+            ggml_dispatch_route_allows_op(ggml_dispatch_config_route(requested), GGML_DISPATCH_OP_FLASH_ATTN_EXT) &&
+            !ggml_dispatch_route_allows_op(ggml_dispatch_config_route(requested), GGML_DISPATCH_OP_MUL_MAT)) {
+        requested = 0;  // a FlashAttention kernel forced or overridden: not asked of matmul nodes
+        reason    = REASON_STOCK;
+    }
     // a table rule that reads a cached weight copy which cannot be had runs the table's uncached choice
     if (reason == REASON_TABLE && ggml_dispatch_params_of_config(requested).cublas_weight != GGML_DISPATCH_CUBLAS_WEIGHT_STOCK &&
             !cache_can_serve(ctx.device, ctx.stream(), src0)) {
@@ -671,4 +677,119 @@ void ggml_backend_cuda_dispatch_get_counts(struct ggml_dispatch_counts * out, in
     if (out != nullptr) {
         state().rec.get_counts(out, reset != 0);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FLASH_ATTN_EXT (fattn.cu asks through its hook): Q = src[0], K = src[1], V = src[2], mask = src[3],
+// sinks = src[4]; op_params: scale, max_bias, logit_softcap.
+
+namespace {
+
+static int64_t kv_bucket(int64_t n_kv) {  // registry.kv_bucket: the smallest power of two >= n_kv
+    int64_t b = 1;
+    while (b < n_kv) {
+        b <<= 1;
+    }
+    return b;
+}
+
+static std::string attn_json(const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    float params[3] = {0.0f, 0.0f, 0.0f};
+    std::memcpy(params, dst->op_params, sizeof(params));
+    char buf[512];
+    std::snprintf(buf, sizeof(buf),
+                  ",\"attn\":{\"d_k\":%" PRId64 ",\"d_v\":%" PRId64 ",\"q_heads\":%" PRId64 ",\"kv_heads\":%" PRId64
+                  ",\"q_cols\":%" PRId64 ",\"n_kv\":%" PRId64 ",\"seqs\":%" PRId64
+                  ",\"k_type\":\"%s\",\"v_type\":\"%s\",\"v_nb\":[%zu,%zu,%zu,%zu],\"mask\":%s,\"sinks\":%s"
+                  ",\"softcap\":%.9g,\"max_bias\":%.9g,\"scale\":%.9g}",
+                  K->ne[0], V->ne[0], Q->ne[2], K->ne[2], Q->ne[1], K->ne[1], Q->ne[3], ggml_type_name(K->type),
+                  ggml_type_name(V->type), V->nb[0], V->nb[1], V->nb[2], V->nb[3],
+                  dst->src[3] != nullptr ? "true" : "false", dst->src[4] != nullptr ? "true" : "false",
+                  (double) params[2], (double) params[1], (double) params[0]);
+    return buf;
+}
+
+}  // namespace
+
+int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route, unsigned eligible, bool run) {
+    dispatch_state &    st = state();
+    const ggml_tensor * Q  = dst->src[0];
+    const ggml_tensor * K  = dst->src[1];
+    const ggml_tensor * V  = dst->src[2];
+
+    int64_t key[GGML_DISPATCH_KEY_SLOTS]      = {};
+    key[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_K] = K->ne[0];
+    key[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_V] = V->ne[0];
+    key[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_GQA] = K->ne[2] > 0 ? Q->ne[2] / K->ne[2] : 0;
+    key[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_KV]  = kv_bucket(K->ne[1]);
+    int       reason    = REASON_STOCK;
+    const int requested = requested_config(st, device, GGML_DISPATCH_OP_FLASH_ATTN_EXT, GGML_DISPATCH_LAYOUT_ATTENTION,
+                                           (int) K->type, (int) V->type, key, Q->ne[1], &reason);
+    int run_config = 0;
+    int why        = GGML_DISPATCH_OK;
+    if (requested != 0 && !ggml_dispatch_route_allows_op(ggml_dispatch_config_route(requested),
+                                                         GGML_DISPATCH_OP_FLASH_ATTN_EXT)) {
+        reason = REASON_STOCK;  // a matmul route forced or overridden: not asked of attention nodes
+    } else if (requested != 0) {
+        const int route = ggml_dispatch_config_route(requested);
+        if (!ggml_dispatch_config_valid(requested)) {
+            why = GGML_DISPATCH_WHY_ROUTE;
+        } else if (((eligible >> route) & 1u) == 0) {
+            why = GGML_DISPATCH_WHY_ATTN;
+        } else {
+            run_config = requested;
+        }
+        if (why != GGML_DISPATCH_OK) {
+            reason = REASON_INELIGIBLE;
+        }
+    }
+    const int route = run_config != 0 ? ggml_dispatch_config_route(run_config) : stock_route;
+    if (!run) {
+        return route;
+    }
+    outcome o;
+    o.route      = route;
+    o.forced     = run_config != 0 && reason == REASON_FORCED;
+    o.table      = run_config != 0 && reason == REASON_TABLE;
+    o.ineligible = reason == REASON_INELIGIBLE;
+    if (st.rec.trace_on()) {
+        record_key k;
+        k.op        = GGML_DISPATCH_OP_FLASH_ATTN_EXT;
+        k.device    = device;
+        k.tensor    = K->name;
+        k.src0_type = ggml_type_name(K->type);
+        k.src1_type = ggml_type_name(Q->type);
+        for (int i = 0; i < 4; ++i) {
+            k.src0_ne[i] = K->ne[i];
+            k.src0_nb[i] = K->nb[i];
+            k.src1_ne[i] = Q->ne[i];
+        }
+        k.layout      = GGML_DISPATCH_LAYOUT_ATTENTION;
+        k.fused       = FUSED_NONE;
+        k.route       = route;
+        k.stock_route = stock_route;
+        k.reason      = reason;
+        k.config      = run_config != 0 ? run_config : route;
+        if (reason == REASON_INELIGIBLE) {
+            k.why = ggml_dispatch_why_name(why);
+        }
+        k.extra = attn_json(dst);
+        st.rec.note(o, &k);
+    } else {
+        st.rec.note(o, nullptr);
+    }
+    return route;
+}
+
+bool ggml_cuda_dispatch_fattn_size_all() {
+    const dispatch_state & st = state();
+    if (st.m == MODE_OFF) {
+        return false;
+    }
+    return st.rec.override_seen() ||
+           (st.m == MODE_FORCE &&
+            ggml_dispatch_route_allows_op(ggml_dispatch_config_route(st.force_config), GGML_DISPATCH_OP_FLASH_ATTN_EXT));
 }

@@ -105,6 +105,12 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
     ggml_dispatch_why why[GGML_DISPATCH_ROUTE_COUNT];
     for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
         why[r] = ggml_dispatch_check(r, d, dev);
+        if (!ggml_dispatch_route_allows_op(r, GGML_DISPATCH_OP_MUL_MAT)) {  // the FlashAttention kernels
+            if (why[r] != GGML_DISPATCH_WHY_ROUTE) {
+                fail(s, "a route that serves no MUL_MAT not refused: " + where(d, dev, r));
+            }
+            continue;
+        }
         s.why[why[r]]++;
         if (why[r] == GGML_DISPATCH_OK) {
             s.eligible[r]++;

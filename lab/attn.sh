@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
+#
+# FLASH_ATTN_EXT at real context depths: stock's kernel choice traced, the attention census, and
+# llama-bench -fa on for every FlashAttention kernel forced (GGML_CUDA_DISPATCH=force:fa_vec|fa_tile|fa_mma)
+# against stock (GGML_CUDA_DISPATCH=off) on the qwen3 seed-shape model (head dim 256, 24/4 heads) and the
+# 8B-dimension llama (head dim 128, 32/8 heads), 4 layers each, Q4_K_M weights, with a q8_0 and an f16 KV
+# cache: tg32, pp2, pp3, pp4 at depths 4096, 16384, 49152 and pp512 at depth 16384. Tests are named with
+# their depth (tg32@d16384). Reuses lab/autotune-verify.sh's tree build/at/llama.cpp and build dir
+# build/at/build-sys when present (needs .carry/llama.cpp.tar.xz and .carry/smollm2.meta.gguf otherwise).
+# Each part is bounded by DEADLINE seconds (default 540) from the script's start.
+#
+#   PART=build    install the hook (no table), build llama-bench and llama-quantize, write the two models
+#   PART=trace    route traces of stock runs at every depth and KV type -> attention census (census attention)
+#   PART=ab-qwen3 the A/B on the qwen3 seed-shape model (stock and each forced kernel, both KV types)
+#   PART=ab-8b    the same on the 8B-dimension model
+#   PART=tune     tune run on the combined attention census (FLASH_ATTN_EXT cases, VEC/TILE/MMA_F16 timed
+#                 against stock with the CPU reference check), codegen -> table.json (attention rules)
+#   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
+#                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
+#                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
+#                 one per call
+#
+# The forced arms bound what a table keyed by the attention shape can win end to end.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|table}"
+DEADLINE=${DEADLINE:-540}
+START=$(date +%s)
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+die() { echo "attn.sh: $*" >&2; exit 1; }
+source lab/cuda-env.sh
+W=$REPO/build/at
+TREE=$W/llama.cpp
+B=$W/build-sys
+M=$W/models
+unset CC CXX CUDAHOSTCXX  # see lab/autotune-verify.sh: the system compiler links libstdc++ shared
+mkdir -p "$W" "$M"
+if [ ! -f "$TREE/ggml/include/ggml.h" ]; then
+    tar -xJf .carry/llama.cpp.tar.xz -C "$W" || die "no tree and no .carry/llama.cpp.tar.xz"
+fi
+for d in pocs app; do [ -d "$TREE/$d" ] || { mkdir -p "$TREE/$d" && touch "$TREE/$d/CMakeLists.txt"; }; done
+export PYTHONPATH=$REPO:$TREE/gguf-py PYTHONUNBUFFERED=1
+gd() { python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.used --format=csv >"$OUT/gpu-$PART.csv" 2>&1
+
+QWEN=$M/qwen3-seed-L4.gguf
+L8B=$M/llama8b-L4.gguf
+DEPTHS=4096,16384,49152
+BENCH=$B/bin/llama-bench
+
+need_build() {
+    [ -x "$BENCH" ] || die "no $BENCH: run PART=build first"
+    grep -q ggml_cuda_get_best_fattn_kernel_stock "$TREE/ggml/src/ggml-cuda/fattn.cu" ||
+        die "the tree's fattn.cu lacks the hook: run PART=build"
+    [ -f "$QWEN" ] && [ -f "$L8B" ] || die "models missing: run PART=build"
+}
+
+# llama-bench over the attention tests, one arm (GGML_CUDA_DISPATCH value), one KV type; JSON Lines out
+bench() {  # model kv arm out
+    local model=$1 kv=$2 arm=$3 out=$4 dispatch
+    case $arm in
+    stock) dispatch=off ;;
+    *) dispatch=force:$arm ;;
+    esac
+    local t
+    t=$(left)
+    [ "$t" -gt 20 ] || { echo "attn.sh: deadline reached before $arm $kv $(basename "$model")" >&2; return 1; }
+    GGML_CUDA_DISPATCH=$dispatch timeout "$t" "$BENCH" -m "$model" -fa on -ctk "$kv" -ctv "$kv" -ngl 99 \
+        -r "${REPS:-3}" -o jsonl -v -p 2,3,4 -n 32 -d "$DEPTHS" >"$out" 2>"$out.log" &&
+        GGML_CUDA_DISPATCH=$dispatch timeout "$(left)" "$BENCH" -m "$model" -fa on -ctk "$kv" -ctv "$kv" \
+            -ngl 99 -r "${REPS:-3}" -o jsonl -v -p 512 -n 0 -d 16384 >>"$out" 2>>"$out.log" ||
+        { echo "attn.sh: llama-bench failed ($arm $kv $(basename "$model")):" >&2; tail -5 "$out.log" >&2; return 1; }
+    grep -q "ggml_cuda_dispatch: " "$out.log" ||  # llama-bench -v: the hook's start-up line
+        { echo "attn.sh: no dispatch line in $out.log (not the hooked build?)" >&2; return 1; }
+}
+
+case $PART in
+build)
+    gd install --llama-cpp "$TREE" >&2 || die "install failed"
+    if [ ! -f "$B/CMakeCache.txt" ]; then
+        cmake -S "$TREE" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DGGML_CUDA_FA=ON \
+            -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DCMAKE_CUDA_ARCHITECTURES=90 >"$W/attn-cmake.log" 2>&1 || { tail -20 "$W/attn-cmake.log"; die "cmake"; }
+    fi
+    timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench llama-quantize >"$W/attn-build.log" 2>&1 ||
+        { tail -20 "$W/attn-build.log"; die "build failed or ran past the deadline (call again to continue)"; }
+    [ -f "$W/smollm2.gguf" ] || python3 -m lab.models clone .carry/smollm2.meta.gguf -o "$W/smollm2.gguf" || die clone
+    for spec in "qwen27b:$QWEN" "llama8b:$L8B"; do
+        preset=${spec%%:*} dst=${spec#*:}
+        [ -f "$dst" ] && continue
+        python3 -m lab.models dense --preset "$preset" --layers 4 --tokenizer-from "$W/smollm2.gguf" -o "$dst.f16" &&
+            "$B/bin/llama-quantize" "$dst.f16" "$dst" Q4_K_M >"$W/attn-quantize.log" 2>&1 &&
+            rm -f "$dst.f16" || { tail -20 "$W/attn-quantize.log"; die "model $preset"; }
+    done
+    ls -la "$M" | tee "$OUT/models.txt"
+    ;;
+trace)
+    need_build
+    mkdir -p "$W/attn-trace"
+    for model in "$QWEN" "$L8B"; do
+        for kv in q8_0 f16; do
+            name=$(basename "$model" .gguf)-$kv
+            GGML_CUDA_ROUTE_TRACE=$W/attn-trace/$name.jsonl timeout "$(left)" "$BENCH" -m "$model" -fa on \
+                -ctk "$kv" -ctv "$kv" -ngl 99 -r 1 -o jsonl -p 2,3,4,512 -n 32 -d "$DEPTHS" \
+                >"$W/attn-trace/$name.bench.jsonl" 2>"$W/attn-trace/$name.log" ||
+                { tail -5 "$W/attn-trace/$name.log"; die "traced run $name"; }
+            grep -q '"op":"FLASH_ATTN_EXT"' "$W/attn-trace/$name.jsonl" || die "$name: no FLASH_ATTN_EXT records in the trace"
+            gd census attention "$W/attn-trace/$name.jsonl" -o "$W/attn-trace/$name.attn.parquet" 2>&1 |
+                tee "$OUT/attn-census-$name.txt"
+            [ "${PIPESTATUS[0]}" -eq 0 ] || die "census attention $name"
+        done
+    done
+    gd census attention "$W"/attn-trace/*-L4-{q8_0,f16}.jsonl -o "$W/attn-trace/all.attn.parquet" 2>&1 |
+        tail -30 | tee "$OUT/attn-census-all.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die "combined census attention"
+    tar -czf "$OUT/attn-trace.tar.gz" -C "$W" attn-trace
+    ;;
+tune)
+    need_build
+    C=$W/attn-trace/all.attn.parquet
+    [ -f "$C" ] || die "no $C: run PART=trace first"
+    mkdir -p "$W/attn-tune"
+    [ "$(left)" -gt 180 ] || die "too little time left for a sweep"
+    # the measured tests' points: decode and verify (M <= 8) at every depth and pp512 at depth 16384
+    # (n_kv 16384..17152); llama-bench's depth fill (M = 512 at every KV length on the way) is left out
+    python3 - "$C" "$W/attn-tune/census.attn.parquet" <<'PY' || die "filtering the attention census"
+import sys
+from pathlib import Path
+from census import attention
+from tuner.attention import read_attention_census
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+rows = [r for r in read_attention_census(src) if r["M"] <= 8 or (r["M"] == 512 and 16384 <= r["n_kv"] <= 17152)]
+attention.write(rows, dst, {str(src): "filtered"}, src)
+print(f"{len(rows)} attention points to tune")
+PY
+    C=$W/attn-tune/census.attn.parquet
+    # the harness' stock anchor must be stock: no table compiled in
+    grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
+        die "a table is installed in $TREE: PART=build installs none"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune run "$C" --llama-cpp "$TREE" --build-dir "$B" -o "$W/attn-tune/tuning.parquet" --configs routes \
+        --coverage "${COVERAGE:-0.99}" --trials "${TRIALS:-7}" --max-seconds "$(( $(left) - 60 ))" 2>&1 |
+        tail -40 | tee "$OUT/attn-tune.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die "tune run (call again to resume from the journal)"
+    gd codegen "$W/attn-tune/tuning.parquet" -o "$W/attn-tune/table" -v 2>&1 | tail -60 | tee "$OUT/attn-codegen.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
+    tar -czf "$OUT/attn-tune.tar.gz" -C "$W" attn-tune
+    ;;
+table)
+    need_build
+    T=$W/attn-tune/table/table.json
+    [ -f "$T" ] || die "no $T: run PART=tune first"
+    gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"  # same table: no change
+    timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
+        { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }
+    D=$W/attn-table
+    mkdir -p "$D"
+    # interleaved stock/table pairs with provenance (ggml-dispatch-ab/1 records, `ggml-dispatch ab`);
+    # the table arm must apply exactly this table
+    bench=()
+    for kv in q8_0 f16; do
+        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 2,3,4 -n 32 -d $DEPTHS")
+        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 512 -n 0 -d 16384")
+    done
+    models=()
+    for m in ${AB_MODELS:-qwen3-seed}; do  # one model per call fits a call's budget: AB_MODELS=llama8b next
+        case $m in qwen3-seed) models+=(--model "qwen3-seed=$QWEN") ;; llama8b) models+=(--model "llama8b=$L8B") ;;
+        *) die "AB_MODELS: qwen3-seed or llama8b, not $m" ;; esac
+    done
+    AB=$D/ab-${AB_MODELS:-qwen3-seed}-$(date +%s).jsonl
+    AB=${AB// /+}
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        ab --arm "stock=$BENCH:off" --arm "table=$BENCH:table" "${models[@]}" \
+        "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" --expect-table "$T" \
+        --log "$D/ab-runs.log" -o "$AB" 2>&1 | tail -20 | tee "$OUT/attn-table-ab.log"
+    rc=${PIPESTATUS[0]}
+    cp "$AB" "$OUT/" 2>/dev/null
+    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table attn-tune
+    [ "$rc" -eq 0 ] || die "table A/B failed or ran past the deadline (rc $rc; its records so far are in $OUT)"
+    ;;
+ab-qwen3 | ab-8b)
+    need_build
+    model=$([ "$PART" = ab-qwen3 ] && echo "$QWEN" || echo "$L8B")
+    D=$W/attn-$PART
+    mkdir -p "$D"
+    rc=0
+    for kv in q8_0 f16; do
+        for arm in stock fa_vec fa_mma fa_tile; do
+            f=$D/$kv.$arm.jsonl
+            [ -s "$f" ] && continue  # done by an earlier call on this machine
+            bench "$model" "$kv" "$arm" "$f.part" && mv "$f.part" "$f" || { rc=1; break 2; }
+        done
+    done
+    python3 lab/attn_summary.py "$D" | tee "$OUT/attn-$PART.md"
+    tar -czf "$OUT/attn-$PART.tar.gz" -C "$W" "attn-$PART"
+    [ "$rc" -eq 0 ] || die "$PART incomplete (call again on the warm machine to continue)"
+    ;;
+*)
+    echo "unknown PART $PART" >&2
+    exit 2
+    ;;
+esac
+echo "part $PART done in $(($(date +%s) - START)) s"

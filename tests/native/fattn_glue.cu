@@ -1,0 +1,167 @@
+// Drives the hooked FlashAttention kernel choice of fattn.cu (as installed into the tree) without a GPU.
+//
+// The patched fattn.cu is compiled into this program (#include), so the tree's own stock choice
+// (ggml_cuda_get_best_fattn_kernel_stock), the hook's wrapper and eligibility and the tree's scratch
+// sizing (ggml_cuda_flash_attn_ext_get_alloc_size) run as they do in ggml-cuda; the real ggml-dispatch.cu
+// is linked. What needs a GPU is replaced, and only that: ggml_cuda_info() (an H200-like device, cc 900,
+// 132 SMs), cudaGetDeviceProperties / cublasGetProperty (--wrap). The kernels themselves are never
+// launched: the program is linked with the vector-kernel instances the test compiles (so VEC's
+// compiled K/V pairs are real); every other symbol it lacks (tile/MMA instances, converters) traps if called.
+//
+// Nodes are built as llama.cpp builds them: a K/V cache tensor [head dim x KV heads, cells] viewed per
+// layer as [D, KV heads, n_kv] and permuted to [D, n_kv, KV heads], Q [D, Q heads, tokens] permuted, an
+// f16 mask [n_kv, tokens]. Prints one JSON line per case: the kernel that would run (the `run` call that
+// the launch makes: counted and traced) and the scratch beyond the output that allocation asks for.
+#include "fattn.cu"
+
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+static ggml_cuda_device_info g_info;
+
+const ggml_cuda_device_info & ggml_cuda_info() {
+    return g_info;
+}
+
+int ggml_cuda_get_device() {
+    return 0;
+}
+
+extern "C" cudaError_t __wrap_cudaGetDeviceProperties(cudaDeviceProp * prop, int device) {
+    std::memset(prop, 0, sizeof(*prop));
+    std::snprintf(prop->name, sizeof(prop->name), "%s", "NVIDIA H200");
+    for (int i = 0; i < 16; ++i) {
+        prop->uuid.bytes[i] = (char) (i + 1);
+    }
+    prop->totalGlobalMem = (size_t) 143771 << 20;
+    (void) device;
+    return cudaSuccess;
+}
+
+extern "C" cublasStatus_t __wrap_cublasGetProperty(libraryPropertyType type, int * value) {
+    *value = type == MAJOR_VERSION ? 13 : type == MINOR_VERSION ? 0 : 2;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static ggml_tensor * attention(ggml_context * ctx, ggml_type type, int D, int kv_heads, int q_heads, int n_kv,
+                               int tokens, int layer) {
+    const int     cells = 65536;
+    ggml_tensor * kc    = ggml_new_tensor_2d(ctx, type, (int64_t) D * kv_heads, cells);
+    ggml_tensor * vc    = ggml_new_tensor_2d(ctx, type, (int64_t) D * kv_heads, cells);
+    char          name[64];
+    std::snprintf(name, sizeof(name), "cache_k_l%d", layer);
+    ggml_set_name(kc, name);
+    std::snprintf(name, sizeof(name), "cache_v_l%d", layer);
+    ggml_set_name(vc, name);
+    ggml_tensor * k = ggml_view_3d(ctx, kc, D, kv_heads, n_kv, ggml_row_size(type, D), kc->nb[1], 0);
+    ggml_tensor * v = ggml_view_3d(ctx, vc, D, kv_heads, n_kv, ggml_row_size(type, D), vc->nb[1], 0);
+    k               = ggml_permute(ctx, k, 0, 2, 1, 3);
+    v               = ggml_permute(ctx, v, 0, 2, 1, 3);
+    ggml_format_name(k, "cache_k_l%d (view) (permuted)", layer);
+    ggml_tensor * q    = ggml_permute(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, q_heads, tokens), 0, 2, 1, 3);
+    ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, tokens);
+    return ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f / 16.0f, 0.0f, 0.0f);
+}
+
+static const char * route_name(int code) {
+    return ggml_dispatch_route_name(code);
+}
+
+int main() {
+    g_info.device_count               = 1;
+    g_info.physical_device_count      = 1;
+    g_info.devices[0].cc              = 900;
+    g_info.devices[0].nsm             = 132;
+    g_info.devices[0].smpbo           = 232448;
+    g_info.devices[0].smpb            = 49152;
+    g_info.devices[0].warp_size       = 32;
+    g_info.devices[0].total_vram      = (size_t) 143771 * 1024 * 1024;
+    g_info.devices[0].physical_device = 0;
+
+    if (const char * ov = std::getenv("GLUE_OVERRIDE")) {
+        ggml_backend_cuda_dispatch_set_override(std::atoi(ov));  // as a harness does, before allocating
+    }
+    ggml_cuda_dispatch_init();
+    std::printf("{\"active\":%s}\n", ggml_cuda_dispatch_active ? "true" : "false");
+
+    ggml_init_params params = {ggml_tensor_overhead() * 256, nullptr, true};
+    ggml_context *   ctx    = ggml_init(params);
+    struct {
+        const char *  name;
+        ggml_tensor * node;
+    } cases[] = {
+        // the qwen3 seed shape: head dim 256, 24 Q heads over 4 KV heads (GQA 6)
+        {"q8_0 D256 gqa6 M1 kv4096", attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 4096, 1, 0)},
+        {"q8_0 D256 gqa6 M2 kv49152", attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 49152, 2, 1)},
+        {"q8_0 D256 gqa6 M3 kv16384", attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 16384, 3, 2)},
+        {"f16 D256 gqa6 M1 kv16384", attention(ctx, GGML_TYPE_F16, 256, 4, 24, 16384, 1, 3)},
+        // the 8B shape: head dim 128, 32 Q heads over 8 KV heads (GQA 4)
+        {"f16 D128 gqa4 M1 kv4096", attention(ctx, GGML_TYPE_F16, 128, 8, 32, 4096, 1, 4)},
+        {"q8_0 D256 gqa6 M1 kv4000", attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 4000, 1, 5)},
+        {"q8_0 D256 gqa6 M512 kv16384", attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 16384, 512, 6)},
+    };
+    for (const auto & c : cases) {
+        // allocation first (as ggml-alloc sizes the node), then the launch's question
+        const size_t            scratch = ggml_cuda_flash_attn_ext_get_alloc_size(0, c.node) - ggml_nbytes(c.node);
+        const best_fattn_kernel kernel  = ggml_cuda_get_best_fattn_kernel(0, c.node, /*run =*/ true);
+        const best_fattn_kernel stock   = ggml_cuda_get_best_fattn_kernel_stock(0, c.node);
+        std::printf("{\"case\":\"%s\",\"run\":\"%s\",\"stock\":\"%s\",\"scratch\":%zu,\"k_elems\":%lld,\"out\":%zu}\n",
+                    c.name, route_name(ggml_cuda_fattn_dispatch_route(kernel)),
+                    route_name(ggml_cuda_fattn_dispatch_route(stock)), scratch,
+                    (long long) ggml_nelements(c.node->src[1]), ggml_nbytes(c.node));
+    }
+    // the eligibility held against the tree: on a grid of shapes, types and cc values the kernel stock
+    // picks is one the hook's check allows (else the table could never hand a node back to stock's kernel)
+    if (std::getenv("GLUE_GRID")) {
+        long          points = 0, none = 0, refused = 0, stock_by[GGML_DISPATCH_ROUTE_COUNT] = {};
+        const int     ccs[]  = {700, 750, 800, 890, 900};
+        const int     Ds[]   = {40, 64, 72, 80, 96, 112, 128, 256, 512};
+        const ggml_type ts[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1};
+        const int     gqas[] = {1, 2, 4, 6, 8};
+        const int     nkvs[] = {256, 4000, 4096, 16384};
+        const int     Ms[]   = {1, 2, 3, 4, 8, 16, 512};
+        for (int cc : ccs) {
+            g_info.devices[0].cc = cc;
+            for (int D : Ds) for (ggml_type t : ts) for (int g : gqas) for (int n_kv : nkvs) for (int M : Ms) {
+                ggml_init_params gp  = {ggml_tensor_overhead() * 16, nullptr, true};
+                ggml_context *   gctx = ggml_init(gp);
+                ggml_tensor *    node = attention(gctx, t, D, 2, 2 * g, n_kv, M, 0);
+                const best_fattn_kernel st = ggml_cuda_get_best_fattn_kernel_stock(0, node);
+                points++;
+                if (st == BEST_FATTN_KERNEL_NONE) {
+                    none++;
+                } else {
+                    const int r = ggml_cuda_fattn_dispatch_route(st);
+                    stock_by[r]++;
+                    if (((ggml_cuda_fattn_dispatch_eligible(0, node) >> r) & 1u) == 0) {
+                        refused++;
+                        if (std::getenv("GLUE_GRID_ALL") || refused <= 5) {
+                            std::fprintf(stderr, "refused stock %s: cc %d D %d %s gqa %d n_kv %d M %d\n", route_name(r),
+                                         cc, D, ggml_type_name(t), g, n_kv, M);
+                        }
+                    }
+                }
+                ggml_free(gctx);
+            }
+        }
+        g_info.devices[0].cc = 900;
+        std::printf("{\"grid\":{\"points\":%ld,\"none\":%ld,\"refused\":%ld,\"fa_vec\":%ld,\"fa_tile\":%ld,\"fa_mma\":%ld}}\n",
+                    points, none, refused, stock_by[GGML_DISPATCH_ROUTE_FA_VEC], stock_by[GGML_DISPATCH_ROUTE_FA_TILE],
+                    stock_by[GGML_DISPATCH_ROUTE_FA_MMA]);
+    }
+
+    ggml_dispatch_counts counts;
+    ggml_backend_cuda_dispatch_get_counts(&counts, 0);
+    std::string s = "{\"counts\":{\"ran\":[";
+    for (int i = 0; i < GGML_DISPATCH_ROUTE_COUNT; ++i) {
+        s += (i ? "," : "") + std::to_string(counts.ran[i]);
+    }
+    s += "],\"forced\":" + std::to_string(counts.forced) + ",\"table\":" + std::to_string(counts.table) +
+         ",\"ineligible\":" + std::to_string(counts.ineligible) + "}}";
+    std::printf("%s\n", s.c_str());
+    ggml_free(ctx);
+    return 0;
+}
