@@ -739,7 +739,7 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
     std::vector<std::vector<double>> ok_us(n, std::vector<double>((size_t) c.trials, NAN));
     std::vector<std::string>         pruned(n);  // non-empty: why it is no longer timed
     const race_opts                  race = { o.race_min_trials, o.race_noise };
-    if (race.min_trials > 0 && c.op == "MUL_MAT" && c.spec.contains("M")) {
+    if (race.min_trials > 0 && c.op == ggml_dispatch_op_name(GGML_DISPATCH_OP_MUL_MAT) && c.spec.contains("M")) {
         // the tile model (race.h): a wider mmq tile with the same column-tile count is not timed
         std::vector<std::string> names;
         for (const candidate & cd : cands) {
