@@ -4,6 +4,8 @@
 // (allocated in CPU buffers): MUL_MAT and MUL_MAT_ID selection, fused-group notes, CUDA-graph capture /
 // replay / staleness, backend free, exit. What needs a GPU is replaced, and only that:
 //   - ggml_cuda_info() / ggml_cuda_get_device(): an H200-like device (cc 900, 132 SMs, 227 KiB smpbo);
+//     ggml_cuda_set_device() does nothing, ggml_cuda_error() aborts and ggml_backend_cuda_buffer_type()
+//     is null (the weight cache's allocator and buffer check call them; no case here makes a copy);
 //   - cudaGetDeviceProperties, cublasGetProperty: linked with --wrap (name from GLUE_GPU_NAME);
 //   - the tree's ggml_cuda_should_use_* and ggml_cuda_op_mul_mat_use_fwht: taken verbatim from the tree
 //     (tree_should_use.inc, written by the test).
@@ -29,6 +31,17 @@ const ggml_cuda_device_info & ggml_cuda_info() {
 
 int ggml_cuda_get_device() {
     return 0;
+}
+
+void ggml_cuda_set_device(int) {}
+
+extern "C" ggml_backend_buffer_type_t ggml_backend_cuda_buffer_type(int) {
+    return nullptr;  // no buffer here is a CUDA buffer
+}
+
+[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    std::fprintf(stderr, "glue: CUDA error %s in %s (%s:%d): %s\n", stmt, func, file, line, msg);
+    std::abort();
 }
 
 #include "tree_should_use.inc"
