@@ -60,7 +60,7 @@ def test_nvcc_compiles_dispatch_source_with_a_cached_table(
     tree = tmp_path / "llama.cpp"
     (tree / CUDA).mkdir(parents=True)
     for p in (patched_tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cuh"):
+        if p.name.startswith("ggml-dispatch") or p.name in inst.HOOK_SPECS:  # the files the hook edits
             shutil.copy2(p, tree / CUDA / p.name)
     shutil.copy2(patched_tree / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
     (tmp_path / "table.json").write_text(
