@@ -28,20 +28,6 @@ struct fa_case {
     bool        rotate = true;
 };
 
-int64_t get_int(const json & j, const char * key, bool required, int64_t dflt) {
-    if (!j.contains(key)) {
-        if (required) {
-            throw case_error(std::string("missing field '") + key + "'");
-        }
-        return dflt;
-    }
-    const json & v = j.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
-        throw case_error(std::string("field '") + key + "' must be a positive integer");
-    }
-    return v.get<int64_t>();
-}
-
 std::string get_str(const json & j, const char * key) {
     if (!j.contains(key) || !j.at(key).is_string()) {
         throw case_error(std::string("field '") + key + "' must be a string");
@@ -65,13 +51,13 @@ fa_case parse_fa(const op_case & oc) {
     if (c.k_type == GGML_TYPE_COUNT || c.v_type == GGML_TYPE_COUNT) {
         throw case_error("unknown k_type '" + c.k_name + "' or v_type '" + c.v_name + "'");
     }
-    c.D_K      = get_int(j, "D_K", true, 0);
-    c.D_V      = get_int(j, "D_V", false, c.D_K);
-    c.kv_heads = get_int(j, "kv_heads", true, 0);
-    c.q_heads  = get_int(j, "q_heads", false, c.kv_heads * get_int(j, "gqa", false, 1));
-    c.M        = get_int(j, "M", true, 0);
-    c.n_kv     = get_int(j, "n_kv", true, 0);
-    c.cells    = get_int(j, "cells", false, c.n_kv);
+    c.D_K      = get_positive(j, "D_K", true, 0);
+    c.D_V      = get_positive(j, "D_V", false, c.D_K);
+    c.kv_heads = get_positive(j, "kv_heads", true, 0);
+    c.q_heads  = get_positive(j, "q_heads", false, c.kv_heads * get_positive(j, "gqa", false, 1));
+    c.M        = get_positive(j, "M", true, 0);
+    c.n_kv     = get_positive(j, "n_kv", true, 0);
+    c.cells    = get_positive(j, "cells", false, c.n_kv);
     if (j.contains("mask")) {
         if (!j.at("mask").is_boolean()) {
             throw case_error("field 'mask' must be true or false");

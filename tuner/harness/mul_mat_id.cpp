@@ -40,33 +40,6 @@ struct id_case {
     bool                rotate  = true;
 };
 
-int64_t get_positive(const json & j, const char * key, bool required, int64_t dflt) {
-    if (!j.contains(key)) {
-        if (required) {
-            throw case_error(std::string("missing field '") + key + "'");
-        }
-        return dflt;
-    }
-    const json & v = j.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
-        throw case_error(std::string("field '") + key + "' must be a positive integer");
-    }
-    return v.get<int64_t>();
-}
-
-std::string get_string(const json & j, const char * key, const char * dflt) {
-    if (!j.contains(key)) {
-        if (!dflt) {
-            throw case_error(std::string("missing field '") + key + "'");
-        }
-        return dflt;
-    }
-    if (!j.at(key).is_string()) {
-        throw case_error(std::string("field '") + key + "' must be a string");
-    }
-    return j.at(key).get<std::string>();
-}
-
 id_case parse_id(const op_case & oc) {
     const json & j = oc.spec;
     id_case      c;

@@ -20,6 +20,35 @@ struct case_error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A case field that must be a positive integer: `dflt` when absent unless `required`.
+inline int64_t get_positive(const json & j, const char * key, bool required, int64_t dflt) {
+    if (!j.contains(key)) {
+        if (required) {
+            throw case_error(std::string("missing field '") + key + "'");
+        }
+        return dflt;
+    }
+    const json & v = j.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+        throw case_error(std::string("field '") + key + "' must be a positive integer");
+    }
+    return v.get<int64_t>();
+}
+
+// A case field that must be a string: `dflt` when absent (nullptr: required).
+inline std::string get_string(const json & j, const char * key, const char * dflt) {
+    if (!j.contains(key)) {
+        if (!dflt) {
+            throw case_error(std::string("missing field '") + key + "'");
+        }
+        return dflt;
+    }
+    if (!j.at(key).is_string()) {
+        throw case_error(std::string("field '") + key + "' must be a string");
+    }
+    return j.at(key).get<std::string>();
+}
+
 // The fields every case has, whatever its op; `spec` is the whole case object for the op's own fields.
 struct op_case {
     std::string              id;
