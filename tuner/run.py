@@ -177,13 +177,27 @@ class SweepResult:
 
 
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
+def _signals_raise() -> Iterator[Callable[[], None]]:
+    """Signals raise SweepInterrupted; the context yields a check that raises it again.
+
+    The raise in the handler can be swallowed: a signal that lands while a case's harness
+    is being forked runs the handler inside an at-fork hook (logging's lock release), whose
+    exceptions Python ignores. The signal is kept, and the sweep calls the check after each
+    case, so an interrupt always ends the sweep.
+    """
+    received: list[int] = []
+
     def handler(signum: int, frame: object) -> None:
+        received.append(signum)
         raise SweepInterrupted(signum)
+
+    def check() -> None:
+        if received:
+            raise SweepInterrupted(received[0])
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        yield
+        yield check
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -285,7 +299,10 @@ def run_sweep(
                 stopped = True
             return not stopped
 
-        with _signals_raise(), contextlib.closing(executor.run(job, todo, may_start)) as finished:
+        with (
+            _signals_raise() as interrupted,
+            contextlib.closing(executor.run(job, todo, may_start)) as finished,
+        ):
             # closing: an interrupt or a refusal stops the cases still running
             for f in finished:
                 r = f.result
@@ -314,6 +331,8 @@ def run_sweep(
                 if r.header and gpu_id(r.header) not in gpus:
                     gpus[gpu_id(r.header)] = f"case {f.case.id}"
                     check_sweep_gpus(gpus, journal_path, allow_mixed=allow_mixed)
+                interrupted()
+            interrupted()
         records = list(journal.contents.cases)
 
     settings = dict(settings or {})
