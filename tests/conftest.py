@@ -1,7 +1,9 @@
-"""Shared fixtures: the real SmolLM2 GGUF, and real GGUF files written with ``gguf.GGUFWriter``."""
+"""Shared fixtures: the real SmolLM2 GGUF, real GGUF files written with ``gguf.GGUFWriter``, and the
+harness built once per session against the pinned tree's CPU backend."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,31 @@ def smollm2_gguf() -> Path:
         return fetch.smollm2_gguf()
     except fetch.FetchError as e:
         pytest.skip(f"the SmolLM2 GGUF cannot be fetched here: {e}")
+
+
+@pytest.fixture(scope="session")
+def tree() -> Path:
+    """The pinned llama.cpp tree (sha256-checked); skips if it cannot be fetched."""
+    try:
+        return fetch.llama_cpp_dir()
+    except fetch.FetchError as e:
+        pytest.skip(f"the pinned llama.cpp tree cannot be fetched here: {e}")
+
+
+@pytest.fixture(scope="session")
+def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh build per session (CI); GGML_DISPATCH_HARNESS_CACHE reuses one while iterating."""
+    env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
+    return Path(env) if env else tmp_path_factory.mktemp("harness-cache")
+
+
+@pytest.fixture(scope="session")
+def harness(tree: Path, harness_cache: Path) -> Path:
+    """The harness against the tree's CPU backend (-DGGML_NATIVE=OFF), built once for every test file
+    that runs it (MUL_MAT, MUL_MAT_ID and FLASH_ATTN_EXT cases are one binary)."""
+    from tuner import build
+
+    return build.build_harness(tree, cuda=False, cache_root=harness_cache)
 
 
 def write_gguf(

@@ -6,28 +6,13 @@ how fast is a GPU matter (lab/moe.sh PART=tune)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ggml_dispatch import fetch
-from tuner import build
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        tree = fetch.llama_cpp_dir()
-    except fetch.FetchError as e:
-        pytest.skip(f"the pinned llama.cpp tree cannot be fetched here: {e}")
-    env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
-    cache = Path(env) if env else tmp_path_factory.mktemp("harness-cache")
-    return build.build_harness(tree, cuda=False, cache_root=cache, jobs=1)
 
 
 def run(harness: Path, cases: list[dict[str, Any]], tmp: Path) -> tuple[int, list[dict[str, Any]], str]:

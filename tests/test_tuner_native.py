@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ggml_dispatch import fetch, fileio, schema
+from ggml_dispatch import fileio, schema
 from tuner import agreement, build, results, select
 from tuner.journal import read_journal
 
@@ -33,27 +33,6 @@ pytestmark = pytest.mark.slow
 CLI = str(Path(sys.executable).parent / "ggml-dispatch")
 FAST = ["--harness-arg=--trial-ms=2", "--harness-arg=--threads=1", "--harness-arg=--target-graph-us=200"]
 ROUTES_ONLY = ["--configs", "routes"]  # the plain routes: 5 candidates per case
-
-
-@pytest.fixture(scope="module")
-def tree() -> Path:
-    try:
-        return fetch.llama_cpp_dir()
-    except fetch.FetchError as e:
-        pytest.skip(f"the pinned llama.cpp tree cannot be fetched here: {e}")
-
-
-@pytest.fixture(scope="module")
-def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh build per session (CI); GGML_DISPATCH_HARNESS_CACHE reuses one while iterating."""
-    env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
-    return Path(env) if env else tmp_path_factory.mktemp("harness-cache")
-
-
-@pytest.fixture(scope="module")
-def harness(tree: Path, harness_cache: Path) -> Path:
-    """Built once per module against the tree's CPU backend (-DGGML_NATIVE=OFF)."""
-    return build.build_harness(tree, cuda=False, cache_root=harness_cache)
 
 
 @pytest.fixture(scope="module")

@@ -7,28 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ggml_dispatch import fetch, schema
-from tuner import build
+from ggml_dispatch import schema
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        tree = fetch.llama_cpp_dir()
-    except fetch.FetchError as e:
-        pytest.skip(f"the pinned llama.cpp tree cannot be fetched here: {e}")
-    env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
-    cache = Path(env) if env else tmp_path_factory.mktemp("harness-cache")
-    return build.build_harness(tree, cuda=False, cache_root=cache)
 
 
 def fa_case(cid: str, **kw: Any) -> dict[str, Any]:
