@@ -121,7 +121,7 @@ def _check_expert_rows(table: pa.Table, path: str | Path) -> None:
             )
     buckets = pa.array(sorted(registry.ROUTING_BUCKETS), pa.int64())
     c = sub.column("routing")
-    bad = pc.fill_null(pc.invert(pc.is_in(c, value_set=buckets)), False)
+    bad = pc.and_(pc.is_valid(c), pc.invert(pc.is_in(c, value_set=buckets)))  # null: not measured
     i = pc.index(bad, True).as_py()
     if i is not None and i >= 0:
         raise InputError(
