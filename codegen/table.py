@@ -377,11 +377,13 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
     if ("NK_lo" in r) != ("NK_hi" in r):
         raise InputError(path, "NK_lo and NK_hi go together (a size-class default)", field=where)
     if "buckets" in r:
-        names = set(registry.ROUTING_BUCKETS.values())
+        bucket_names = set(registry.ROUTING_BUCKETS.values())
         b = r["buckets"]
-        if r["op"] != registry.Op.MUL_MAT_ID.value or not isinstance(b, dict) or not set(b) <= names:
+        if r["op"] != registry.Op.MUL_MAT_ID.value or not isinstance(b, dict) or not set(b) <= bucket_names:
             raise InputError(
-                path, f"buckets (MUL_MAT_ID only) must be an object keyed by {sorted(names)}", field=where
+                path,
+                f"buckets (MUL_MAT_ID only) must be an object keyed by {sorted(bucket_names)}",
+                field=where,
             )
     if "NK_lo" in r:
         for f in CLASS_FIELDS:

@@ -220,13 +220,14 @@ def with_mul_mat_id(selection: Selection, moe: MoeSelection) -> Selection:
     (largest first, so a sweep cut short has measured what matters most), the MUL_MAT_ID rows no longer
     counted as skipped by the MUL_MAT selection but by their own reasons."""
     groups: dict[Any, list[Any]] = {}
-    for c in [*selection.cases, *moe.cases]:
+    every: list[Any] = [*selection.cases, *moe.cases]
+    for c in every:
         groups.setdefault(c.shape, []).append(c)
 
     def weight(cases: list[Any]) -> float:
         if isinstance(cases[0], MoeCase):  # one point's est_us is on each of its routing kinds' cases
-            return sum({c.M: c.est_us for c in cases}.values())
-        return sum(c.est_us for c in cases if c.census)
+            return float(sum({c.M: c.est_us for c in cases}.values()))
+        return float(sum(c.est_us for c in cases if c.census))
 
     order = sorted(groups, key=lambda s: -weight(groups[s]))  # stable: ties keep the selection's order
     skipped = dict(selection.skipped)

@@ -3,10 +3,11 @@
 Policy (DESIGN.md "Census", "Decision"):
 
 * Only rows a table can override are tuned: MUL_MAT, not fused. Fused groups (``fused`` set) never
-  reach the table's lookup, and MUL_MAT_ID (expert layout) cannot be keyed by the tuning columns (they
-  carry no E/U); both are counted and reported as skipped. The attention layout is opt-in
-  (``layouts``): the harness builds it as a KV-cache-like view with B heads, but the census does not
-  say how many KV heads are broadcast (GQA), so its timings are an approximation.
+  reach the table's lookup; both they and MUL_MAT_ID rows are counted and reported as skipped here
+  (MUL_MAT_ID rows are selected by tuner.mul_mat_id, which the sweep adds: tuner.run.select_census).
+  The attention layout is opt-in (``layouts``): the harness builds it as a KV-cache-like view with B
+  heads, but the census does not say how many KV heads are broadcast (GQA), so its timings are an
+  approximation.
 * Coverage is by estimated time, never by call counts: the tunable points (shape key + M, ``est_us``
   summed over the census rows that share them) are taken in decreasing ``est_us`` until their sum
   reaches ``coverage`` of the tunable total.
