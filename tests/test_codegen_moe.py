@@ -188,3 +188,35 @@ def test_diff_shows_mul_mat_id_rules() -> None:
     loaded = [diff.load_text(tbl.dumps(x), name) for x, name in ((old, "old.json"), (new, "new.json"))]
     text = "\n".join(diff.format_diff(diff.diff_tables(*loaded)))
     assert "MUL_MAT_ID" in text and "E=128" in text and J64 in text and "mmq/j=128,stream_k=on" in text
+
+
+def test_predict_prices_census_rows_of_every_bucket_with_the_routing_0_rule() -> None:
+    from codegen import predict
+
+    speed = {1: {"mmq": 1.0, J64: 1.5}, 2: {"mmq": 1.0, J64: 1.25}, 3: {"mmq": 1.0, J64: 1.1}}
+    d = decide.decide(frame(moe_rows(speed, 512)), P)
+    t = tbl.build_table(d, tuning_sha256="ab" * 32)
+    base = {"op": "MUL_MAT_ID", "layout": "expert", "src0_type": "q4_K", "src1_type": "f32", "M": 512}
+    census = [
+        base | KEY | {"routing": 2, "calls": 10, "est_us": 1000.0, "fused": None},
+        base | KEY | {"routing": None, "calls": 10, "est_us": 1000.0, "fused": None},  # no statistics
+    ]
+    p = predict.predict(census, tbl.empty_table(), t, d.evals, d.stock_us)
+    skewed, unknown = p.every_row
+    assert skewed.route_b == unknown.route_b == J64
+    assert skewed.us_b is not None and skewed.us_a is not None
+    assert skewed.us_b / skewed.us_a == pytest.approx(1 / 1.25, rel=0.03)
+    assert unknown.us_b is not None and unknown.us_a is not None
+    assert unknown.us_b / unknown.us_a == pytest.approx(1 / 1.1, rel=0.03)  # the slowest bucket
+    assert "slowest routing bucket" in unknown.basis
+
+
+def test_the_report_shows_the_routing_0_rule_on_every_bucket(tmp_path: Path) -> None:
+    from report import inputs
+
+    d = decide.decide(frame(all_pass(512)), P)
+    view = inputs.TableView(tbl.build_table(d, tuning_sha256="ab" * 32))
+    for b in (1, 2, 3):
+        key = registry.MulMatIdKey("MUL_MAT_ID", "expert", "q4_K", "f32", 768, 2048, 128, 1, b)
+        assert view.route_at(key, 512) == J64
+        assert [r["config"] for r in view.rules_for(key)] == [J64]
