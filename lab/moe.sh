@@ -98,8 +98,10 @@ for r in sorted(rows, key=lambda r: (r['M'], r['tensor']))[:60]:
 tune)
     [ -f "$W/moe/census.parquet" ] || die "no census: run PART=trace first"
     stock_build
-    # only the MUL_MAT_ID rows: the dense sweeps tune the MUL_MAT rows
-    python3 - "$W/moe/census.parquet" "$W/moe/census-moe.parquet" <<'PY' || die "no MUL_MAT_ID rows in the census"
+    # only the MUL_MAT_ID rows: the dense sweeps tune the MUL_MAT rows (written once: the journal of a
+    # resumed sweep keys on this file's hash)
+    [ -f "$W/moe/census-moe.parquet" ] ||
+        python3 - "$W/moe/census.parquet" "$W/moe/census-moe.parquet" <<'PY' || die "no MUL_MAT_ID rows in the census"
 import sys
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -113,8 +115,10 @@ PY
     MS=$(($(left) - 30))
     [ "$MS" -gt 0 ] || die "no time left for the sweep (DEADLINE)"
     gd tune run "$W/moe/census-moe.parquet" --llama-cpp "$TREE" --build-dir "$B" -o "$W/moe/tuning.parquet" \
-        --coverage "${COVERAGE:-0.95}" --trials "${TRIALS:-5}" --max-seconds "$MS" \
-        2>&1 | grep -v '^tune  ' | tail -40 | tee "$OUT/moe-tune.log"
+        --coverage "${COVERAGE:-0.95}" --trials "${TRIALS:-5}" --max-seconds "$MS" >"$W/moe/tune.log" 2>&1
+    rc=$?
+    tail -40 "$W/moe/tune.log" | tee "$OUT/moe-tune.log"
+    [ "$rc" -eq 0 ] || die "tune run failed (rc $rc)"
     [ -f "$W/moe/tuning.parquet" ] || die "tune run wrote no tuning file"
     grep -q "stopped by --max-seconds" "$OUT/moe-tune.log" && echo "moe.sh: sweep not finished: run PART=tune again" >&2
     python3 - "$W/moe/tuning.parquet" <<'PY' | tee "$OUT/moe-tune-summary.txt"
@@ -135,9 +139,10 @@ PY
 table)
     [ -f "$W/moe/tuning.parquet" ] || die "no tuning file: run PART=tune first"
     rm -rf "$W/moe/table"
-    gd codegen "$W/moe/tuning.parquet" --census "$W/moe/census.parquet" -o "$W/moe/table" 2>&1 |
-        tee "$OUT/moe-codegen.log"
-    [ -f "$W/moe/table/table.json" ] || die "codegen wrote no table"
+    gd codegen "$W/moe/tuning.parquet" --census "$W/moe/census.parquet" -o "$W/moe/table" >"$W/moe/codegen.log" 2>&1
+    rc=$?
+    tee "$OUT/moe-codegen.log" <"$W/moe/codegen.log"
+    [ "$rc" -eq 0 ] && [ -f "$W/moe/table/table.json" ] || die "codegen failed (rc $rc)"
     python3 - "$W/moe/table/table.json" <<'PY' | tee "$OUT/moe-decisions.txt"
 import json, sys
 t = json.load(open(sys.argv[1]))
