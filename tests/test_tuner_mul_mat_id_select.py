@@ -57,6 +57,8 @@ def test_coverage_and_routing_kinds() -> None:
     assert tmoe.parse_routing_kinds("few,uniform") == ("few", "uniform")
     with pytest.raises(ValueError, match="routing kinds"):
         tmoe.parse_routing_kinds("zipf")
+    none = tmoe.select_mul_mat_id(rows, routes=("cublas",))
+    assert none.cases == [] and none.skipped_rows == {"MUL_MAT_ID (no candidate serves it among --routes)": 2}
     with pytest.raises(InputError, match="positive integer"):
         tmoe.select_mul_mat_id([row(512, 0, 768, 128, 8, 1.0)])
 

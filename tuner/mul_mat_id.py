@@ -134,6 +134,7 @@ def select_mul_mat_id(
             None, f"routing kinds must be among {', '.join(ROUTING_KINDS)}, got {list(routing_kinds)}"
         )
     cands = moe_candidates(routes)
+    no_candidate = "MUL_MAT_ID (no candidate serves it among --routes)"
     points: dict[tuple[registry.MulMatIdKey, int], float] = defaultdict(float)
     used_of_E: dict[int, int] = {}
     total = 0.0
@@ -172,6 +173,11 @@ def select_mul_mat_id(
             skipped_rows[SKIP_NO_USED] += 1
             continue
         usable[(key, M)] = (est, used)
+    if not cands:  # e.g. --routes cublas: nothing but stock would be timed
+        for est, _used in usable.values():
+            skipped[no_candidate] += est
+            skipped_rows[no_candidate] += 1
+        usable = {}
     tunable = sum(e for e, _ in usable.values())
     cases: list[MoeCase] = []
     covered = 0.0
