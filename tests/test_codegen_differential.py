@@ -139,7 +139,8 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
             for M in (r["M_lo"] - 1, r["M_lo"], r["M_hi"], r["M_hi"] + 1):
                 edge += [(GPU, q, M) for q in near]
     for key, by_m in d.evals.items():
-        edge += [(GPU, key, M) for M in by_m]
+        # a MUL_MAT_ID point's evaluations are per routing bucket; the runtime asks at routing 0
+        edge += [(GPU, k, M) for M in by_m for k in dict.fromkeys((key, registry.runtime_key(key)))]
     mismatches = [
         schema.GpuId("NVIDIA H200", 900, 132),
         schema.GpuId(GPU.name + " ", 900, 132),
@@ -151,7 +152,9 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
     ]
     edge += [(g, *q[1:]) for q in list(edge) for g in mismatches]
     rng.shuffle(edge)
-    edge = edge[: N_QUERIES * 3 // 5]
+    # every rule is asked at least once on its own key, M and GPU (the shuffle keeps what else survives)
+    must: list[Query] = [(GPU, registry.shape_key(r), int(r["M_lo"])) for r in t["rules"]]
+    edge = must + edge[: N_QUERIES * 3 // 5 - len(must)]
     types = ["q4_K", "q6_K", "q8_0", "f16", "mxfp4", "q5_K", "f32"]
     dims = sorted({k.N for k in d.evals} | {k.K for k in d.evals} | {128, 512, 2880, 5120, 1})
     rand: list[Query] = []
