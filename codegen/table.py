@@ -18,7 +18,11 @@ A table is a dict:
   fitted on). A default with ``NK_lo``/``NK_hi`` is a size-class default: it applies only where the
   product of the key's default fields (N*K) lies in that range, and it is looked up after the exact
   rules and before the per-type default (default fields 0 without a range);
-* ``refused``: every refused candidate with its point and reason.
+* ``refused``: every refused candidate with its point and reason;
+* ``routing_buckets`` (only with MUL_MAT_ID tuning rows, ``codegen.moe``): per MUL_MAT_ID point (routing-0
+  key, M) the winner of each measured routing bucket, whether it passes, its ratio, and the routing-0
+  configuration (or why there is none); a MUL_MAT_ID rule's ``buckets`` holds the buckets it was admitted
+  on, each with its smallest ratio there.
 
 The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
 line, and a trailing newline; the table hash is the sha256 of that text.
