@@ -77,4 +77,8 @@ def test_mixed_with_the_mul_mat_selection_by_estimated_time() -> None:
     assert sel.cases[3].shape.op == "MUL_MAT"
     assert "MUL_MAT_ID/expert (no tuning key for it)" not in sel.skipped
     assert sel.tunable_est_us == 110.0 and sel.covered_est_us == 110.0
-    assert "fused" in sel.summary()
+    text = sel.summary()
+    assert (
+        "fused" in text
+        and "1 census points + 2 grid neighbours + 3 MUL_MAT_ID cases: 1 census points x 3" in text
+    )
