@@ -127,7 +127,7 @@ class Selection:
             f"{len(self.cases)} cases ({n_census} census points + {n_grid} grid neighbours"
             + (
                 f" + {len(moe)} MUL_MAT_ID cases: {len({(c.shape, c.M) for c in moe})} census points x "
-                f"{len({c.routing_kind for c in moe})} routing kinds"
+                f"{len({getattr(c, 'routing_kind', '') for c in moe})} routing kinds"
                 if moe
                 else ""
             )
