@@ -586,20 +586,12 @@ def carried_rules(
     return rules, refusals
 
 
-def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
-    """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
-    if params.theta < 0:
-        raise InputError(path, f"theta must be >= 0, got {params.theta}", field="--theta")
-    if params.reference_margin is not None and not 0 < params.reference_margin < 1:
-        raise InputError(
-            path,
-            f"reference margin must be in (0, 1), got {params.reference_margin}",
-            field="--reference-margin",
-        )
+def rules_of(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], params: Params
+) -> tuple[list[Rule], list[Refusal], list[Any]]:
+    """Per-point statistics -> rules, refusals and (MUL_MAT_ID) per-bucket evidence, each sorted."""
     from codegen import moe  # builds on this module's statistics
 
-    identity = check_rows(df, path, params)
-    evals, stock = evaluate(df, params, path)
     # MUL_MAT_ID is decided per routing bucket into routing-0 rules (codegen.moe), never by the rules below
     expert = {k: v for k, v in evals.items() if k.op == schema.Op.MUL_MAT_ID.value}
     others = {k: v for k, v in evals.items() if k not in expert}
@@ -614,6 +606,22 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
     rules = sorted(
         exact + defaults + carried + expert_rules, key=lambda r: (r.key.codes(), r.NK or (0, 0), r.M_lo)
     )
+    return rules, refusals, routing_buckets
+
+
+def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
+    """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
+    if params.theta < 0:
+        raise InputError(path, f"theta must be >= 0, got {params.theta}", field="--theta")
+    if params.reference_margin is not None and not 0 < params.reference_margin < 1:
+        raise InputError(
+            path,
+            f"reference margin must be in (0, 1), got {params.reference_margin}",
+            field="--reference-margin",
+        )
+    identity = check_rows(df, path, params)
+    evals, stock = evaluate(df, params, path)
+    rules, refusals, routing_buckets = rules_of(evals, params)
     return Decisions(
         identity=identity,
         params=params,

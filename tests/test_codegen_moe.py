@@ -220,3 +220,13 @@ def test_the_report_shows_the_routing_0_rule_on_every_bucket(tmp_path: Path) -> 
         key = registry.MulMatIdKey("MUL_MAT_ID", "expert", "q4_K", "f32", 768, 2048, 128, 1, b)
         assert view.route_at(key, 512) == J64
         assert [r["config"] for r in view.rules_for(key)] == [J64]
+
+
+def test_in_sample_scores_every_bucket_with_the_routing_0_rule() -> None:
+    from codegen import loo
+
+    speed = {1: {"mmq": 1.0, J64: 1.5, "mmvq": 0.5}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 1.2}}
+    held = loo.in_sample(frame(moe_rows(speed, 512)), P)
+    assert sorted((h.key.routing, h.predicted, h.harm) for h in held) == [(b, J64, False) for b in (1, 2, 3)]
+    text = "\n".join(loo.report(held))
+    assert "in-sample: 3 held-out points" in text and "0 of 3 points beyond 2%" in text
