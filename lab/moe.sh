@@ -15,7 +15,8 @@
 #                 skewed, few, every MUL_MAT_ID configuration a candidate; rows with E, U, routing kind and
 #                 the measured bucket (resumable: the journal stays under build/at/moe; TRIALS, COVERAGE)
 #   PART=table    `codegen` on that tuning file: routing-0 MUL_MAT_ID rules where a configuration passes in
-#                 every bucket, the per-bucket winners (table.json routing_buckets) printed and packed
+#                 every bucket, the per-bucket winners (table.json routing_buckets) printed and packed, and
+#                 the in-sample check (codegen.loo: table time vs the per-point best at every bucket's point)
 #   PART=ab       not available yet: the A/B of a MUL_MAT_ID table is not scripted
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -154,6 +155,9 @@ print(len(rules), "MUL_MAT_ID rules")
 for r in rules:
     print(" ", r["src0_type"], "N", r["N"], "K", r["K"], "E", r["E"], "U", r["U"], "M", r["M_lo"], "..", r["M_hi"], "->", r["config"], r["buckets"])
 PY
+    # in-sample: the table's time at every MUL_MAT_ID point of every bucket against the per-point best
+    python3 -m codegen.loo "$W/moe/tuning.parquet" >"$W/moe/loo.txt" 2>&1 || { cat "$W/moe/loo.txt"; die "codegen.loo failed"; }
+    grep -A 1000 '^in-sample' "$W/moe/loo.txt" | tee "$OUT/moe-in-sample.txt"
     cp -r "$W/moe/table" "$OUT/moe-table"
     ;;
 ab)
