@@ -676,6 +676,14 @@ def routing_bucket(picks: int, nonempty: int, cv: float, n_experts: int) -> int:
     return 2
 
 
+def runtime_key(key: Any) -> Any:
+    """The key the runtime looks a shape up with: a MUL_MAT_ID key at routing 0 (a call's bucket is not
+    known without a host sync), any other key as it is."""
+    if isinstance(key, MulMatIdKey) and key.routing != ROUTING_ANY:
+        return key._replace_ints({"routing": ROUTING_ANY})
+    return key
+
+
 @dataclass(frozen=True)
 class MoeCall:
     """Tokens-per-expert statistics of one MUL_MAT_ID call (ggml_dispatch_moe_stats)."""
