@@ -98,7 +98,7 @@ def test_bad_cases_are_refused(harness: Path, tmp_path: Path, over: dict[str, An
 
 
 def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
-    harness: Path, tmp_path: Path
+    tree: Path, harness: Path, tmp_path: Path
 ) -> None:
     import sys
 
@@ -131,7 +131,7 @@ def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
     out = tmp_path / "tuning.parquet"
     p = subprocess.run(
         [
-            *(cli, "tune", "run", str(census), "--llama-cpp", str(fetch.llama_cpp_dir())),
+            *(cli, "tune", "run", str(census), "--llama-cpp", str(tree)),
             *(
                 "--harness",
                 str(harness),
