@@ -197,6 +197,7 @@ class Decisions:
     n_rows: int
     n_ok: int
     routing_buckets: list[Any] = field(default_factory=list)  # codegen.moe.BucketPoint per MUL_MAT_ID point
+    moe_used: Mapping[tuple[Any, int], int] = field(default_factory=dict)  # experts per token per point
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,9 +588,12 @@ def carried_rules(
 
 
 def rules_of(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], params: Params
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    params: Params,
+    moe_used: Mapping[tuple[Any, int], int] | None = None,
 ) -> tuple[list[Rule], list[Refusal], list[Any]]:
-    """Per-point statistics -> rules, refusals and (MUL_MAT_ID) per-bucket evidence, each sorted."""
+    """Per-point statistics -> rules, refusals and (MUL_MAT_ID) per-bucket evidence, each sorted.
+    ``moe_used``: experts per token of the MUL_MAT_ID points (codegen.moe.used_per_point)."""
     from codegen import moe  # builds on this module's statistics
 
     # MUL_MAT_ID is decided per routing bucket into routing-0 rules (codegen.moe), never by the rules below
@@ -598,7 +602,7 @@ def rules_of(
     exact, refused_exact = _exact_rules(others, params)
     defaults, refused_defaults = _default_rules(others, params)
     carried, refused_carried = carried_rules(others, exact, params)
-    expert_rules, refused_expert, routing_buckets = moe.moe_rules(expert, params)
+    expert_rules, refused_expert, routing_buckets = moe.moe_rules(expert, params, moe_used)
     refusals = sorted(
         refused_exact + refused_defaults + refused_carried + refused_expert,
         key=lambda r: (r.key.codes(), r.M, _order(r.route), r.reason),
@@ -620,8 +624,11 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
             field="--reference-margin",
         )
     identity = check_rows(df, path, params)
+    from codegen import moe
+
     evals, stock = evaluate(df, params, path)
-    rules, refusals, routing_buckets = rules_of(evals, params)
+    moe_used = moe.used_per_point(df)
+    rules, refusals, routing_buckets = rules_of(evals, params, moe_used)
     return Decisions(
         identity=identity,
         params=params,
@@ -632,4 +639,5 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
         n_rows=len(df),
         n_ok=int((df["status"] == schema.TrialStatus.OK.value).sum()),
         routing_buckets=routing_buckets,
+        moe_used=moe_used,
     )

@@ -99,7 +99,7 @@ def _table(
 ) -> dict[str, object]:
     """The table the decision rule builds from these per-point statistics (a point's statistics do not
     depend on the other points, so held-out sets reuse the full file's)."""
-    rules, _, _ = decide.rules_of(evals, params)
+    rules, _, _ = decide.rules_of(evals, params, full.moe_used)
     d = replace(full, params=params, rules=rules, refusals=[], routing_buckets=[])
     return tbl.build_table(d, tuning_sha256="0" * 64)
 

@@ -106,7 +106,7 @@ def test_a_point_missing_bucket_3_gets_no_rule() -> None:
     assert moe_rules(d) == []
     reasons = {f.reason for f in d.refusals if f.key.op == "MUL_MAT_ID"}
     assert reasons == {
-        "a routing-0 rule needs every bucket measured at the point; not measured: concentrated"
+        "a routing-0 rule needs every bucket the point can meet measured; not measured: concentrated"
     }
     # and no rule of a single bucket reaches the table either (the runtime looks up routing 0 only)
     t = tbl.build_table(d, tuning_sha256="ab" * 32)
@@ -126,6 +126,53 @@ def test_a_run_of_measured_M_is_one_rule_and_a_point_without_every_bucket_breaks
     d2 = decide.decide(frame(rows2), P)
     assert {r.kind for r in moe_rules(d2)} == {"measured"}
     assert all(not r.key.is_default for r in moe_rules(d2))
+
+
+def test_attainable_buckets_hold_every_bucket_real_routings_fall_in() -> None:
+    """Routings drawn as the harness draws them (top-k of distinct experts: uniform, Zipf-skewed, all
+    tokens on the same experts) never land in a bucket attainable_buckets leaves out; and the bounds are
+    met: decode is always spread, the concentrated bucket first appears where 8 * used < min(M * used, E)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for E, used in ((16, 2), (64, 4), (128, 8)):
+        for M in range(1, 21):
+            seen = set()
+            for trial in range(60):
+                w = np.ones(E) if trial % 3 == 0 else 1.0 / np.arange(1, E + 1) ** (0.5 + trial % 5)
+                counts = np.zeros(E, dtype=int)
+                for _t in range(M):
+                    if trial % 3 == 2:
+                        picks = np.arange(used)  # every token on the same experts
+                    else:
+                        picks = rng.choice(E, size=used, replace=False, p=w / w.sum())
+                    counts[picks] += 1
+                seen.add(registry.moe_call_stats(counts).routing)
+            allowed = registry.attainable_buckets(M, used, E)
+            assert seen <= allowed, (E, used, M, seen, allowed)
+            assert (3 in allowed) == (8 * used < min(M * used, E))
+    assert registry.attainable_buckets(1, 8, 128) == {1}
+    assert registry.attainable_buckets(2, 8, 128) == {1}
+    assert registry.attainable_buckets(4, 8, 128) == {1, 2}
+    assert registry.attainable_buckets(9, 8, 128) == {1, 2, 3}
+
+
+def test_a_decode_point_needs_only_the_buckets_it_can_meet() -> None:
+    # M = 1 on 8 of 128 experts: every call is spread, so the spread bucket alone admits a rule
+    rows = [r | {"used": 8} for r in moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 1, U=8)]
+    d = decide.decide(frame(rows), P)
+    (r,) = moe_rules(d)
+    assert (r.M_lo, r.M_hi, r.route, [b for b, _ in r.buckets]) == (1, 1, J64, ["spread"])
+    # M = 4 can also be skewed: spread alone is not enough there
+    rows4 = [r | {"used": 8} for r in moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 4, U=8)]
+    d4 = decide.decide(frame(rows4), P)
+    assert moe_rules(d4) == []
+    assert {f.reason for f in d4.refusals if f.key.op == "MUL_MAT_ID"} == {
+        "a routing-0 rule needs every bucket the point can meet measured; not measured: skewed"
+    }
+    # without the experts per token every point needs all three
+    d0 = decide.decide(frame(moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 1, U=8)), P)
+    assert moe_rules(d0) == []
 
 
 def test_rows_without_a_measured_bucket_are_no_evidence() -> None:

@@ -82,6 +82,7 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
         "U": spec["U"] if moe else None,
         "routing_kind": spec.get("routing_kind") if moe else None,
         "routing": tmoe.measured_bucket(spec, rec.get("case_info") or {}) if moe else None,
+        "used": spec.get("used") if moe else None,
     }
     base = {**prov, **shape, "source": schema.Source.MEASURED.value}
     status = str(rec["status"])
