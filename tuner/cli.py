@@ -14,7 +14,7 @@ import click
 
 from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_option, output_option
 from tuner import attention as tattn
 from tuner import build, results
 from tuner import mul_mat_id as tmoe
@@ -133,13 +133,7 @@ def tune() -> None:
 @tune.command("run")
 @click.argument("census", type=click.Path(path_type=Path))
 @_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="tuning Parquet file to write (atomically, from the journal).",
-)
+@output_option("tuning Parquet file to write (atomically, from the journal).")
 @_build_options
 @click.option(
     "--harness",
@@ -256,7 +250,7 @@ def tune() -> None:
     show_default=True,
     help="what each case's Ray task holds, NAME=AMOUNT,... (CPU=1 on a cluster without GPUs).",
 )
-@click.option("--allow-mixed", is_flag=True, help="accept GPUs of several models in one sweep.")
+@allow_mixed_option("accept GPUs of several models in one sweep.")
 @click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
 def run_cmd(
     census: Path,
@@ -434,14 +428,8 @@ def build_cmd(
 
 @tune.command("merge")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="merged tuning Parquet file (written atomically).",
-)
-@click.option("--allow-mixed", is_flag=True, help="accept inputs from several GPUs or upstream commits.")
+@output_option("merged tuning Parquet file (written atomically).")
+@allow_mixed_option("accept inputs from several GPUs or upstream commits.")
 def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
     """Combine the tuning files of several shards (tune run --shard i/n) into one.
 
