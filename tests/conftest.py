@@ -38,9 +38,16 @@ def tree() -> Path:
 
 @pytest.fixture(scope="session")
 def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh build per session (CI); GGML_DISPATCH_HARNESS_CACHE reuses one while iterating."""
+    """A fresh build per session (CI), shared by parallel workers (pytest -n: the build takes a lock,
+    the other workers wait and reuse it); GGML_DISPATCH_HARNESS_CACHE reuses one while iterating."""
     env = os.environ.get("GGML_DISPATCH_HARNESS_CACHE")
-    return Path(env) if env else tmp_path_factory.mktemp("harness-cache")
+    if env:
+        return Path(env)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "harness-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
+    return tmp_path_factory.mktemp("harness-cache")
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ def test_the_lab_script_parses_and_uses_the_pipeline() -> None:
     text = script.read_text()
     assert "gd tune run" in text and "gd codegen" in text
     assert "moe_cases" not in text and "moe_decide" not in text
-    calls = REPO / "lab" / "h14-moe2.sh"
+    calls = REPO / "lab" / "moe-calls.sh"
     res = subprocess.run([bash, "-n", str(calls)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     bad = subprocess.run(

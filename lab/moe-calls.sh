@@ -30,10 +30,10 @@ case $PART in
 esac
 for p in $parts; do
     t=$(left)
-    [ "$t" -gt 20 ] || { echo "h14-moe2.sh: no time left for part $p (DEADLINE $DEADLINE s): call again" >&2; exit 1; }
+    [ "$t" -gt 20 ] || { echo "moe-calls.sh: no time left for part $p (DEADLINE $DEADLINE s): call again" >&2; exit 1; }
     echo "== part $p ($t s left)"
     OUT=$OUT PART=$p DEADLINE=$t bash lab/moe.sh
     rc=$?
-    [ "$rc" -eq 0 ] || { echo "h14-moe2.sh: part $p failed (rc $rc)" >&2; exit "$rc"; }
+    [ "$rc" -eq 0 ] || { echo "moe-calls.sh: part $p failed (rc $rc)" >&2; exit "$rc"; }
 done
 echo "parts $parts done in $(($(date +%s) - START)) s"
