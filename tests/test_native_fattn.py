@@ -56,7 +56,9 @@ def _table(commit: str) -> dict[str, Any]:
     t["provenance"] = {"source": "measured"}
     key = {"op": "FLASH_ATTN_EXT", "layout": "attention", "k_type": "q8_0", "v_type": "q8_0"}
     shape = {"D_K": 256, "D_V": 256, "gqa": 6, "kv": 65536}
-    t["rules"] = [key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma/ncols1=16,ncols2=2"}]
+    t["rules"] = [
+        key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"}
+    ]
     return t
 
 
@@ -75,12 +77,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ttree = work / "table" / "llama.cpp"
     (ttree / CUDA).mkdir(parents=True)
     for p in (tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name in (
-            "ggml-cuda.cu",
-            "mmq.cuh",
-            "fattn.cu",
-            "fattn-common.cuh",
-        ):
+        if p.name.startswith("ggml-dispatch") or p.name in inst.HOOK_SPECS:
             shutil.copy2(p, ttree / CUDA / p.name)
     shutil.copy2(tree / "UPSTREAM_COMMIT", ttree / "UPSTREAM_COMMIT")
     from codegen import table
@@ -166,7 +163,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             cstubs.write_text(
                 "void glue_mma_case(int, int, int, int, void *, void *);\n"
                 + "".join(
-                    f"void {m}(void * ctx, void * dst) {{ glue_mma_case({', '.join(g.groups())}, ctx, dst); }}\n"
+                    f"void {m}(void * c, void * d) {{ glue_mma_case({', '.join(g.groups())}, c, d); }}\n"
                     for m, g in mma.items()
                     if g
                 )
