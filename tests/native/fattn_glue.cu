@@ -266,7 +266,8 @@ int main() {
         {
             const ggml_dispatch_params_scope s(p);
             r += "\"blocks8_of16\":" + std::to_string(ggml_dispatch_fa_parallel_blocks(22, 16));
-            r += ",\"blocks8_of4\":" + std::to_string(ggml_dispatch_fa_parallel_blocks(3, 4)) +
+            const int blocks8_of4 = ggml_dispatch_fa_parallel_blocks(3, 4);  // then the refusal it sets
+            r += ",\"blocks8_of4\":" + std::to_string(blocks8_of4) +
                  ",\"refused\":" + std::to_string(ggml_dispatch_params_current().refused);
         }
         r += ",\"blocks_stock\":" + std::to_string(ggml_dispatch_fa_parallel_blocks(22, 16));
