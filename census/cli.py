@@ -13,7 +13,7 @@ import click
 from census import aggregate, attention, build, estimate, gguf_meta, show, trace
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int
+from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int, allow_mixed_option, output_option
 
 
 @click.group()
@@ -65,16 +65,8 @@ def _summary(table: Any, meta: dict[str, str], out: Path) -> None:
     help="Model file the trace ran (repeatable). Tensor types and shapes must agree with the trace; "
     "adds the quant histogram and the weight tensors the trace never used.",
 )
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="census.parquet to write.",
-)
-@click.option(
-    "--allow-mixed", is_flag=True, help="accept traces of several upstream commits (stamped as a list)."
-)
+@output_option("census.parquet to write.")
+@allow_mixed_option("accept traces of several upstream commits (stamped as a list).")
 def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
     """Aggregate route traces into a census.
 
@@ -165,16 +157,8 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
 
 @census.command("attention")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="attention census .parquet to write.",
-)
-@click.option(
-    "--allow-mixed", is_flag=True, help="accept traces of several upstream commits (stamped as a list)."
-)
+@output_option("attention census .parquet to write.")
+@allow_mixed_option("accept traces of several upstream commits (stamped as a list).")
 def attention_cmd(traces: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
     """FLASH_ATTN_EXT calls of route traces -> the attention census.
 
@@ -254,13 +238,7 @@ def attention_cmd(traces: tuple[Path, ...], output: Path, allow_mixed: bool) -> 
     "not in the list; with --sm-count it gives a rough fallback estimate.",
 )
 @click.option("--sm-count", type=Int(1, INT32_MAX), help="SM count for a GPU not in the list.")
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="census.parquet to write.",
-)
+@output_option("census.parquet to write.")
 def from_gguf_cmd(
     model: Path,
     m_values: str,

@@ -18,7 +18,7 @@ from ggml_dispatch.artifacts import census as census_artifact
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_option, output_option
 from ggml_dispatch.text import printable
 
 # bootstrap memory is resamples x trials x 8 bytes
@@ -37,14 +37,7 @@ def _under_tables(path: Path) -> bool:
     type=click.Path(path_type=Path),
     help="census Parquet: report the predicted change in estimated matmul time for its shapes",
 )
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="folder to write table.json and ggml-dispatch-table.h into",
-)
+@output_option("folder to write table.json and ggml-dispatch-table.h into", folder=True, dest="out_dir")
 @click.option(
     "--theta",
     default=decide.DEFAULT_THETA,
@@ -58,7 +51,7 @@ def _under_tables(path: Path) -> bool:
     default=None,
     help="declared fixed margin for source=reference rows (one sample, no CI); required for them",
 )
-@click.option("--allow-mixed", is_flag=True, help="accept rows from several GPUs or upstream commits")
+@allow_mixed_option("accept rows from several GPUs or upstream commits")
 @click.option(
     "--min-trials",
     default=decide.DEFAULT_MIN_TRIALS,

@@ -21,6 +21,7 @@ from codegen import render
 from codegen import table as tbl
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.options import output_option
 
 RULE_SOURCE: Final = "samples/reference/h200-e2e-crude-rule.md"
 # the GPU the rule was written and measured on (an H100 SXM is also cc 900 with 132 SMs)
@@ -111,13 +112,10 @@ def _commit(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @click.command("codegen-crude")
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="folder to write table.json and ggml-dispatch-table.h into (not under tables/)",
+@output_option(
+    "folder to write table.json and ggml-dispatch-table.h into (not under tables/)",
+    folder=True,
+    dest="out_dir",
 )
 @click.option(
     "--gpu-name",

@@ -143,6 +143,8 @@ class Rule:
     ci_low: float | None = None  # interpolated: smallest lower end of the fitted ratio's interval
     crossover: tuple[float, float, float] | None = None  # interpolated: M at 1 + theta (point, lo, hi)
     NK: tuple[int, int] | None = None  # size-class default: N*K range [lo, hi] it applies to
+    # MUL_MAT_ID (routing 0): the routing buckets it was admitted on, each with its smallest ratio there
+    buckets: tuple[tuple[str, float], ...] = ()
 
     @property
     def kind(self) -> str:
@@ -194,6 +196,8 @@ class Decisions:
     stock_us: dict[ShapeKey, dict[int, float]]  # key -> M -> median stock time over the point's anchors
     n_rows: int
     n_ok: int
+    routing_buckets: list[Any] = field(default_factory=list)  # codegen.moe.BucketPoint per MUL_MAT_ID point
+    moe_used: Mapping[tuple[Any, int], int] = field(default_factory=dict)  # experts per token per point
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,6 +408,9 @@ def evaluate(
         if any(c not in key_cls.OPTIONAL_FIELDS for c in missing):
             raise InputError(path, f"{op} rows need the columns {', '.join(missing)}")
         op_rows = op_rows.assign(**{c: key_cls.OPTIONAL_FIELDS[c] for c in missing})
+        # a null optional field is its default (groupby would drop the rows)
+        present = [c for c in key_cls.OPTIONAL_FIELDS if c not in missing]
+        op_rows = op_rows.assign(**{c: op_rows[c].fillna(key_cls.OPTIONAL_FIELDS[c]) for c in present})
         for values, point_rows in op_rows.groupby(cols, sort=True):
             # annotated as MUL_MAT's ShapeKey: every op's key class has its interface
             key = cast(ShapeKey, key_cls.of(dict(zip(cols, values, strict=True))))
@@ -580,6 +587,32 @@ def carried_rules(
     return rules, refusals
 
 
+def rules_of(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    params: Params,
+    moe_used: Mapping[tuple[Any, int], int] | None = None,
+) -> tuple[list[Rule], list[Refusal], list[Any]]:
+    """Per-point statistics -> rules, refusals and (MUL_MAT_ID) per-bucket evidence, each sorted.
+    ``moe_used``: experts per token of the MUL_MAT_ID points (codegen.moe.used_per_point)."""
+    from codegen import moe  # builds on this module's statistics
+
+    # MUL_MAT_ID is decided per routing bucket into routing-0 rules (codegen.moe), never by the rules below
+    expert = {k: v for k, v in evals.items() if k.op == schema.Op.MUL_MAT_ID.value}
+    others = {k: v for k, v in evals.items() if k not in expert}
+    exact, refused_exact = _exact_rules(others, params)
+    defaults, refused_defaults = _default_rules(others, params)
+    carried, refused_carried = carried_rules(others, exact, params)
+    expert_rules, refused_expert, routing_buckets = moe.moe_rules(expert, params, moe_used)
+    refusals = sorted(
+        refused_exact + refused_defaults + refused_carried + refused_expert,
+        key=lambda r: (r.key.codes(), r.M, _order(r.route), r.reason),
+    )
+    rules = sorted(
+        exact + defaults + carried + expert_rules, key=lambda r: (r.key.codes(), r.NK or (0, 0), r.M_lo)
+    )
+    return rules, refusals, routing_buckets
+
+
 def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
     """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
     if params.theta < 0:
@@ -591,15 +624,11 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
             field="--reference-margin",
         )
     identity = check_rows(df, path, params)
+    from codegen import moe
+
     evals, stock = evaluate(df, params, path)
-    exact, refused_exact = _exact_rules(evals, params)
-    defaults, refused_defaults = _default_rules(evals, params)
-    carried, refused_carried = carried_rules(evals, exact, params)
-    refusals = sorted(
-        refused_exact + refused_defaults + refused_carried,
-        key=lambda r: (r.key.codes(), r.M, _order(r.route), r.reason),
-    )
-    rules = sorted(exact + defaults + carried, key=lambda r: (r.key.codes(), r.NK or (0, 0), r.M_lo))
+    moe_used = moe.used_per_point(df)
+    rules, refusals, routing_buckets = rules_of(evals, params, moe_used)
     return Decisions(
         identity=identity,
         params=params,
@@ -609,4 +638,6 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
         stock_us=stock,
         n_rows=len(df),
         n_ok=int((df["status"] == schema.TrialStatus.OK.value).sum()),
+        routing_buckets=routing_buckets,
+        moe_used=moe_used,
     )

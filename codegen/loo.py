@@ -26,7 +26,7 @@ import pandas as pd
 
 from codegen import decide
 from codegen import table as tbl
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 
 ShapeKey = schema.ShapeKey
 
@@ -67,7 +67,8 @@ def _score(
     check: str, key: ShapeKey, M: int, table: dict[str, object], full: decide.Decisions, params: decide.Params
 ) -> Held:
     gpu = full.identity.gpu
-    route = tbl.lookup_key(table, gpu, key, M)
+    # a MUL_MAT_ID point of any bucket gets what the runtime looks up: the routing-0 rule
+    route = tbl.lookup_key(table, gpu, registry.runtime_key(key), M)
     point = full.evals[key][M]
     stock_us = full.stock_us[key][M]
     medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}
@@ -98,10 +99,8 @@ def _table(
 ) -> dict[str, object]:
     """The table the decision rule builds from these per-point statistics (a point's statistics do not
     depend on the other points, so held-out sets reuse the full file's)."""
-    exact, _ = decide._exact_rules(evals, params)
-    defaults, _ = decide._default_rules(evals, params)
-    carried, _ = decide.carried_rules(evals, exact, params)
-    d = replace(full, params=params, rules=exact + defaults + carried, refusals=[])
+    rules, _, _ = decide.rules_of(evals, params, full.moe_used)
+    d = replace(full, params=params, rules=rules, refusals=[], routing_buckets=[])
     return tbl.build_table(d, tuning_sha256="0" * 64)
 
 
@@ -152,6 +151,12 @@ def in_sample(df: pd.DataFrame, params: decide.Params) -> list[Held]:
 IN_SAMPLE_SLACK = 0.02  # the table's time within 2% of the per-point best
 
 
+def _point(h: Held) -> str:
+    """For people: type, N, K (MUL_MAT_ID: E, U and the routing bucket) and M."""
+    extra = "".join(f" {f}={getattr(h.key, f)}" for f in ("E", "U", "routing") if hasattr(h.key, f))
+    return f"{h.key.src0_type} N={h.key.N} K={h.key.K}{extra} M={h.M}"
+
+
 def report(held: Sequence[Held]) -> list[str]:
     lines = []
     for check in ("interpolation", "class", "in-sample"):
@@ -185,7 +190,7 @@ def report(held: Sequence[Held]) -> list[str]:
             )
             for h in far:
                 lines.append(
-                    f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: table {h.predicted or 'stock'} "
+                    f"  {_point(h)}: table {h.predicted or 'stock'} "
                     f"({h.via}) {h.predicted_us:.2f} us, best {h.oracle or 'stock'} {h.oracle_us:.2f} us "
                     f"({(h.predicted_us or 0.0) / h.oracle_us:.3f})"
                 )

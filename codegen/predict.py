@@ -120,6 +120,13 @@ def route_factor(route: str | None, key: ShapeKey, M: int, evals: Evals) -> tupl
     """Time of ``route`` (None = stock) relative to stock at a census point and its basis, or None."""
     if route is None:
         return 1.0, "stock"
+    if isinstance(key, registry.MulMatIdKey) and key.routing == registry.ROUTING_ANY:
+        # a census row without a routing bucket: the slowest of the buckets measured for the route
+        per_bucket = [
+            route_factor(route, key._replace_ints({"routing": b}), M, evals) for b in registry.ROUTING_BUCKETS
+        ]
+        got = [f for f in per_bucket if f is not None]
+        return (max(got)[0], f"{max(got)[1]}, the slowest routing bucket") if got else None
     ev = evals.get(key, {}).get(M, {}).get(route)
     if ev is not None and ev.ratio is not None:
         return 1.0 / ev.ratio, "reference sample" if ev.reference else "measured"
@@ -291,7 +298,8 @@ def census_key(rec: Mapping[str, Any]) -> ShapeKey:
 
 def _table_route(table: Mapping[str, Any]) -> RouteOf:
     def route(rec: Mapping[str, Any], gpu: schema.GpuId) -> str | None:
-        return tbl.lookup_key(table, gpu, census_key(rec), int(rec["M"]))
+        # MUL_MAT_ID: the routing-0 rule is what runs for a call of any bucket
+        return tbl.lookup_key(table, gpu, registry.runtime_key(census_key(rec)), int(rec["M"]))
 
     return route
 

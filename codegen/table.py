@@ -18,7 +18,11 @@ A table is a dict:
   fitted on). A default with ``NK_lo``/``NK_hi`` is a size-class default: it applies only where the
   product of the key's default fields (N*K) lies in that range, and it is looked up after the exact
   rules and before the per-type default (default fields 0 without a range);
-* ``refused``: every refused candidate with its point and reason.
+* ``refused``: every refused candidate with its point and reason;
+* ``routing_buckets`` (only with MUL_MAT_ID tuning rows, ``codegen.moe``): per MUL_MAT_ID point (routing-0
+  key, M) the winner of each measured routing bucket, whether it passes, its ratio, and the routing-0
+  configuration (or why there is none); a MUL_MAT_ID rule's ``buckets`` holds the buckets it was admitted
+  on, each with its smallest ratio there.
 
 The canonical text (:func:`dumps`) has sorted keys, rules and refusals in a fixed order, one rule per
 line, and a trailing newline; the table hash is the sha256 of that text.
@@ -175,6 +179,8 @@ def canonicalize(table: Mapping[str, Any]) -> dict[str, Any]:
     t = _round(dict(table))
     t["rules"] = sorted(t.get("rules", []), key=rule_sort_key)
     t["refused"] = sorted(t.get("refused", []), key=refusal_sort_key)
+    if "routing_buckets" in t:
+        t["routing_buckets"] = sorted(t["routing_buckets"], key=lambda p: (*key_codes(p), int(p["M"])))
     return t  # type: ignore[no-any-return]
 
 
@@ -273,7 +279,25 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         raise InputError(path, "must be a list", field="refused")
     if "cache" in table:
         _validate_cache(table["cache"], path)
+    if "routing_buckets" in table:
+        _validate_routing_buckets(table["routing_buckets"], path)
     return table
+
+
+def _validate_routing_buckets(points: Any, path: str | Path | None) -> None:
+    """MUL_MAT_ID evidence (codegen.moe): per point (routing-0 key, M) the winner of each bucket."""
+    if not isinstance(points, list):
+        raise InputError(path, "must be a list", field="routing_buckets")
+    names = set(registry.ROUTING_BUCKETS.values())
+    for i, p in enumerate(points):
+        where = f"routing_buckets[{i}]"
+        if not isinstance(p, dict) or p.get("op") != registry.Op.MUL_MAT_ID.value:
+            raise InputError(path, "a MUL_MAT_ID point is an object with op MUL_MAT_ID", field=where)
+        b = p.get("buckets")
+        if not isinstance(b, dict) or not set(b) <= names:
+            raise InputError(path, f"buckets must be an object keyed by {sorted(names)}", field=where)
+        if not _is_int(p.get("M")) or p["M"] < 1 or p.get("routing") != registry.ROUTING_ANY:
+            raise InputError(path, "needs M >= 1 and routing 0", field=where)
 
 
 def _validate_cache(c: Any, path: str | Path | None) -> None:
@@ -356,6 +380,15 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
         )
     if ("NK_lo" in r) != ("NK_hi" in r):
         raise InputError(path, "NK_lo and NK_hi go together (a size-class default)", field=where)
+    if "buckets" in r:
+        bucket_names = set(registry.ROUTING_BUCKETS.values())
+        b = r["buckets"]
+        if r["op"] != registry.Op.MUL_MAT_ID.value or not isinstance(b, dict) or not set(b) <= bucket_names:
+            raise InputError(
+                path,
+                f"buckets (MUL_MAT_ID only) must be an object keyed by {sorted(bucket_names)}",
+                field=where,
+            )
     if "NK_lo" in r:
         for f in CLASS_FIELDS:
             if not _is_int(r[f]) or r[f] < 1 or r[f] > 2**62:
@@ -451,6 +484,8 @@ def build_table(
             row["shapes"] = [list(s) for s in r.shapes]
         if r.NK is not None:
             row["NK_lo"], row["NK_hi"] = r.NK
+        if r.buckets:
+            row["buckets"] = {name: ratio for name, ratio in r.buckets}
         if r.between is not None:
             row["between"] = list(r.between)
             row["ci_low"] = r.ci_low
@@ -476,6 +511,8 @@ def build_table(
         "rules": rules,
         "refused": refused,
     }
+    if decisions.routing_buckets:  # MUL_MAT_ID: per point and routing bucket, the winner (codegen.moe)
+        table["routing_buckets"] = [p.as_dict() for p in decisions.routing_buckets]
     return validate(canonicalize(table))
 
 

@@ -9,7 +9,9 @@ the option's name, before any file is read.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -67,3 +69,19 @@ class FiniteFloat(click.types.FloatParamType):
 def Int(min: int | None = None, max: int = INT64_MAX) -> click.IntRange:
     """An integer within [min, max]; the upper end defaults to what an int64 column holds."""
     return click.IntRange(min=INT64_MIN if min is None else min, max=max)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def output_option(help: str, *, folder: bool = False, dest: str = "output") -> Callable[[_F], _F]:
+    """``-o/--output``, required: a file (or with ``folder``, a folder) the command writes."""
+    kind = (
+        click.Path(file_okay=False, path_type=Path) if folder else click.Path(dir_okay=False, path_type=Path)
+    )
+    return click.option("-o", "--output", dest, required=True, type=kind, help=help)
+
+
+def allow_mixed_option(help: str) -> Callable[[_F], _F]:
+    """``--allow-mixed``: accept inputs that disagree on what ``help`` names."""
+    return click.option("--allow-mixed", is_flag=True, help=help)

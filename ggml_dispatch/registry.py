@@ -736,6 +736,34 @@ def routing_bucket(picks: int, nonempty: int, cv: float, n_experts: int) -> int:
     return 2
 
 
+def attainable_buckets(M: int, used: int, n_experts: int) -> frozenset[int]:
+    """The routing buckets a call of M tokens, each routed to ``used`` distinct experts of E, can fall in
+    (a superset: a bucket left out cannot occur).
+
+    Non-empty experts n range from ``used`` (every token on the same experts) to reach = min(M * used, E);
+    an expert gets at most M tokens, so the CV over the non-empty experts (counts in [1, M]) is at most
+    (M - 1) / (2 sqrt M) (Bhatia-Davis), above 1 only from M = 6. Hence concentrated (8 n < reach) needs
+    8 * used < reach, skewed needs 2 * used < reach or M >= 6, and spread is always attainable.
+    """
+    if M <= 0 or used <= 0 or n_experts <= 0:
+        return frozenset(ROUTING_BUCKETS)
+    reach = min(M * used, n_experts)
+    out = {1}
+    if 2 * used < reach or M >= 6:
+        out.add(2)
+    if 8 * used < reach:
+        out.add(3)
+    return frozenset(out)
+
+
+def runtime_key(key: Any) -> Any:
+    """The key the runtime looks a shape up with: a MUL_MAT_ID key at routing 0 (a call's bucket is not
+    known without a host sync), any other key as it is."""
+    if isinstance(key, MulMatIdKey) and key.routing != ROUTING_ANY:
+        return key._replace_ints({"routing": ROUTING_ANY})
+    return key
+
+
 @dataclass(frozen=True)
 class MoeCall:
     """Tokens-per-expert statistics of one MUL_MAT_ID call (ggml_dispatch_moe_stats)."""

@@ -345,6 +345,16 @@ TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {
     "D_V": "int64",
     "gqa": "int64",
     "kv": "int64",
+    # MUL_MAT_ID rows (null on the others): the expert count E, src1 rows per token U, the harness'
+    # routing kind (uniform, skewed, few), the routing bucket its case measured
+    # (registry.routing_bucket of the case's tokens-per-expert statistics; null: not measured)
+    "E": "int64",
+    "U": "int64",
+    "routing_kind": "string",
+    "routing": "int64",
+    # experts per token of the case (src1 rows per token U for a down node; the model's n_expert_used
+    # for a gate/up node, U = 1): which routing buckets the point can meet (registry.attainable_buckets)
+    "used": "int64",
 }
 
 # The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the

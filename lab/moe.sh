@@ -11,14 +11,17 @@
 #   PART=model    build llama-quantize + llama-bench (stock: no table), write the F16 model, quantize
 #   PART=trace    llama-bench pp2048 at ubatch 128 and 512 and tg128 (FA on) with GGML_CUDA_ROUTE_TRACE,
 #                 then census ingest (MUL_MAT_ID rows keyed by routing bucket)
-#   PART=tune     harness cases for the census' MUL_MAT_ID shapes (uniform, skewed, few) with every
-#                 MUL_MAT_ID configuration as a candidate; the harness' JSON Lines and the decisions per
-#                 routing bucket (lab/moe_decide.py) go to $OUT
-#   PART=ab       not available: codegen has no MUL_MAT_ID rules yet, so there is no table to A/B
+#   PART=tune     `tune run` on the census' MUL_MAT_ID rows: each point under the routing kinds uniform,
+#                 skewed, few, every MUL_MAT_ID configuration a candidate; rows with E, U, routing kind and
+#                 the measured bucket (resumable: the journal stays under build/at/moe; TRIALS, COVERAGE)
+#   PART=table    `codegen` on that tuning file: routing-0 MUL_MAT_ID rules where a configuration passes in
+#                 every bucket, the per-bucket winners (table.json routing_buckets) printed and packed, and
+#                 the in-sample check (codegen.loo: table time vs the per-point best at every bucket's point)
+#   PART=ab       not available yet: the A/B of a MUL_MAT_ID table is not scripted
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=model|trace|tune|ab}"
+: "${OUT:?set OUT}" "${PART:?set PART=model|trace|tune|table|ab}"
 DEADLINE=${DEADLINE:-540}
 LAYERS=${LAYERS:-8}
 START=$(date +%s)
@@ -96,33 +99,69 @@ for r in sorted(rows, key=lambda r: (r['M'], r['tensor']))[:60]:
 tune)
     [ -f "$W/moe/census.parquet" ] || die "no census: run PART=trace first"
     stock_build
-    gd tune build --llama-cpp "$TREE" --build-dir "$B" >"$W/moe/harness-build.log" 2>&1 || { tail -20 "$W/moe/harness-build.log"; die "harness build failed"; }
-    H=$(ls -t .cache/tuner-harness/*/bin/ggml-dispatch-harness 2>/dev/null | head -1)
-    [ -x "$H" ] || die "no harness binary"
-    python3 -m lab.moe_cases "$W/moe/census.parquet" -o "$W/moe/cases.json" --top "${TOP:-6}" || die "no cases"
-    LD_LIBRARY_PATH=$B/bin:${LD_LIBRARY_PATH:-} timeout "$(left)" "$H" --cases "$W/moe/cases.json" \
-        >"$W/moe/harness.jsonl" 2>"$W/moe/harness.log"
-    rc=$?
-    tail -5 "$W/moe/harness.log"
-    python3 - "$W/moe/harness.jsonl" <<'PY' | tee "$OUT/moe-tune-summary.txt"
-import json, sys, statistics
-rows = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
-best = {}
-for r in rows:
-    if r.get("kind") == "trial" and r.get("status") == "ok" and r.get("us") and r.get("anchor_us"):
-        best.setdefault(r["case"], {}).setdefault(r["route"], []).append(r["anchor_us"] / r["us"])
-for case, by in best.items():
-    med = sorted(((statistics.median(v), k) for k, v in by.items()), reverse=True)
-    print(case, "stock/config, best first:", " ".join(f"{k}={m:.3f}" for m, k in med[:4]))
+    # only the MUL_MAT_ID rows: the dense sweeps tune the MUL_MAT rows (written once: the journal of a
+    # resumed sweep keys on this file's hash)
+    [ -f "$W/moe/census-moe.parquet" ] ||
+        python3 - "$W/moe/census.parquet" "$W/moe/census-moe.parquet" <<'PY' || die "no MUL_MAT_ID rows in the census"
+import sys
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+moe = t.filter(pc.equal(t.column("op"), "MUL_MAT_ID"))
+if moe.num_rows == 0:
+    sys.exit(1)
+pq.write_table(moe, sys.argv[2])
+print(f"{moe.num_rows} MUL_MAT_ID census rows of {t.num_rows}")
 PY
-    python3 -m lab.moe_decide "$W/moe/cases.json" "$W/moe/harness.jsonl" -o "$W/moe/decisions.json" |
-        tee "$OUT/moe-decisions.txt"
-    cp "$W/moe/harness.jsonl" "$W/moe/cases.json" "$W/moe/decisions.json" "$OUT/" 2>/dev/null
-    echo "harness rc=$rc"
-    [ "$rc" -eq 0 ] || die "harness failed (rc $rc)"
+    MS=$(($(left) - 30))
+    [ "$MS" -gt 0 ] || die "no time left for the sweep (DEADLINE)"
+    gd tune run "$W/moe/census-moe.parquet" --llama-cpp "$TREE" --build-dir "$B" -o "$W/moe/tuning.parquet" \
+        --coverage "${COVERAGE:-0.95}" --trials "${TRIALS:-5}" --max-seconds "$MS" >"$W/moe/tune.log" 2>&1
+    rc=$?
+    tail -40 "$W/moe/tune.log" | tee "$OUT/moe-tune.log"
+    [ "$rc" -eq 0 ] || die "tune run failed (rc $rc)"
+    [ -f "$W/moe/tuning.parquet" ] || die "tune run wrote no tuning file"
+    grep -q "stopped by --max-seconds" "$OUT/moe-tune.log" && echo "moe.sh: sweep not finished: run PART=tune again" >&2
+    python3 - "$W/moe/tuning.parquet" <<'PY' | tee "$OUT/moe-tune-summary.txt"
+import sys
+import pyarrow.parquet as pq
+rows = [r for r in pq.read_table(sys.argv[1]).to_pylist() if r["op"] == "MUL_MAT_ID"]
+seen = {}
+for r in rows:
+    k = (r["src0_type"], r["N"], r["K"], r["E"], r["U"], r["M"], r["routing_kind"])
+    seen.setdefault(k, [r["routing"], 0, 0])
+    seen[k][1] += r["status"] == "ok"
+    seen[k][2] += 1
+for k, (b, ok, n) in sorted(seen.items()):
+    print(*k, "bucket", b, f"ok {ok}/{n} rows")
+PY
+    cp "$W/moe/tuning.parquet" "$OUT/moe-tuning.parquet"
+    ;;
+table)
+    [ -f "$W/moe/tuning.parquet" ] || die "no tuning file: run PART=tune first"
+    rm -rf "$W/moe/table"
+    gd codegen "$W/moe/tuning.parquet" --census "$W/moe/census.parquet" -o "$W/moe/table" >"$W/moe/codegen.log" 2>&1
+    rc=$?
+    tee "$OUT/moe-codegen.log" <"$W/moe/codegen.log"
+    [ "$rc" -eq 0 ] && [ -f "$W/moe/table/table.json" ] || die "codegen failed (rc $rc)"
+    python3 - "$W/moe/table/table.json" <<'PY' | tee "$OUT/moe-decisions.txt"
+import json, sys
+t = json.load(open(sys.argv[1]))
+for p in t.get("routing_buckets", []):
+    per = "; ".join(f"{b}: {v['winner']} {'passes' if v['passes'] else 'no'} {v['ratio'] or 0:.3f}x" for b, v in p["buckets"].items())
+    print(p["src0_type"], "N", p["N"], "K", p["K"], "E", p["E"], "U", p["U"], "M", p["M"], "|", per, "| routing 0:", p["config"] or "stock", p["reason"])
+rules = [r for r in t["rules"] if r["op"] == "MUL_MAT_ID"]
+print(len(rules), "MUL_MAT_ID rules")
+for r in rules:
+    print(" ", r["src0_type"], "N", r["N"], "K", r["K"], "E", r["E"], "U", r["U"], "M", r["M_lo"], "..", r["M_hi"], "->", r["config"], r["buckets"])
+PY
+    # in-sample: the table's time at every MUL_MAT_ID point of every bucket against the per-point best
+    python3 -m codegen.loo "$W/moe/tuning.parquet" >"$W/moe/loo.txt" 2>&1 || { cat "$W/moe/loo.txt"; die "codegen.loo failed"; }
+    grep -A 1000 '^in-sample' "$W/moe/loo.txt" | tee "$OUT/moe-in-sample.txt"
+    cp -r "$W/moe/table" "$OUT/moe-table"
     ;;
 ab)
-    die "no A/B: codegen does not emit MUL_MAT_ID rules yet, so there is no table to compare with stock"
+    die "no A/B in this script yet: the A/B of a MUL_MAT_ID table is not scripted"
     ;;
 *)
     echo "unknown PART $PART" >&2

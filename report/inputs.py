@@ -53,11 +53,13 @@ class TableView:
 
     def route_at(self, key: ShapeKey, M: int) -> str | None:
         """The configuration the table picks for a shape key of any op (None: stock)."""
-        return table_mod.lookup_key(self.data, table_mod.table_gpu(self.data), key, M)
+        # MUL_MAT_ID: what runs for a call of the key's bucket is the routing-0 rule
+        return table_mod.lookup_key(self.data, table_mod.table_gpu(self.data), registry.runtime_key(key), M)
 
     def rules_for(self, key: ShapeKey) -> list[dict[str, Any]]:
         """The shape key's own rules, then the defaults of its type (the key's default fields 0, size-class
         defaults included) that can apply to it."""
+        key = registry.runtime_key(key)  # MUL_MAT_ID: the routing-0 rules apply to every bucket
         own = [r for r in self.rules if _key_of(r) == key]
         group = key.group()
         defaults = [r for r in self.rules if _key_of(r) == group] if group != key else []

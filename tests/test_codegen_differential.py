@@ -88,7 +88,8 @@ def rich_table() -> tuple[dict[str, Any], decide.Decisions]:
                 gpu=GPU,
                 n=3,
             )
-    # two MUL_MAT_ID shapes of one type and size class: exact rules, a per-type default and a class default
+    # two MUL_MAT_ID shapes of one type and size class, each point measured in every routing bucket:
+    # routing-0 rules (MUL_MAT_ID gets no per-type or class defaults: codegen.moe)
     for (N, K), (M, speed) in itertools.product(
         ((2880, 2880), (4096, 2880)), ((4, {"mmq": 1.0, "mmvq": 1.5}), (512, {"mmq": 1.0, "mmf": 1.5}))
     ):
@@ -103,11 +104,13 @@ def rich_table() -> tuple[dict[str, Any], decide.Decisions]:
             gpu=GPU,
             n=3,
         )
-        rows += id_rows
+        rows += [r | {"routing": b} for b in (1, 2, 3) for r in id_rows]
+    routing = [r.get("routing") for r in rows]
     df = frame(rows)
     is_id = df["op"] == "MUL_MAT_ID"
     df["E"] = is_id.map({True: 32, False: 1})  # MUL_MAT_ID's key has E and U (op-specific columns)
     df["U"] = is_id.map({True: 4, False: 1})
+    df["routing"] = routing  # the bucket each MUL_MAT_ID case measured
     d = decide.decide(df, decide.Params(min_trials=3, resamples=300))
     return tbl.build_table(d, tuning_sha256="ef" * 32), d
 
@@ -136,7 +139,8 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
             for M in (r["M_lo"] - 1, r["M_lo"], r["M_hi"], r["M_hi"] + 1):
                 edge += [(GPU, q, M) for q in near]
     for key, by_m in d.evals.items():
-        edge += [(GPU, key, M) for M in by_m]
+        # a MUL_MAT_ID point's evaluations are per routing bucket; the runtime asks at routing 0
+        edge += [(GPU, k, M) for M in by_m for k in dict.fromkeys((key, registry.runtime_key(key)))]
     mismatches = [
         schema.GpuId("NVIDIA H200", 900, 132),
         schema.GpuId(GPU.name + " ", 900, 132),
@@ -148,7 +152,9 @@ def queries(t: dict[str, Any], d: decide.Decisions, rng: random.Random) -> tuple
     ]
     edge += [(g, *q[1:]) for q in list(edge) for g in mismatches]
     rng.shuffle(edge)
-    edge = edge[: N_QUERIES * 3 // 5]
+    # every rule is asked at least once on its own key, M and GPU (the shuffle keeps what else survives)
+    must: list[Query] = [(GPU, registry.shape_key(r), int(r["M_lo"])) for r in t["rules"]]
+    edge = must + edge[: N_QUERIES * 3 // 5 - len(must)]
     types = ["q4_K", "q6_K", "q8_0", "f16", "mxfp4", "q5_K", "f32"]
     dims = sorted({k.N for k in d.evals} | {k.K for k in d.evals} | {128, 512, 2880, 5120, 1})
     rand: list[Query] = []
@@ -207,7 +213,8 @@ def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path:
     assert len(t["rules"]) >= 30 and any(r["N"] == 0 for r in t["rules"])
     assert any(tbl.is_class(r) for r in t["rules"]) and any(r["kind"] == "interpolated" for r in t["rules"])
     assert {r["layout"] for r in t["rules"]} == {"weight", "attention", "expert"}
-    assert any(tbl.is_class(r) and r["op"] == "MUL_MAT_ID" for r in t["rules"])
+    id_rules = [r for r in t["rules"] if r["op"] == "MUL_MAT_ID"]
+    assert id_rules and all(r["routing"] == 0 and r["kind"] == "measured" and r["buckets"] for r in id_rules)
     qs, n_edge = queries(t, d, random.Random(20261130))
     assert len(qs) == N_QUERIES and n_edge >= N_QUERIES // 2
     (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(t))
@@ -233,7 +240,7 @@ def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path:
         q for q, o in zip(qs, out, strict=True) if o.split()[2] != "0" and q[1].N not in dims_of(d)
     ]
     assert default_hits  # some answers came from a per-type default (an (N, K) never measured)
-    # and some from size-class defaults, of both ops: no exact rule answers, a class rule does
+    # and some from size-class defaults (MUL_MAT only): no exact rule answers, a class rule does
     exact = {**t, "rules": [r for r in t["rules"] if not registry.shape_key(r).is_default]}
     with_class = {**t, "rules": [r for r in t["rules"] if r in exact["rules"] or tbl.is_class(r)]}
     class_hits = {
@@ -241,7 +248,7 @@ def test_c_lookup_agrees_with_python(compiler: list[str], suffix: str, tmp_path:
         for q in qs
         if tbl.lookup_key(exact, *q) is None and tbl.lookup_key(with_class, *q) is not None
     }
-    assert class_hits == {"MUL_MAT", "MUL_MAT_ID"}
+    assert class_hits == {"MUL_MAT"}
 
 
 @pytest.mark.slow

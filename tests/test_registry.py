@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from ggml_dispatch import fetch, registry, schema
@@ -330,13 +331,22 @@ def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> 
     from ggml_dispatch.errors import InputError
 
     rows = trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4, N=2880, K=2880, op="MUL_MAT_ID", layout="expert")
-    with pytest.raises(InputError, match="MUL_MAT_ID rows need the columns E, U"):
+    with pytest.raises(InputError, match="row 0: E: MUL_MAT_ID rows need a positive integer E"):
         decide.decide(frame(rows), decide.Params())
     df = frame(rows).assign(E=32, U=4)
     d = decide.decide(df, decide.Params())
     (key,) = d.evals
     assert isinstance(key, registry.MulMatIdKey) and (key.E, key.U, key.routing) == (32, 4, 0)
-    assert [(r.route, r.M_lo, r.M_hi) for r in d.rules] == [("mmvq", 4, 4)]
+    # rows without a measured routing bucket make no MUL_MAT_ID rule (codegen.moe)
+    assert d.rules == [] and {f.reason for f in d.refusals} == {
+        "MUL_MAT_ID rows without a measured routing bucket"
+    }
+    # measured in every bucket: one routing-0 rule
+    d = decide.decide(
+        pd.concat([df.assign(routing=b) for b in (1, 2, 3)], ignore_index=True), decide.Params()
+    )
+    assert {k.routing for k in d.evals} == {1, 2, 3}
+    assert [(r.route, r.M_lo, r.M_hi, r.key.routing) for r in d.rules] == [("mmvq", 4, 4, 0)]
     # a matmul route on FLASH_ATTN_EXT rows is refused, naming the row
     fa = trials(speed={"mmq": 1.0}, M=1, op="FLASH_ATTN_EXT", layout="attention")
     with pytest.raises(InputError, match="row 0: route: route 'mmq' does not serve FLASH_ATTN_EXT"):

@@ -91,3 +91,84 @@ def test_bad_cases_are_refused(harness: Path, tmp_path: Path, over: dict[str, An
     (end,) = [x for x in lines if x.get("kind") == "case"]
     assert rc == 0 and end["status"].startswith("failed:") and needle in end["status"], end
     assert not [x for x in lines if x.get("kind") == "trial"]  # nothing was timed
+
+
+# ---------------------------------------------------------------------------------------------
+# `tune run` end to end on a MoE census: MUL_MAT_ID cases, tuning rows with E, U and routing bucket
+
+
+def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
+    tree: Path, harness: Path, tmp_path: Path
+) -> None:
+    import sys
+
+    import pyarrow.parquet as pq
+    from conftest import write_gguf
+
+    from tuner import mul_mat_id as tmoe
+
+    hidden, ffn, E, used = 256, 64, 128, 8
+    model = write_gguf(
+        tmp_path / "qwen3moe-tiny.gguf",
+        [
+            ("token_embd.weight", "q8_0", [hidden, 512]),
+            ("blk.0.attn_q.weight", "q8_0", [hidden, hidden]),
+            ("blk.0.ffn_gate_inp.weight", "f32", [hidden, E]),
+            ("blk.0.ffn_up_exps.weight", "q8_0", [hidden, ffn, E]),
+            ("blk.0.ffn_down_exps.weight", "q8_0", [ffn, hidden, E]),
+            ("output.weight", "q8_0", [hidden, 512]),
+        ],
+        arch="qwen3moe",
+        kv={"qwen3moe.block_count": 1, "qwen3moe.expert_count": E, "qwen3moe.expert_used_count": used},
+    )
+    cli = str(Path(sys.executable).parent / "ggml-dispatch")
+    census = tmp_path / "census.parquet"
+    subprocess.run(
+        [cli, "census", "from-gguf", str(model), "--m", "64", "-o", str(census)],
+        check=True,
+        capture_output=True,
+    )
+    out = tmp_path / "tuning.parquet"
+    p = subprocess.run(
+        [
+            *(cli, "tune", "run", str(census), "--llama-cpp", str(tree)),
+            *(
+                "--harness",
+                str(harness),
+                "-o",
+                str(out),
+                "--routes",
+                "mmvq,mmq,cublas",
+                "--configs",
+                "routes",
+            ),
+            *("--trials", "2", "--coverage", "1"),
+            *(
+                "--harness-arg=--trial-ms=2",
+                "--harness-arg=--threads=1",
+                "--harness-arg=--target-graph-us=200",
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stderr
+    rows = pq.read_table(out).to_pylist()
+    moe = [r for r in rows if r["op"] == "MUL_MAT_ID"]
+    dense = [r for r in rows if r["op"] == "MUL_MAT"]
+    assert dense and all(r["E"] is None and r["routing"] is None for r in dense)
+    # gate/up (U = 1, used from the down row of the same E) and down (U = used), each under three kinds
+    points = {(r["N"], r["K"], r["E"], r["U"], r["M"]) for r in moe}
+    assert points == {(ffn, hidden, E, 1, 64), (hidden, ffn, E, used, 64)}
+    assert {r["routing_kind"] for r in moe} == set(tmoe.ROUTING_KINDS)
+    # cuBLAS does not serve MUL_MAT_ID: only mmvq and mmq are its candidates (refused on the CPU backend)
+    assert {r["route"] for r in moe} == {"mmvq", "mmq"} and {r["status"] for r in moe} == {"ineligible"}
+    # the bucket is what the drawn routing measured: at M = 64 of 128 experts with 8 used, uniform
+    # spreads, the 1/(rank+1)^1.2 draw is skewed, and every token on the same 8 experts is concentrated
+    by_kind = {(r["routing_kind"], r["U"]): r["routing"] for r in moe}
+    assert by_kind == {(k, u): b for k, b in (("uniform", 1), ("skewed", 2), ("few", 3)) for u in (1, used)}
+    # the journal resumes: a second run measures nothing new
+    again = subprocess.run(p.args, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0 and "0 cases measured" in again.stderr, again.stderr
+    assert pq.read_table(out).num_rows == len(rows)

@@ -29,12 +29,9 @@ from tests.test_tuner_native import (
     _start,
     _wait_for_cases,
     census_row,
-    harness,
-    harness_cache,
     rows_of,
     run_args,
     small_census,
-    tree,
     tune,
     write_census,
 )
@@ -47,7 +44,7 @@ ray = pytest.importorskip(
 
 pytestmark = pytest.mark.slow
 
-__all__ = ["harness", "harness_cache", "small_census", "tree"]  # fixtures used by name
+__all__ = ["small_census"]  # a fixture used by name (harness, harness_cache, tree: conftest.py)
 
 TIMING = ("us", "anchor_us", "nmse", "replays")
 

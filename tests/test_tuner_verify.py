@@ -5,7 +5,6 @@ measuring run, which times stock only there."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from click.testing import CliRunner
 from codegen import table as tbl
 from ggml_dispatch import registry
 from ggml_dispatch.cli import main
-from tuner import build, verify
+from tuner import verify
 
 REPO = Path(__file__).resolve().parent.parent
 H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
@@ -135,15 +134,7 @@ def test_cli_bad_input_is_one_clear_error(args: list[str], message: str) -> None
 
 
 @pytest.mark.slow
-def test_verify_measures_on_the_cpu_backend(tmp_path: Path) -> None:
-    from ggml_dispatch import fetch
-
-    try:
-        tree = fetch.llama_cpp_dir()
-    except fetch.FetchError as e:
-        pytest.skip(f"the pinned llama.cpp tree cannot be fetched here: {e}")
-    cache = Path(os.environ.get("GGML_DISPATCH_HARNESS_CACHE") or tmp_path / "harness-cache")
-    harness = build.build_harness(tree, cuda=False, cache_root=cache)
+def test_verify_measures_on_the_cpu_backend(tree: Path, harness: Path, tmp_path: Path) -> None:
     out = tmp_path / "verify.parquet"
     code, text = _cli(
         str(H200_DIR / "table.json"), "--shape", "q8_0:32x64", "--m", "3,5", "--llama-cpp", str(tree),

@@ -14,12 +14,13 @@ import click
 
 from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_option, output_option
 from tuner import attention as tattn
 from tuner import build, results
+from tuner import mul_mat_id as tmoe
 from tuner.executor import Executor, SerialExecutor
 from tuner.reference_cli import import_reference_cmd
-from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep
+from tuner.run import SweepInterrupted, default_journal, read_census, run_sweep, select_census
 from tuner.select import (
     ALL_ROUTES,
     CONFIG_MODES,
@@ -27,7 +28,6 @@ from tuner.select import (
     DEFAULT_TRIALS,
     candidate_configs,
     parse_shard,
-    select_cases,
     shard_cases,
 )
 
@@ -133,13 +133,7 @@ def tune() -> None:
 @tune.command("run")
 @click.argument("census", type=click.Path(path_type=Path))
 @_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="tuning Parquet file to write (atomically, from the journal).",
-)
+@output_option("tuning Parquet file to write (atomically, from the journal).")
 @_build_options
 @click.option(
     "--harness",
@@ -180,6 +174,13 @@ def tune() -> None:
     default="weight",
     show_default=True,
     help="layouts to tune: weight; attention is opt-in (timed as a KV-cache-like view, no GQA broadcast).",
+)
+@click.option(
+    "--routing-kinds",
+    default=",".join(tmoe.ROUTING_KINDS),
+    show_default=True,
+    help="MUL_MAT_ID rows of the census: each point is timed under these expert routings (the bucket "
+    "each measured goes into the rows); none: no MUL_MAT_ID cases.",
 )
 @click.option(
     "--trials",
@@ -250,7 +251,7 @@ def tune() -> None:
     show_default=True,
     help="what each case's Ray task holds, NAME=AMOUNT,... (CPU=1 on a cluster without GPUs).",
 )
-@click.option("--allow-mixed", is_flag=True, help="accept GPUs of several models in one sweep.")
+@allow_mixed_option("accept GPUs of several models in one sweep.")
 @click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
 def run_cmd(
     census: Path,
@@ -265,6 +266,7 @@ def run_cmd(
     routes: str,
     config_mode: str,
     layouts: str,
+    routing_kinds: str,
     trials: int,
     nmse_max: float,
     max_seconds: float | None,
@@ -310,6 +312,7 @@ def run_cmd(
     # the census is checked before anything is built; an attention census (`census attention`) gives
     # FLASH_ATTN_EXT cases with the FlashAttention kernels as candidates
     attention = tattn.is_attention_census(census)
+    kinds: tuple[str, ...] = ()
     if attention:
         try:
             fa_routes = tattn.FA_ROUTES if routes == ",".join(ALL_ROUTES) else tattn.parse_routes(routes)
@@ -325,15 +328,19 @@ def run_cmd(
         )
     else:
         route_list = candidate_configs(_routes(routes), config_mode)
-        selection = select_cases(
-            read_census(census),
+        try:
+            kinds = tmoe.parse_routing_kinds(routing_kinds)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--routing-kinds") from None
+        selection = select_census(
+            census,
             coverage=coverage,
             routes=route_list,
             trials=trials,
             nmse_max=nmse_max,
             layouts=layout_list,
             whole_shapes=whole_shapes,
-            path=census,
+            routing_kinds=kinds,
         )
     if dry_run:
         for c in shard_cases(selection.cases, shard_t):
@@ -386,7 +393,8 @@ def run_cmd(
                 on_plan=lambda todo: setattr(bar, "length", max(todo, 1)),
                 executor=runner,
                 allow_mixed=allow_mixed,
-                selection=selection if attention else None,
+                selection=selection,
+                routing_kinds=kinds,
             )
     except SweepInterrupted as e:
         _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")
@@ -421,14 +429,8 @@ def build_cmd(
 
 @tune.command("merge")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="merged tuning Parquet file (written atomically).",
-)
-@click.option("--allow-mixed", is_flag=True, help="accept inputs from several GPUs or upstream commits.")
+@output_option("merged tuning Parquet file (written atomically).")
+@allow_mixed_option("accept inputs from several GPUs or upstream commits.")
 def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
     """Combine the tuning files of several shards (tune run --shard i/n) into one.
 

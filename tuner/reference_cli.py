@@ -9,19 +9,13 @@ import click
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, Int
+from ggml_dispatch.options import INT32_MAX, Int, output_option
 from tuner import reference
 
 
 @click.command("import-reference")
 @click.argument("tsv", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="tuning Parquet file to write (atomically)",
-)
+@output_option("tuning Parquet file to write (atomically)")
 @click.option(
     "--sm-count",
     type=Int(1, INT32_MAX),

@@ -31,6 +31,7 @@ from ggml_dispatch.artifacts.tuning import (
     TUNING_ARROW_SCHEMA,
 )
 from ggml_dispatch.errors import InputError
+from tuner import mul_mat_id as tmoe
 
 __all__ = ["COLUMNS", "META_TUNER", "META_TUNER_CASES", "ROW_KEY", "TABLE_ROUTES", "TUNING_ARROW_SCHEMA"]
 
@@ -74,6 +75,15 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     fa_fields = (*registry.FlashAttnKey.TYPE_FIELDS, *registry.FlashAttnKey.INT_FIELDS)
     fa = spec["op"] == registry.Op.FLASH_ATTN_EXT.value
     shape |= {k: spec[k] if fa else None for k in fa_fields}
+    # MUL_MAT_ID: E, U, the routing kind asked for and the routing bucket the case measured
+    moe = spec["op"] == registry.Op.MUL_MAT_ID.value
+    shape |= {
+        "E": spec["E"] if moe else None,
+        "U": spec["U"] if moe else None,
+        "routing_kind": spec.get("routing_kind") if moe else None,
+        "routing": tmoe.measured_bucket(spec, rec.get("case_info") or {}) if moe else None,
+        "used": spec.get("used") if moe else None,
+    }
     base = {**prov, **shape, "source": schema.Source.MEASURED.value}
     status = str(rec["status"])
     if status.startswith(schema.FAILED_PREFIX):

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import census as census_artifact
+from tuner import mul_mat_id as tmoe
 from tuner import results
 from tuner.build import TreeStamp
 from tuner.executor import Executor, HarnessJob, SerialExecutor, check_sweep_gpus, gpu_id
@@ -43,6 +44,44 @@ def read_census(path: Path) -> list[dict[str, Any]]:
     """Census rows as dicts (the columns case selection needs), through the one census reader."""
     rows: list[dict[str, Any]] = census_artifact.read(path).table.select(list(NEEDED_COLUMNS)).to_pylist()
     return rows
+
+
+def select_census(
+    census_path: Path,
+    *,
+    coverage: float,
+    routes: Sequence[str],
+    trials: int,
+    nmse_max: float,
+    layouts: Sequence[str] = DEFAULT_LAYOUTS,
+    whole_shapes: bool = False,
+    routing_kinds: Sequence[str] = tuple(tmoe.ROUTING_KINDS),
+) -> Selection:
+    """The cases of a matmul census: MUL_MAT points (tuner.select) and, under each of ``routing_kinds``,
+    MUL_MAT_ID points (tuner.mul_mat_id; none when ``routing_kinds`` is empty)."""
+    table = census_artifact.read(census_path).table
+    selection = select_cases(
+        table.select(list(NEEDED_COLUMNS)).to_pylist(),
+        coverage=coverage,
+        routes=routes,
+        trials=trials,
+        nmse_max=nmse_max,
+        layouts=layouts,
+        whole_shapes=whole_shapes,
+        path=census_path,
+    )
+    if not routing_kinds:
+        return selection
+    moe = tmoe.select_mul_mat_id(
+        table.select(list(tmoe.CENSUS_COLUMNS)).to_pylist(),
+        coverage=coverage,
+        routes=routes,
+        routing_kinds=routing_kinds,
+        trials=trials,
+        nmse_max=nmse_max,
+        path=census_path,
+    )
+    return tmoe.with_mul_mat_id(selection, moe)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -227,21 +266,22 @@ def run_sweep(
     executor: Executor | None = None,
     allow_mixed: bool = False,
     selection: Selection | None = None,
+    routing_kinds: Sequence[str] = tuple(tmoe.ROUTING_KINDS),
 ) -> SweepResult:
     """``selection``: the cases, already selected from ``census_path`` (an attention census:
-    tuner.attention); else the matmul census is read and selected here."""
+    tuner.attention); else the matmul census is read and selected here (:func:`select_census`)."""
     t_start = time.monotonic()
     census_sha = fileio.sha256_file(census_path)
     if selection is None:
-        selection = select_cases(
-            read_census(census_path),
+        selection = select_census(
+            census_path,
             coverage=coverage,
             routes=routes,
             trials=trials,
             nmse_max=nmse_max,
             layouts=layouts,
             whole_shapes=whole_shapes,
-            path=census_path,
+            routing_kinds=routing_kinds,
         )
     cases = shard_cases(selection.cases, shard)
     log(selection.summary())
@@ -344,6 +384,7 @@ def run_sweep(
         nmse_max=nmse_max,
         routes=list(routes),
         layouts=list(layouts),
+        routing_kinds=list(routing_kinds),
         harness_args=list(harness_args),
         harness_header={
             k: header.get(k)

@@ -3,10 +3,11 @@
 Policy (DESIGN.md "Census", "Decision"):
 
 * Only rows a table can override are tuned: MUL_MAT, not fused. Fused groups (``fused`` set) never
-  reach the table's lookup, and MUL_MAT_ID (expert layout) cannot be keyed by the tuning columns (they
-  carry no E/U); both are counted and reported as skipped. The attention layout is opt-in
-  (``layouts``): the harness builds it as a KV-cache-like view with B heads, but the census does not
-  say how many KV heads are broadcast (GQA), so its timings are an approximation.
+  reach the table's lookup; both they and MUL_MAT_ID rows are counted and reported as skipped here
+  (MUL_MAT_ID rows are selected by tuner.mul_mat_id, which the sweep adds: tuner.run.select_census).
+  The attention layout is opt-in (``layouts``): the harness builds it as a KV-cache-like view with B
+  heads, but the census does not say how many KV heads are broadcast (GQA), so its timings are an
+  approximation.
 * Coverage is by estimated time, never by call counts: the tunable points (shape key + M, ``est_us``
   summed over the census rows that share them) are taken in decreasing ``est_us`` until their sum
   reaches ``coverage`` of the tunable total.
@@ -119,9 +120,18 @@ class Selection:
         n_census = sum(c.census for c in self.cases)
         frac = self.covered_est_us / self.tunable_est_us if self.tunable_est_us > 0 else 0.0
         frac_all = self.covered_est_us / self.total_est_us if self.total_est_us > 0 else 0.0
+        moe = [c for c in self.cases if getattr(c, "routing_kind", None)]  # tuner.mul_mat_id cases
+        n_census -= len(moe)
+        n_grid = len(self.cases) - len(moe) - n_census
         parts = [
-            f"{len(self.cases)} cases ({n_census} census points + {len(self.cases) - n_census} grid "
-            f"neighbours) over {n_shapes} shapes",
+            f"{len(self.cases)} cases ({n_census} census points + {n_grid} grid neighbours"
+            + (
+                f" + {len(moe)} MUL_MAT_ID cases: {len({(c.shape, c.M) for c in moe})} census points x "
+                f"{len({getattr(c, 'routing_kind', '') for c in moe})} routing kinds"
+                if moe
+                else ""
+            )
+            + f") over {n_shapes} shapes",
             f"covering {100 * frac:.1f}% of the tunable est_us ({100 * frac_all:.1f}% of all)",
         ]
         for reason, us in sorted(self.skipped.items()):

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, registry, schema
 from ggml_dispatch.artifacts import columns as col
 from ggml_dispatch.artifacts import validators as v
 from ggml_dispatch.artifacts.census import describe, distinct
@@ -37,7 +37,10 @@ TABLE_ROUTES: Final = frozenset(r.value for r in schema.Route)
 SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENCE.value})
 # What identifies one trial row: the shape, M, route, configuration and trial, measured on one GPU at
 # one commit.
-ROW_KEY: Final = ("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "config", "trial")
+ROW_KEY: Final = (
+    *("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "config", "trial"),
+    *("E", "U", "routing_kind"),  # MUL_MAT_ID: one shape and M under several routing kinds
+)
 ROW_IDENTITY: Final = ("gpu_name", "gpu_cc", "gpu_sm_count", "upstream_commit")
 
 _OPS: Final = frozenset(o.value for o in schema.Op)
@@ -99,6 +102,35 @@ def _check_text(table: pa.Table, name: str, path: str | Path, message: str) -> N
         raise InputError(path, message, field=f"row {i}: {name}")
 
 
+def _check_expert_rows(table: pa.Table, path: str | Path) -> None:
+    """MUL_MAT_ID rows carry E >= 1 and U >= 1; a measured routing bucket is one of the registry's."""
+    moe = pc.fill_null(pc.equal(table.column("op"), schema.Op.MUL_MAT_ID.value), False)
+    if not pc.any(moe).as_py():
+        return
+    sub = table.filter(moe)
+    rows = pc.indices_nonzero(moe)
+    for name in ("E", "U"):
+        c = sub.column(name)
+        bad = pc.fill_null(pc.or_kleene(pc.is_null(c), pc.less(c, 1)), True)
+        i = pc.index(bad, True).as_py()
+        if i is not None and i >= 0:
+            raise InputError(
+                path,
+                f"MUL_MAT_ID rows need a positive integer {name}, got {c[i].as_py()!r}",
+                field=f"row {rows[i].as_py()}: {name}",
+            )
+    buckets = pa.array(sorted(registry.ROUTING_BUCKETS), pa.int64())
+    c = sub.column("routing")
+    bad = pc.and_(pc.is_valid(c), pc.invert(pc.is_in(c, value_set=buckets)))  # null: not measured
+    i = pc.index(bad, True).as_py()
+    if i is not None and i >= 0:
+        raise InputError(
+            path,
+            f"routing bucket {c[i].as_py()!r} is not one of {sorted(registry.ROUTING_BUCKETS)}",
+            field=f"row {rows[i].as_py()}: routing",
+        )
+
+
 def validate_table(table: pa.Table, path: str | Path) -> None:
     """Row checks, each naming the first bad row: known op / layout / ggml types / table route /
     source / status, positive dimensions, GPU cc and SM count >= 0 (0: the CPU backend), a GPU name,
@@ -129,6 +161,7 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
             path, f"source must be measured or reference, got {src[i].as_py()!r}", field=f"row {i}: source"
         )
     _check_status(table, path)
+    _check_expert_rows(table, path)
     ok = status_ok_mask(table)
     col.finite_at_least(
         table, "us", path, minimum=0.0, strict=True, where=ok, message="ok trial with time {value!r}"

@@ -1,0 +1,279 @@
+"""codegen.moe: MUL_MAT_ID decided per routing bucket into routing-0 rules. The tuning rows are real
+inputs to the decision, but their timings are constructed (paired trials with a declared true speed per
+bucket and configuration, multiplicative noise): they stand in for H200 measurements, which these
+CPU-only tests cannot take."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from test_codegen_support import H200, trials
+
+from codegen import decide, diff, render
+from codegen import table as tbl
+from ggml_dispatch import registry, schema
+
+P = decide.Params()
+J64 = "mmq/j=64,stream_k=off"
+KEY = dict(N=768, K=2048, E=128, U=1)
+_ARROW = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+COLUMNS = {**schema.TUNING_COLUMNS, **schema.TUNING_OPTIONAL_COLUMNS}
+KINDS = {1: "uniform", 2: "skewed", 3: "few"}
+
+
+def moe_rows(speed: Mapping[int, Mapping[str, float]], M: int, **key: int) -> list[dict[str, Any]]:
+    """Constructed paired trials of MUL_MAT_ID configurations at one point, per routing bucket:
+    ``speed[bucket][config]`` = stock time / config time."""
+    k = {**KEY, **key}
+    rows = []
+    for bucket, by_config in speed.items():
+        for r in trials(speed=by_config, M=M, N=k["N"], K=k["K"], seed=bucket, n=6):
+            cfg = r["route"]
+            r.update(
+                op="MUL_MAT_ID",
+                layout="expert",
+                route=registry.config_route(cfg),
+                config=cfg,
+                route_ran=registry.config_route(cfg),
+                E=k["E"],
+                U=k["U"],
+                routing=bucket,
+                routing_kind=KINDS[bucket],
+            )
+            rows.append(r)
+    return rows
+
+
+def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    schema_ = pa.schema([(c, _ARROW[t]) for c, t in COLUMNS.items()])
+    return pa.Table.from_pylist(rows, schema=schema_).to_pandas()
+
+
+def moe_rules(d: decide.Decisions) -> list[decide.Rule]:
+    return [r for r in d.rules if r.key.op == "MUL_MAT_ID"]
+
+
+def all_pass(M: int) -> list[dict[str, Any]]:
+    return moe_rows({b: {"mmq": 1.0, J64: 1.3} for b in (1, 2, 3)}, M)
+
+
+def test_a_config_passing_in_every_bucket_gets_a_routing_0_rule() -> None:
+    d = decide.decide(frame(all_pass(512)), P)
+    (r,) = moe_rules(d)
+    assert r.key.routing == 0 and (r.key.N, r.key.K, r.key.E, r.key.U) == (768, 2048, 128, 1)
+    assert (r.M_lo, r.M_hi, r.route) == (512, 512, J64)
+    assert [b for b, _ in r.buckets] == ["spread", "skewed", "concentrated"]
+    assert all(ratio == pytest.approx(1.3, rel=0.03) for _, ratio in r.buckets)
+    t = tbl.build_table(d, tuning_sha256="ab" * 32)
+    (row,) = [x for x in t["rules"] if x["op"] == "MUL_MAT_ID"]
+    assert set(row["buckets"]) == {"spread", "skewed", "concentrated"} and row["routing"] == 0
+    (point,) = t["routing_buckets"]
+    assert point["config"] == J64 and point["M"] == 512 and point["reason"] == ""
+    assert {b["winner"] for b in point["buckets"].values()} == {J64}
+    # canonical text round-trips through the reader's checks
+    assert tbl.loads(tbl.dumps(t)) == tbl.canonicalize(t)
+
+
+def test_winning_in_buckets_1_and_2_but_losing_in_3_gives_no_rule() -> None:
+    speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 0.8}}
+    d = decide.decide(frame(moe_rows(speed, 256)), P)
+    assert moe_rules(d) == []
+    (why,) = [f.reason for f in d.refusals if f.route == J64 and f.key.op == "MUL_MAT_ID"]
+    assert "slower than stock beyond noise in bucket concentrated" in why
+    (point,) = d.routing_buckets
+    # the per-bucket winners stay as evidence: J64 in spread and skewed, stock's plain mmq in concentrated
+    assert [(b, w, p) for b, w, p, _ in point.winners] == [(1, J64, True), (2, J64, True), (3, "mmq", False)]
+    assert point.routing0 is None
+
+
+def test_a_config_that_only_ties_in_one_bucket_gets_no_rule() -> None:
+    speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.0}, 3: {"mmq": 1.0, J64: 1.3}}
+    d = decide.decide(frame(moe_rows(speed, 256)), P)
+    assert moe_rules(d) == []
+    (why,) = [f.reason for f in d.refusals if f.route == J64 and f.key.op == "MUL_MAT_ID"]
+    assert why.startswith("bucket skewed:")
+
+
+def test_a_point_missing_bucket_3_gets_no_rule() -> None:
+    speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.4}}
+    d = decide.decide(frame(moe_rows(speed, 512)), P)
+    assert moe_rules(d) == []
+    reasons = {f.reason for f in d.refusals if f.key.op == "MUL_MAT_ID"}
+    assert reasons == {
+        "a routing-0 rule needs every bucket the point can meet measured; not measured: concentrated"
+    }
+    # and no rule of a single bucket reaches the table either (the runtime looks up routing 0 only)
+    t = tbl.build_table(d, tuning_sha256="ab" * 32)
+    assert [r for r in t["rules"] if r["op"] == "MUL_MAT_ID"] == []
+
+
+def test_a_run_of_measured_M_is_one_rule_and_a_point_without_every_bucket_breaks_it() -> None:
+    rows = all_pass(128) + all_pass(256) + all_pass(1024)
+    rows += moe_rows({1: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 1.3}}, 512)  # no skewed bucket
+    d = decide.decide(frame(rows), P)
+    assert [(r.M_lo, r.M_hi, r.measured_M) for r in moe_rules(d)] == [
+        (128, 256, (128, 256)),
+        (1024, 1024, (1024,)),
+    ]
+    # no interpolation, class or per-type default for MUL_MAT_ID: a second shape adds no default
+    rows2 = rows + [r | {"N": 2048, "K": 768} for r in all_pass(256)]
+    d2 = decide.decide(frame(rows2), P)
+    assert {r.kind for r in moe_rules(d2)} == {"measured"}
+    assert all(not r.key.is_default for r in moe_rules(d2))
+
+
+def test_attainable_buckets_hold_every_bucket_real_routings_fall_in() -> None:
+    """Routings drawn as the harness draws them (top-k of distinct experts: uniform, Zipf-skewed, all
+    tokens on the same experts) never land in a bucket attainable_buckets leaves out; and the bounds are
+    met: decode is always spread, the concentrated bucket first appears where 8 * used < min(M * used, E)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for E, used in ((16, 2), (64, 4), (128, 8)):
+        for M in range(1, 21):
+            seen = set()
+            for trial in range(60):
+                w = np.ones(E) if trial % 3 == 0 else 1.0 / np.arange(1, E + 1) ** (0.5 + trial % 5)
+                counts = np.zeros(E, dtype=int)
+                for _t in range(M):
+                    if trial % 3 == 2:
+                        picks = np.arange(used)  # every token on the same experts
+                    else:
+                        picks = rng.choice(E, size=used, replace=False, p=w / w.sum())
+                    counts[picks] += 1
+                seen.add(registry.moe_call_stats(counts).routing)
+            allowed = registry.attainable_buckets(M, used, E)
+            assert seen <= allowed, (E, used, M, seen, allowed)
+            assert (3 in allowed) == (8 * used < min(M * used, E))
+    assert registry.attainable_buckets(1, 8, 128) == {1}
+    assert registry.attainable_buckets(2, 8, 128) == {1}
+    assert registry.attainable_buckets(4, 8, 128) == {1, 2}
+    assert registry.attainable_buckets(9, 8, 128) == {1, 2, 3}
+
+
+def test_a_decode_point_needs_only_the_buckets_it_can_meet() -> None:
+    # M = 1 on 8 of 128 experts: every call is spread, so the spread bucket alone admits a rule
+    rows = [r | {"used": 8} for r in moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 1, U=8)]
+    d = decide.decide(frame(rows), P)
+    (r,) = moe_rules(d)
+    assert (r.M_lo, r.M_hi, r.route, [b for b, _ in r.buckets]) == (1, 1, J64, ["spread"])
+    # M = 4 can also be skewed: spread alone is not enough there
+    rows4 = [r | {"used": 8} for r in moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 4, U=8)]
+    d4 = decide.decide(frame(rows4), P)
+    assert moe_rules(d4) == []
+    assert {f.reason for f in d4.refusals if f.key.op == "MUL_MAT_ID"} == {
+        "a routing-0 rule needs every bucket the point can meet measured; not measured: skewed"
+    }
+    # without the experts per token every point needs all three
+    d0 = decide.decide(frame(moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 1, U=8)), P)
+    assert moe_rules(d0) == []
+
+
+def test_rows_without_a_measured_bucket_are_no_evidence() -> None:
+    rows = all_pass(512)
+    for r in rows:
+        r["routing"] = None  # e.g. from cases whose harness output had no routing statistics
+    d = decide.decide(frame(rows), P)
+    assert moe_rules(d) == [] and d.routing_buckets == []
+    assert {f.reason for f in d.refusals} == {"MUL_MAT_ID rows without a measured routing bucket"}
+
+
+def test_mul_mat_rules_are_unchanged_by_mul_mat_id_rows() -> None:
+    dense = trials(speed={"mmvq": 1.0, "mmq": 1.5}, M=8)
+    alone = decide.decide(frame(dense), P)
+    both = decide.decide(frame(dense + all_pass(512)), P)
+    assert [r for r in both.rules if r.key.op == "MUL_MAT"] == alone.rules
+
+
+DRIVER = r"""
+#include "ggml-dispatch-table.h"
+#include <stdio.h>
+int main(void) {
+    /* MUL_MAT_ID (op 1), expert layout (2), q4_K x f32, key N, K, E, U, routing 0 */
+    const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS] = {768, 2048, 128, 1, 0};
+    const int64_t k1[GGML_DISPATCH_TABLE_KEY_SLOTS] = {768, 2048, 128, 1, 1};
+    printf("%d %d %d %d\n", ggml_dispatch_table_lookup(1, 2, 12, 0, k, 128),
+           ggml_dispatch_table_lookup(1, 2, 12, 0, k, 256), ggml_dispatch_table_lookup(1, 2, 12, 0, k, 512),
+           ggml_dispatch_table_lookup(1, 2, 12, 0, k1, 128));
+    return 0;
+}
+"""
+
+
+def test_the_header_compiles_and_looks_up_mul_mat_id_at_routing_0(tmp_path: Path) -> None:
+    rows = all_pass(128) + all_pass(256) + moe_rows({1: {"mmq": 1.0, J64: 1.3}}, 512)
+    t = tbl.build_table(decide.decide(frame(rows), P), tuning_sha256="ab" * 32)
+    (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(t))
+    (tmp_path / "driver.c").write_text(DRIVER)
+    exe = tmp_path / "driver"
+    cc = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+    res = subprocess.run(
+        [*cc, "-I", str(tmp_path), str(tmp_path / "driver.c"), "-o", str(exe)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    code = registry.Config.parse(J64).code
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    # routing 0 at M 128 and 256 (the rule), M 512 measured in one bucket only: stock; a routing-1 key: none
+    assert out == [str(code), str(code), "0", "0"]
+    key0 = registry.MulMatIdKey("MUL_MAT_ID", "expert", "q4_K", "f32", 768, 2048, 128, 1, 0)
+    assert tbl.lookup_key(t, H200, key0, 200) == J64 and tbl.lookup_key(t, H200, key0, 512) is None
+    # the header parses back to the same rules
+    parsed, _hash = render.parse_header(render.render_header(t))
+    assert tbl.core_rules(parsed["rules"]) == tbl.core_rules(t["rules"])
+
+
+def test_diff_shows_mul_mat_id_rules() -> None:
+    old = tbl.build_table(decide.decide(frame(all_pass(512)), P), tuning_sha256="ab" * 32)
+    new_rows = moe_rows({b: {"mmq": 1.0, J64: 1.0, "mmq/j=128,stream_k=on": 1.4} for b in (1, 2, 3)}, 512)
+    new = tbl.build_table(decide.decide(frame(new_rows), P), tuning_sha256="cd" * 32)
+    loaded = [diff.load_text(tbl.dumps(x), name) for x, name in ((old, "old.json"), (new, "new.json"))]
+    text = "\n".join(diff.format_diff(diff.diff_tables(*loaded)))
+    assert "MUL_MAT_ID" in text and "E=128" in text and J64 in text and "mmq/j=128,stream_k=on" in text
+
+
+def test_predict_prices_census_rows_of_every_bucket_with_the_routing_0_rule() -> None:
+    from codegen import predict
+
+    speed = {1: {"mmq": 1.0, J64: 1.5}, 2: {"mmq": 1.0, J64: 1.25}, 3: {"mmq": 1.0, J64: 1.1}}
+    d = decide.decide(frame(moe_rows(speed, 512)), P)
+    t = tbl.build_table(d, tuning_sha256="ab" * 32)
+    base = {"op": "MUL_MAT_ID", "layout": "expert", "src0_type": "q4_K", "src1_type": "f32", "M": 512}
+    census = [
+        base | KEY | {"routing": 2, "calls": 10, "est_us": 1000.0, "fused": None},
+        base | KEY | {"routing": None, "calls": 10, "est_us": 1000.0, "fused": None},  # no statistics
+    ]
+    p = predict.predict(census, tbl.empty_table(), t, d.evals, d.stock_us)
+    skewed, unknown = p.every_row
+    assert skewed.route_b == unknown.route_b == J64
+    assert skewed.us_b is not None and skewed.us_a is not None
+    assert skewed.us_b / skewed.us_a == pytest.approx(1 / 1.25, rel=0.03)
+    assert unknown.us_b is not None and unknown.us_a is not None
+    assert unknown.us_b / unknown.us_a == pytest.approx(1 / 1.1, rel=0.03)  # the slowest bucket
+    assert "slowest routing bucket" in unknown.basis
+
+
+def test_the_report_shows_the_routing_0_rule_on_every_bucket(tmp_path: Path) -> None:
+    from report import inputs
+
+    d = decide.decide(frame(all_pass(512)), P)
+    view = inputs.TableView(tbl.build_table(d, tuning_sha256="ab" * 32))
+    for b in (1, 2, 3):
+        key = registry.MulMatIdKey("MUL_MAT_ID", "expert", "q4_K", "f32", 768, 2048, 128, 1, b)
+        assert view.route_at(key, 512) == J64
+        assert [r["config"] for r in view.rules_for(key)] == [J64]
+
+
+def test_in_sample_scores_every_bucket_with_the_routing_0_rule() -> None:
+    from codegen import loo
+
+    speed = {1: {"mmq": 1.0, J64: 1.5, "mmvq": 0.5}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 1.2}}
+    held = loo.in_sample(frame(moe_rows(speed, 512)), P)
+    assert sorted((h.key.routing, h.predicted, h.harm) for h in held) == [(b, J64, False) for b in (1, 2, 3)]
+    text = "\n".join(loo.report(held))
+    assert "in-sample: 3 held-out points" in text and "0 of 3 points beyond 2%" in text

@@ -1,0 +1,253 @@
+"""MUL_MAT_ID cases for the harness, selected from the MUL_MAT_ID rows of a matmul census. Pure.
+
+A case is one census point (types, N, K, E, U, M) under one routing kind the harness draws
+(tuner/harness/mul_mat_id.cpp): ``uniform`` (top-k uniformly at random per token), ``skewed`` (experts
+weighted 1/(rank+1)^1.2, drawn without replacement) and ``few`` (every token on the same ``used``
+experts). The kinds are chosen so that at the M of a prefill ubatch of a model like Qwen3-30B-A3B
+(E = 128, 8 used) they land in the three routing buckets (spread, skewed, concentrated); which bucket
+a case measured is read from the harness' statistics of the routing it drew (``experts`` in its
+case-end record), not assumed from the kind, and goes into the tuning rows' ``routing`` column.
+
+Candidates: every configuration (``--configs``) of the ``--routes`` that serve MUL_MAT_ID (mmvf, mmf,
+mmvq, mmq; cuBLAS does not serve it). The per-expert fallback (``id_sorted``) is no candidate: it
+synchronizes the stream, so it cannot run in the captured graphs the harness times.
+
+The census keeps the routing bucket a key's calls fell in as part of its rows; a case measures all
+kinds at each (shape, M), so the census rows of one point are summed over their buckets. The experts
+used per token (``used``, ids->ne[0]) of a gate/up row (U = 1: the token is broadcast over its experts)
+is the U of the census' down rows (U = used) with the same E; a gate/up point with no such row is
+skipped and counted. Census M values are measured as they are (no grid neighbours: a routing-0 rule
+needs all three buckets at a point, each M costs three cases, and a rule covers only a run of measured
+M).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from ggml_dispatch import registry
+from ggml_dispatch.errors import InputError
+from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection
+
+# routing kind -> the harness' routing object (tuner/harness/mul_mat_id.cpp)
+ROUTING_KINDS: Final[dict[str, dict[str, Any]]] = {
+    "uniform": {"kind": "uniform"},
+    "skewed": {"kind": "skewed", "s": 1.2},
+    "few": {"kind": "few"},  # the experts default to `used`: every token on the same experts
+}
+MOE_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in registry.OPS[registry.Op.MUL_MAT_ID].routes)
+CENSUS_COLUMNS: Final = ("op", "layout", "fused", "src0_type", "src1_type", "M", "N", "K", "E", "U", "est_us")
+SKIP_NO_USED: Final = "MUL_MAT_ID gate/up without a down row of the same E (experts used per token unknown)"
+
+
+@dataclass(frozen=True)
+class MoeCase:
+    shape: registry.MulMatIdKey  # routing 0: the bucket is what the case measures
+    M: int
+    routing_kind: str
+    used: int
+    est_us: float
+    census: bool = True
+    routes: tuple[str, ...] = MOE_ROUTES
+    trials: int = DEFAULT_TRIALS
+    nmse_max: float = DEFAULT_NMSE_MAX
+
+    @property
+    def id(self) -> str:
+        s = self.shape
+        head = f"{s.op}:{s.layout}:{s.src0_type}:{s.src1_type}"
+        return f"{head}:N{s.N}:K{s.K}:E{s.E}:U{s.U}:M{self.M}:{self.routing_kind}"
+
+    def spec(self) -> dict[str, Any]:
+        """The harness case object (tuner/harness/mul_mat_id.cpp), with B = 1 for the tuning rows."""
+        s = self.shape
+        return {
+            "case": self.id,
+            "op": s.op,
+            "layout": s.layout,
+            "src0_type": s.src0_type,
+            "src1_type": s.src1_type,
+            "M": self.M,
+            "N": s.N,
+            "K": s.K,
+            "B": 1,
+            "E": s.E,
+            "U": s.U,
+            "used": self.used,
+            "routing_kind": self.routing_kind,
+            "routing": dict(ROUTING_KINDS[self.routing_kind]),
+            "routes": list(self.routes),
+            "trials": self.trials,
+            "nmse_max": self.nmse_max,
+        }
+
+
+def moe_candidates(configs: Sequence[str]) -> tuple[str, ...]:
+    """The configurations among ``configs`` whose route serves MUL_MAT_ID (order kept)."""
+    return tuple(c for c in configs if registry.route_allowed(registry.Op.MUL_MAT_ID, c))
+
+
+def _int(v: Any, path: str | Path, where: str, name: str) -> int:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {name}") from None
+    if not math.isfinite(f) or f < 1 or f != int(f):
+        raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {name}")
+    return int(f)
+
+
+def _fused(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != ""
+
+
+@dataclass
+class MoeSelection:
+    cases: list[MoeCase]
+    est_us: float  # the MUL_MAT_ID census rows' total (fused ones included)
+    covered_est_us: float
+    skipped: dict[str, float]
+    skipped_rows: dict[str, int]
+
+
+def select_mul_mat_id(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    coverage: float = 0.95,
+    routes: Sequence[str] = MOE_ROUTES,
+    routing_kinds: Sequence[str] = tuple(ROUTING_KINDS),
+    trials: int = DEFAULT_TRIALS,
+    nmse_max: float = DEFAULT_NMSE_MAX,
+    path: str | Path = "<census>",
+) -> MoeSelection:
+    """The MUL_MAT_ID points to time (largest est_us first, until ``coverage`` of their est_us), each
+    under every routing kind. ``routes``: configurations; those whose route does not serve MUL_MAT_ID
+    are dropped."""
+    bad = [k for k in routing_kinds if k not in ROUTING_KINDS]
+    if bad or not routing_kinds:
+        raise InputError(
+            None, f"routing kinds must be among {', '.join(ROUTING_KINDS)}, got {list(routing_kinds)}"
+        )
+    cands = moe_candidates(routes)
+    no_candidate = "MUL_MAT_ID (no candidate serves it among --routes)"
+    points: dict[tuple[registry.MulMatIdKey, int], float] = defaultdict(float)
+    used_of_E: dict[int, int] = {}
+    total = 0.0
+    skipped: dict[str, float] = defaultdict(float)
+    skipped_rows: dict[str, int] = defaultdict(int)
+    for i, r in enumerate(rows):
+        if str(r["op"]) != registry.Op.MUL_MAT_ID.value:
+            continue
+        where = f"row {i}"
+        est = float(r["est_us"])
+        total += est
+        if _fused(r.get("fused")):
+            continue  # the MUL_MAT selection counts fused rows of every op
+        for c in ("src0_type", "src1_type"):
+            if str(r[c]) not in registry.GGML_TYPES:
+                raise InputError(path, f"unknown ggml type {r[c]!r}", field=f"{where}: {c}")
+        key = registry.MulMatIdKey(
+            registry.Op.MUL_MAT_ID.value,
+            str(r["layout"]),
+            str(r["src0_type"]),
+            str(r["src1_type"]),
+            _int(r["N"], path, where, "N"),
+            _int(r["K"], path, where, "K"),
+            _int(r["E"], path, where, "E"),
+            _int(r["U"], path, where, "U"),
+            registry.ROUTING_ANY,
+        )
+        if key.U > 1:
+            used_of_E[key.E] = max(used_of_E.get(key.E, 0), key.U)
+        points[(key, _int(r["M"], path, where, "M"))] += est
+    usable: dict[tuple[registry.MulMatIdKey, int], tuple[float, int]] = {}
+    for (key, M), est in points.items():
+        used = key.U if key.U > 1 else used_of_E.get(key.E, 0)
+        if used < 1:
+            skipped[SKIP_NO_USED] += est
+            skipped_rows[SKIP_NO_USED] += 1
+            continue
+        usable[(key, M)] = (est, used)
+    if not cands:  # e.g. --routes cublas: nothing but stock would be timed
+        for est, _used in usable.values():
+            skipped[no_candidate] += est
+            skipped_rows[no_candidate] += 1
+        usable = {}
+    tunable = sum(e for e, _ in usable.values())
+    cases: list[MoeCase] = []
+    covered = 0.0
+    for (key, M), (est, used) in sorted(usable.items(), key=lambda kv: (-kv[1][0], kv[0][0], kv[0][1])):
+        if cases and tunable > 0 and covered >= coverage * tunable:
+            break
+        covered += est
+        for kind in routing_kinds:
+            cases.append(MoeCase(key, M, kind, used, est, routes=cands, trials=trials, nmse_max=nmse_max))
+    chosen = {(c.shape, c.M) for c in cases}
+    left = [p for p in usable if p not in chosen]
+    if left:
+        skipped["MUL_MAT_ID beyond the coverage"] += sum(usable[p][0] for p in left)
+        skipped_rows["MUL_MAT_ID beyond the coverage"] += len(left)
+    return MoeSelection(cases, total, covered, dict(skipped), dict(skipped_rows))
+
+
+def measured_bucket(spec: Mapping[str, Any], case_info: Mapping[str, Any]) -> int | None:
+    """The routing bucket a MUL_MAT_ID case measured: registry.routing_bucket of the statistics of the
+    routing the harness drew (its case-end ``experts``); None when the case has none (it failed)."""
+    ex = case_info.get("experts")
+    if not isinstance(ex, Mapping) or "nonempty" not in ex or "cv" not in ex:
+        return None
+    picks = int(spec["used"]) * int(spec["M"])
+    return registry.routing_bucket(picks, int(ex["nonempty"]), float(ex["cv"]), int(spec["E"]))
+
+
+# tuner.select's reason for the MUL_MAT_ID rows it leaves out
+_OP_LAYOUT: Final = f"{registry.Op.MUL_MAT_ID.value}/{registry.Layout.EXPERT.value}"
+SKIPPED_BY_SELECT: Final = f"{_OP_LAYOUT} (no tuning key for it)"
+
+
+def parse_routing_kinds(text: str) -> tuple[str, ...]:
+    """--routing-kinds: a comma list of ROUTING_KINDS, or ``none`` (no MUL_MAT_ID cases)."""
+    if text.strip() == "none":
+        return ()
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in ROUTING_KINDS]
+    if bad or not kinds:
+        raise ValueError(f"routing kinds must be among {', '.join(ROUTING_KINDS)} or none; got {text!r}")
+    return kinds
+
+
+def with_mul_mat_id(selection: Selection, moe: MoeSelection) -> Selection:
+    """The MUL_MAT selection with the MUL_MAT_ID cases added: shapes ordered by their census est_us
+    (largest first, so a sweep cut short has measured what matters most), the MUL_MAT_ID rows no longer
+    counted as skipped by the MUL_MAT selection but by their own reasons."""
+    groups: dict[Any, list[Any]] = {}
+    every: list[Any] = [*selection.cases, *moe.cases]
+    for c in every:
+        groups.setdefault(c.shape, []).append(c)
+
+    def weight(cases: list[Any]) -> float:
+        if isinstance(cases[0], MoeCase):  # one point's est_us is on each of its routing kinds' cases
+            return float(sum({c.M: c.est_us for c in cases}.values()))
+        return float(sum(c.est_us for c in cases if c.census))
+
+    order = sorted(groups, key=lambda s: -weight(groups[s]))  # stable: ties keep the selection's order
+    skipped = dict(selection.skipped)
+    skipped_rows = dict(selection.skipped_rows)
+    moe_total = skipped.pop(SKIPPED_BY_SELECT, 0.0)
+    skipped_rows.pop(SKIPPED_BY_SELECT, None)
+    for reason, us in moe.skipped.items():
+        skipped[reason] = skipped.get(reason, 0.0) + us
+        skipped_rows[reason] = skipped_rows.get(reason, 0) + moe.skipped_rows[reason]
+    return Selection(
+        cases=[c for s in order for c in groups[s]],
+        total_est_us=selection.total_est_us,
+        tunable_est_us=selection.tunable_est_us + moe_total,
+        covered_est_us=selection.covered_est_us + moe.covered_est_us,
+        skipped=skipped,
+        skipped_rows=skipped_rows,
+    )
