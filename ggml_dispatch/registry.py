@@ -207,6 +207,14 @@ ROUTE_CODE_MASK: Final = (1 << ROUTE_CODE_BITS) - 1
 STOCK_CODE: Final = 0
 
 _MMQ_J: Final = tuple(str(j) for j in range(8, 129, 8))  # mul_mat_q_switch_J's compiled widths (mmq.cuh)
+# FLASH_ATTN_EXT MMA_F16 tiles (fattn.cu's switch_ncols1/switch_ncols2 over the compiled instances
+# template-instances/fattn-mma-f16-instance-ncols1_<n1>-ncols2_<n2>.cu): ncols1 x ncols2 Q columns x heads per
+# tile, ncols1 x ncols2 in FA_MMA_NCOLS; head dims 64..256 have every such pair with ncols2 <= 8.
+_FA_MMA_NCOLS1: Final = ("1", "2", "4", "8", "16", "32", "64")
+_FA_MMA_NCOLS2: Final = ("1", "2", "4", "8")
+FA_MMA_NCOLS: Final = (8, 16, 32, 64)
+# FLASH_ATTN_EXT VEC: parallel blocks per output tile (launch_fattn's parallel_blocks)
+_FA_VEC_BLOCKS: Final = tuple(str(1 << i) for i in range(9))  # 1 .. 256
 
 ROUTES: Final[dict[Route, RouteSpec]] = {
     Route.MMVF: RouteSpec(
@@ -244,13 +252,51 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
     # its K/V type pair is compiled; TILE and MMA_F16 convert K and V to f16 on every call (the f16 copies
     # live in the node's scratch, sized by ggml_cuda_flash_attn_ext_get_alloc_size for the kernel chosen).
     Route.FA_VEC: RouteSpec(
-        Route.FA_VEC, 6, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_vec (1-2 Q columns per block)"
+        Route.FA_VEC,
+        6,
+        (Op.FLASH_ATTN_EXT,),
+        (
+            Param(
+                "blocks",
+                _FA_VEC_BLOCKS,
+                "parallel blocks over the KV length (stock: from occupancy, the best tail efficiency; at most"
+                " one per KV tile of head-dim columns)",
+            ),
+        ),
+        "flash_attn_ext_vec (1-2 Q columns per block)",
     ),
     Route.FA_TILE: RouteSpec(
         Route.FA_TILE, 7, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_tile (no tensor cores, f16 K/V)"
     ),
     Route.FA_MMA: RouteSpec(
-        Route.FA_MMA, 8, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_mma_f16 (tensor cores, f16 K/V)"
+        Route.FA_MMA,
+        8,
+        (Op.FLASH_ATTN_EXT,),
+        (
+            Param(
+                "ncols1",
+                _FA_MMA_NCOLS1,
+                "Q columns per tile (switch_ncols1; ncols1 x ncols2 must be a compiled instance pair)",
+            ),
+            Param(
+                "ncols2",
+                _FA_MMA_NCOLS2,
+                "Q heads of one KV head packed per tile (switch_ncols2, the GQA packing; above 1 only where"
+                " the tree's GQA optimization applies: a mask, no ALiBi, KV length a multiple of 256)",
+            ),
+            Param(
+                "sparse",
+                ("on", "off"),
+                "the sparse-gather variant (instances compiled with it, graphs with n_kv_max): on where its"
+                " hard limits hold, off never (stock: also its 4096 / 2 x gathered-columns threshold)",
+            ),
+            Param(
+                "stream_k",
+                ("on", "off"),
+                "stream-k (one wave of blocks, tiles split along the KV length) or one block per tile",
+            ),
+        ),
+        "flash_attn_ext_mma_f16 (tensor cores, f16 K/V)",
     ),
 }
 
@@ -418,8 +464,22 @@ def route_configs(route: Route | str) -> list[Config]:
             continue
         combos = [(*c, (p.name, v)) for c in combos for v in p.values]
     if spec.params:
-        out += [Config(spec.route, c) for c in combos]
+        out += [Config(spec.route, c) for c in combos if config_pairs_compiled(spec.route, c)]
     return out
+
+
+def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
+    """Is ncols1 x ncols2 an MMA_F16 tile the switch functions launch (head dims 64..256)?"""
+    return ncols1 * ncols2 in FA_MMA_NCOLS and ncols2 <= 8
+
+
+def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
+    """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance
+    (a sweep leaves it out; the runtime refuses it as ineligible:params)."""
+    values = dict(params)
+    if route is not Route.FA_MMA or "ncols1" not in values or "ncols2" not in values:
+        return True
+    return fa_mma_pair_compiled(int(values["ncols1"]), int(values["ncols2"]))
 
 
 def _names(names: Any) -> str:

@@ -37,6 +37,7 @@ HOOK_SPECS: Final[dict[str, str]] = {
     "ggml-cuda.cu": HOOK_SPEC,
     "mmq.cuh": "mmq.cuh.hook",
     "fattn.cu": "fattn.cu.hook",
+    "fattn-common.cuh": "fattn-common.cuh.hook",
 }
 # Copied verbatim into ggml/src/ggml-cuda/ (the patch hash covers them and the hook specs).
 NATIVE_SOURCES: Final = (
@@ -65,6 +66,7 @@ HOOK_MARKERS: Final[dict[str, str]] = {
     TARGET: HOOK_MARKER,
     "mmq.cuh": '#include "ggml-dispatch-params.h"',
     "fattn.cu": '#include "ggml-dispatch-hook.cuh"',
+    "fattn-common.cuh": '#include "ggml-dispatch-params.h"',
 }
 
 _HEX40: Final = re.compile(r"^[0-9a-f]{40}$")

@@ -16,16 +16,21 @@
 #   PART=ab-8b    the same on the 8B-dimension model
 #   PART=tune     tune run on the combined attention census (FLASH_ATTN_EXT cases, VEC/TILE/MMA_F16 timed
 #                 against stock with the CPU reference check), codegen -> table.json (attention rules)
+#   PART=configs  tune run --configs all on the same points: every FlashAttention configuration (fa_vec
+#                 parallel blocks, fa_mma ncols1 x ncols2 tiles, sparse gather, stream-k) checked against the
+#                 CPU reference and timed against stock; a summary per point (lab/attn_configs_summary.py,
+#                 fails on a wrong or failed configuration) and codegen -> attn-configs/table/table.json
+#                 (rules carrying configurations); resumable from its journal (call again)
 #   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
 #                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
 #                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
-#                 one per call
+#                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|table}"
+: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|table}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -55,6 +60,27 @@ need_build() {
     grep -q ggml_cuda_get_best_fattn_kernel_stock "$TREE/ggml/src/ggml-cuda/fattn.cu" ||
         die "the tree's fattn.cu lacks the hook: run PART=build"
     [ -f "$QWEN" ] && [ -f "$L8B" ] || die "models missing: run PART=build"
+    # the configuration hook (fattn.cu tiles, fattn-common.cuh grids), not an older install
+    grep -q ggml_dispatch_fa_parallel_blocks "$TREE/ggml/src/ggml-cuda/fattn-common.cuh" &&
+        grep -q "ggml_dispatch_params_current().fa_ncols2" "$TREE/ggml/src/ggml-cuda/fattn.cu" ||
+        die "the tree lacks the FlashAttention configuration hook: run PART=build"
+}
+
+# the measured tests' points: decode and verify (M <= 8) at every depth and pp512 at depth 16384
+# (n_kv 16384..17152); llama-bench's depth fill (M = 512 at every KV length on the way) is left out
+filtered_census() {  # out
+    local src=$W/attn-trace/all.attn.parquet
+    [ -f "$src" ] || die "no $src: run PART=trace first"
+    python3 - "$src" "$1" <<'PY' || die "filtering the attention census"
+import sys
+from pathlib import Path
+from census import attention
+from tuner.attention import read_attention_census
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+rows = [r for r in read_attention_census(src) if r["M"] <= 8 or (r["M"] == 512 and 16384 <= r["n_kv"] <= 17152)]
+attention.write(rows, dst, {str(src): "filtered"}, src)
+print(f"{len(rows)} attention points to tune")
+PY
 }
 
 # llama-bench over the attention tests, one arm (GGML_CUDA_DISPATCH value), one KV type; JSON Lines out
@@ -119,22 +145,9 @@ trace)
     ;;
 tune)
     need_build
-    C=$W/attn-trace/all.attn.parquet
-    [ -f "$C" ] || die "no $C: run PART=trace first"
     mkdir -p "$W/attn-tune"
     [ "$(left)" -gt 180 ] || die "too little time left for a sweep"
-    # the measured tests' points: decode and verify (M <= 8) at every depth and pp512 at depth 16384
-    # (n_kv 16384..17152); llama-bench's depth fill (M = 512 at every KV length on the way) is left out
-    python3 - "$C" "$W/attn-tune/census.attn.parquet" <<'PY' || die "filtering the attention census"
-import sys
-from pathlib import Path
-from census import attention
-from tuner.attention import read_attention_census
-src, dst = Path(sys.argv[1]), Path(sys.argv[2])
-rows = [r for r in read_attention_census(src) if r["M"] <= 8 or (r["M"] == 512 and 16384 <= r["n_kv"] <= 17152)]
-attention.write(rows, dst, {str(src): "filtered"}, src)
-print(f"{len(rows)} attention points to tune")
-PY
+    filtered_census "$W/attn-tune/census.attn.parquet"
     C=$W/attn-tune/census.attn.parquet
     # the harness' stock anchor must be stock: no table compiled in
     grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
@@ -148,9 +161,35 @@ PY
     [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
     tar -czf "$OUT/attn-tune.tar.gz" -C "$W" attn-tune
     ;;
+configs)
+    need_build
+    D=$W/attn-configs
+    mkdir -p "$D"
+    [ -f "$D/census.attn.parquet" ] || filtered_census "$D/census.attn.parquet"
+    grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
+        die "a table is installed in $TREE: PART=build installs none (the anchor must be stock)"
+    [ "$(left)" -gt 180 ] || die "too little time left for a sweep"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune run "$D/census.attn.parquet" --llama-cpp "$TREE" --build-dir "$B" -o "$D/tuning.parquet" \
+        --configs all --coverage "${COVERAGE:-0.99}" --trials "${TRIALS:-5}" --max-seconds "$(( $(left) - 60 ))" 2>&1 |
+        tail -40 | tee "$OUT/attn-configs.log"
+    rc=${PIPESTATUS[0]}
+    if [ -f "$D/tuning.parquet" ]; then
+        python3 lab/attn_configs_summary.py "$D/tuning.parquet" | tee "$OUT/attn-configs.md"
+        src=${PIPESTATUS[0]}
+    else
+        src=1
+    fi
+    tar -czf "$OUT/attn-configs.tar.gz" -C "$W" attn-configs
+    [ "$rc" -eq 0 ] || die "tune run --configs all (rc $rc; call again to resume from the journal)"
+    [ "$src" -eq 0 ] || die "a configuration was wrong or failed, or none ran (see attn-configs.md)"
+    gd codegen "$D/tuning.parquet" -o "$D/table" -v 2>&1 | tail -60 | tee "$OUT/attn-configs-codegen.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
+    tar -czf "$OUT/attn-configs.tar.gz" -C "$W" attn-configs
+    ;;
 table)
     need_build
-    T=$W/attn-tune/table/table.json
+    T=$W/${TUNE:-attn-tune}/table/table.json
     [ -f "$T" ] || die "no $T: run PART=tune first"
     gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"  # same table: no change
     timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
@@ -177,7 +216,7 @@ table)
         --log "$D/ab-runs.log" -o "$AB" 2>&1 | tail -20 | tee "$OUT/attn-table-ab.log"
     rc=${PIPESTATUS[0]}
     cp "$AB" "$OUT/" 2>/dev/null
-    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table attn-tune
+    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table "${TUNE:-attn-tune}"
     [ "$rc" -eq 0 ] || die "table A/B failed or ran past the deadline (rc $rc; its records so far are in $OUT)"
     ;;
 ab-qwen3 | ab-8b)

@@ -37,6 +37,7 @@ def tree(pinned: Path, tmp_path: Path) -> Path:
     shutil.copy2(pinned / CUDA / "mmq.cu", t / CUDA / "mmq.cu")
     shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")
     shutil.copy2(pinned / CUDA / "fattn.cu", t / CUDA / "fattn.cu")
+    shutil.copy2(pinned / CUDA / "fattn-common.cuh", t / CUDA / "fattn-common.cuh")
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 
@@ -331,13 +332,37 @@ def test_fattn_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> 
         "dispatch_kernel",
         "alloc_size_all",
         "run_kernel",
+        "sparse",
+        "mma_ncols1",
+        "mma_ncols2",
     }
     patched = patch.apply(src, hunks)
     assert inst.HOOK_MARKERS["fattn.cu"] in patched and inst.HOOK_MARKERS["fattn.cu"] not in src
+    # the MMA tile switches and the sparse gather read the configuration's parameters
+    assert patched.count("ggml_dispatch_params_current().fa_ncols1") == 1
+    assert patched.count("ggml_dispatch_params_current().fa_ncols2") == 2
+    assert "return ggml_dispatch_fa_sparse(ggml_dispatch_sparse_hard," in patched
     # the tree's choice is kept under another name; scratch sizing and the launch ask the hook's wrapper
     assert "ggml_cuda_get_best_fattn_kernel_stock(const int device, const ggml_tensor * dst) {" in patched
     assert "ggml_cuda_get_best_fattn_kernel(device, dst);" in patched  # get_alloc_size, unchanged
-    assert "ggml_cuda_get_best_fattn_kernel(ggml_cuda_get_device(), dst, /*run =*/ true)" in patched
+    assert (
+        "ggml_cuda_get_best_fattn_kernel(ggml_cuda_get_device(), dst, /*run =*/ true, &ggml_dispatch_config)"
+        in patched
+    )
+    assert patch.revert(patched, hunks) == src
+
+
+def test_fattn_common_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> None:
+    src = (pinned / CUDA / "fattn-common.cuh").read_text()
+    hunks = inst.load_specs()["fattn-common.cuh"]
+    assert [h.name for h in hunks] == ["params_include", "stream_k", "parallel_blocks"]
+    patched = patch.apply(src, hunks)
+    assert (
+        inst.HOOK_MARKERS["fattn-common.cuh"] in patched and inst.HOOK_MARKERS["fattn-common.cuh"] not in src
+    )
+    # launch_fattn's grid: stream-k (MMA_F16) and the parallel blocks (VEC, TILE) ask the parameters
+    assert "ggml_dispatch_fa_stream_k(should_use_stream_k(cc, ntiles_dst, max_blocks, Q->ne[0]))" in patched
+    assert "parallel_blocks = ggml_dispatch_fa_parallel_blocks(parallel_blocks, ntiles_KV);" in patched
     assert patch.revert(patched, hunks) == src
 
 
@@ -349,6 +374,7 @@ def test_install_records_every_target_and_restores_both(tree: Path) -> None:
         str(CUDA / "ggml-cuda.cu"),
         str(CUDA / "mmq.cuh"),
         str(CUDA / "fattn.cu"),
+        str(CUDA / "fattn-common.cuh"),
     }
     for rel, t in record["targets"].items():
         assert t["original_sha256"] == before[rel]

@@ -263,7 +263,7 @@ def table_object(
     tree = work / "llama.cpp"
     (tree / CUDA).mkdir(parents=True)
     for p in (patched_tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cuh", "fattn.cu"):
+        if p.name.startswith("ggml-dispatch") or p.name in inst.HOOK_SPECS:
             shutil.copy2(p, tree / CUDA / p.name)
     shutil.copy2(patched_tree / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
     (work / "table.json").write_text(table.dumps(h200_table((tree / "UPSTREAM_COMMIT").read_text().strip())))

@@ -41,6 +41,10 @@ FA_DEFINES = [
     for v in _FA_TYPES
 ]
 VEC_INSTANCES = ("q8_0-q8_0", "f16-f16")  # the pairs the driver's cases use
+# ggml_cuda_flash_attn_ext_mma_f16_case<DKQ, DV, ncols1, ncols2>(ggml_backend_cuda_context &, ggml_tensor *)
+MMA_CASE = re.compile(
+    r"_Z\d+ggml_cuda_flash_attn_ext_mma_f16_caseILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEvR25ggml_backend_cuda_contextP11ggml_tensor"
+)
 
 
 def _table(commit: str) -> dict[str, Any]:
@@ -52,7 +56,9 @@ def _table(commit: str) -> dict[str, Any]:
     t["provenance"] = {"source": "measured"}
     key = {"op": "FLASH_ATTN_EXT", "layout": "attention", "k_type": "q8_0", "v_type": "q8_0"}
     shape = {"D_K": 256, "D_V": 256, "gqa": 6, "kv": 65536}
-    t["rules"] = [key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma"}]
+    t["rules"] = [
+        key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"}
+    ]
     return t
 
 
@@ -71,7 +77,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ttree = work / "table" / "llama.cpp"
     (ttree / CUDA).mkdir(parents=True)
     for p in (tree / CUDA).iterdir():
-        if p.name.startswith("ggml-dispatch") or p.name in ("ggml-cuda.cu", "mmq.cuh", "fattn.cu"):
+        if p.name.startswith("ggml-dispatch") or p.name in inst.HOOK_SPECS:
             shutil.copy2(p, ttree / CUDA / p.name)
     shutil.copy2(tree / "UPSTREAM_COMMIT", ttree / "UPSTREAM_COMMIT")
     from codegen import table
@@ -141,19 +147,31 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ]
         link = _nvcc(args, work)
         if link.returncode != 0:
-            # the tile/MMA kernel instances and the converters are never called here: each symbol the
-            # link lacks gets a definition that traps (so a call would fail the test, not pass it)
+            # the tile kernel instances and the converters are never called here: each symbol the link
+            # lacks gets a definition that traps (so a call would fail the test, not pass it); the MMA
+            # instances get one that records which instance the tree's switches reached (glue_mma_case)
             missing = sorted(set(re.findall(r"undefined reference to `([A-Za-z0-9_.$]+)'", link.stderr)))
             assert missing, link.stderr[-4000:]
+            mma = {m: MMA_CASE.fullmatch(m) for m in missing}
+            assert any(mma.values()), "the MMA instances are not what fattn.cu calls"
             stubs = work / f"stubs_{name}.S"
             stubs.write_text(
-                ".text\n" + "".join(f".globl {m}\n.type {m}, @function\n{m}:\n    ud2\n" for m in missing)
+                ".text\n"
+                + "".join(f".globl {m}\n.type {m}, @function\n{m}:\n    ud2\n" for m in missing if not mma[m])
             )
-            cc = subprocess.run(
-                ["cc", "-c", str(stubs), "-o", f"stubs_{name}.o"], cwd=work, capture_output=True
+            cstubs = work / f"stubs_mma_{name}.c"
+            cstubs.write_text(
+                "void glue_mma_case(int, int, int, int, void *, void *);\n"
+                + "".join(
+                    f"void {m}(void * c, void * d) {{ glue_mma_case({', '.join(g.groups())}, c, d); }}\n"
+                    for m, g in mma.items()
+                    if g
+                )
             )
-            assert cc.returncode == 0, cc.stderr
-            link = _nvcc([*args, f"stubs_{name}.o"], work)
+            for src, obj in ((stubs, f"stubs_{name}.o"), (cstubs, f"stubs_mma_{name}.o")):
+                cc = subprocess.run(["cc", "-c", str(src), "-o", obj], cwd=work, capture_output=True)
+                assert cc.returncode == 0, cc.stderr
+            link = _nvcc([*args, f"stubs_{name}.o", f"stubs_mma_{name}.o"], work)
         assert link.returncode == 0, link.stderr[-4000:]
         exes[name] = work / f"fattn_{name}"
     return exes
@@ -192,6 +210,31 @@ STOCK = {
 }
 
 
+# the MMA_F16 instance (ncols1, ncols2) the tree's switches reach on an H200 for stock's MMA cases
+STOCK_MMA = {
+    "q8_0 D256 gqa6 M3 kv16384": (4, 8),  # GQA 6 packs 8 heads; 3 Q columns fit a tile of 4
+    "f16 D256 gqa6 M1 kv16384": (1, 8),
+    "q8_0 D256 gqa6 M1 kv4000": (8, 1),  # KV length not a multiple of 256: no GQA packing
+    "q8_0 D256 gqa6 M512 kv16384": (8, 8),
+}
+# ... and for the other cases when fa_mma runs them with stock's tile choice
+STOCK_MMA_FORCED = STOCK_MMA | {
+    "q8_0 D256 gqa6 M1 kv4096": (1, 8),
+    "q8_0 D256 gqa6 M2 kv49152": (2, 8),
+    "f16 D128 gqa4 M1 kv4096": (2, 4),
+}
+
+
+def mma_pairs(out: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """The instance each case's launch reached (cases that ran MMA_F16), none refused, one call each."""
+    got = {}
+    for name, c in out["cases"].items():
+        if c["mma"] is not None:
+            assert c["mma"]["calls"] == 1 and not c["mma"]["refused"] and not c["mma"]["sparse"], name
+            got[name] = (c["mma"]["ncols1"], c["mma"]["ncols2"])
+    return got
+
+
 def _scratch_ok(name: str, case: dict[str, Any], size_all: bool) -> None:
     if name.startswith("f16"):
         assert case["scratch"] == 0, name  # f16 K/V are read in place by every kernel
@@ -206,13 +249,18 @@ def test_stock_choice_is_the_trees_with_the_hook_off_and_inactive(drivers: dict[
         out = run(drivers["no_table"], env)
         assert {n: c["run"] for n, c in out["cases"].items()} == STOCK
         assert all(c["stock"] == c["run"] for c in out["cases"].values())
+        assert mma_pairs(out) == STOCK_MMA  # the tree's tile choice, through the hooked switches
         for name, case in out["cases"].items():
             _scratch_ok(name, case, size_all=False)
+        # launch_fattn's grid readers: all stock outside a configuration
+        r = out["readers"]
+        assert (r["blocks_stock"], r["stream_k_stock"]) == (22, False)
 
 
 def test_forced_kernel_runs_where_eligible_and_scratch_covers_every_kernel(drivers: dict[str, Path]) -> None:
     out = run(drivers["no_table"], {"GGML_CUDA_DISPATCH": "force:fa_mma"})
     assert {c["run"] for c in out["cases"].values()} == {"fa_mma"}
+    assert mma_pairs(out) == STOCK_MMA_FORCED  # a plain route: stock's tile inside it
     for name, case in out["cases"].items():
         _scratch_ok(name, case, size_all=True)
     assert out["counts"]["forced"] == len(STOCK) and out["counts"]["ineligible"] == 0
@@ -231,6 +279,97 @@ def test_forced_kernel_runs_where_eligible_and_scratch_covers_every_kernel(drive
     assert mmq["counts"]["ineligible"] == 0 and mmq["counts"]["forced"] == 0
 
 
+def test_forced_tile_steers_the_switches_and_falls_back_to_stock_where_ineligible(
+    drivers: dict[str, Path], tmp_path: Path
+) -> None:
+    path = tmp_path / "trace.jsonl"
+    out = run(
+        drivers["no_table"],
+        {"GGML_CUDA_DISPATCH": "force:fa_mma/ncols2=4", "GGML_CUDA_ROUTE_TRACE": str(path)},
+    )
+    assert {c["run"] for c in out["cases"].values()} == {"fa_mma"}
+    # ncols2 = 4 where the GQA packing applies, ncols1 by the tree's rule at that packing; without the
+    # packing (KV length 4000) the configuration is refused and stock's kernel and tile run
+    assert mma_pairs(out) == {
+        "q8_0 D256 gqa6 M1 kv4096": (2, 4),
+        "q8_0 D256 gqa6 M2 kv49152": (2, 4),
+        "q8_0 D256 gqa6 M3 kv16384": (4, 4),
+        "f16 D256 gqa6 M1 kv16384": (2, 4),
+        "f16 D128 gqa4 M1 kv4096": (2, 4),
+        "q8_0 D256 gqa6 M1 kv4000": (8, 1),
+        "q8_0 D256 gqa6 M512 kv16384": (16, 4),
+    }
+    assert out["counts"]["forced"] == 6 and out["counts"]["ineligible"] == 1
+    for name, case in out["cases"].items():
+        _scratch_ok(name, case, size_all=True)
+    # the trace records the configuration that ran (the plain route where stock's ran)
+    recs = [json.loads(ln) for ln in path.read_text().splitlines()]
+    by = {
+        (r["attn"]["n_kv"], r["attn"]["q_cols"], r["attn"]["k_type"]): r for r in recs if r["kind"] == "route"
+    }
+    assert (by[(4096, 1, "q8_0")]["config"], by[(4096, 1, "q8_0")]["reason"]) == ("fa_mma/ncols2=4", "forced")
+    assert (by[(4000, 1, "q8_0")]["config"], by[(4000, 1, "q8_0")]["reason"]) == (
+        "fa_mma",
+        "ineligible:params",
+    )
+    assert by[(4000, 1, "q8_0")]["stock_route"] == "fa_mma"
+
+    # a full configuration through the override API: every parameter set
+    code = registry.Config.parse("fa_mma/ncols1=8,ncols2=8,sparse=off,stream_k=off").code
+    ov = run(drivers["no_table"], {"GLUE_OVERRIDE": str(code)})
+    assert {n: p for n, p in mma_pairs(ov).items()} == {n: (8, 8) for n in STOCK} | {
+        "q8_0 D256 gqa6 M1 kv4000": (8, 1)
+    }
+    assert ov["counts"]["forced"] == 6 and ov["counts"]["ineligible"] == 1
+    # a tile no switch launches (ncols1 x ncols2 = 128) and VEC blocks beyond the KV tiles are refused
+    for cfg in ("fa_mma/ncols1=64,ncols2=2", "fa_vec/blocks=256"):
+        bad = run(drivers["no_table"], {"GGML_CUDA_DISPATCH": f"force:{cfg}"})
+        assert {n: c["run"] for n, c in bad["cases"].items()} == STOCK, cfg
+        assert mma_pairs(bad) == STOCK_MMA, cfg
+    vec = run(drivers["no_table"], {"GGML_CUDA_DISPATCH": "force:fa_vec/blocks=16"})
+    # 16 blocks need 16 KV tiles of 256 (n_kv >= 3841 at head dim 256) and VEC's own limits
+    assert {n for n, c in vec["cases"].items() if c["run"] == "fa_vec"} == {
+        n for n in STOCK if not n.endswith(("kv4000", "M512 kv16384"))
+    }
+
+
+def test_launch_grid_readers_take_a_configurations_blocks_and_stream_k(drivers: dict[str, Path]) -> None:
+    r = run(drivers["no_table"], {})["readers"]
+    assert (r["blocks8_of16"], r["blocks8_of4"], r["refused"]) == (
+        8,
+        3,
+        1,
+    )  # 8 > 4 KV tiles: stock's, refused
+    assert (r["stream_k_off"], r["stream_k_on"]) == (False, True)
+
+
+def test_mma_tile_choice_mirror_is_held_against_the_trees_switches(drivers: dict[str, Path]) -> None:
+    """Every fa_mma configuration on a grid of head dims, cache types, GQA ratios, KV lengths, Q columns,
+    dense and sparse (n_kv_max) graphs: where the check passes, the tree's hooked switches reach the very
+    instance the check's mirror predicts, with every set parameter honoured and nothing refused; stock's
+    own tile (no parameters) is the mirror's too. The instances reached are compiled ones."""
+    g = run(drivers["no_table"], {"GLUE_MMA_GRID": "1"})["mma_grid"]
+    assert g["configs"] == 1 + 8 * 5 * 3 * 3 and g["points"] > 0
+    assert g["mismatch"] == 0 and g["refused"] == 0, g
+    assert 0 < g["eligible"] < g["checked"] and g["stock"] == g["points"] and g["sparse"] > 0
+    pairs = {tuple(int(x) for x in p.split("x")) for p in g["pairs"]}
+    compiled = compiled_mma_pairs(fetch.llama_cpp_dir())
+    assert pairs == {(n1, n2) for d, _, n1, n2 in compiled if d == 256}
+
+
+def compiled_mma_pairs(tree: Path) -> set[tuple[int, int, int, int]]:
+    """(DKQ, DV, ncols1, ncols2) of every compiled MMA_F16 instance, from template-instances/."""
+    out = set()
+    for f in (tree / CUDA / "template-instances").glob("fattn-mma-f16-instance-ncols1_*-ncols2_*.cu"):
+        n1, n2 = (int(x) for x in re.findall(r"ncols\d_(\d+)", f.name))
+        for d, dv, a, b in re.findall(
+            r"DECL_FATTN_MMA_F16_CASE\((\d+), (\d+), (\d+), (\d+)\)", f.read_text()
+        ):
+            assert (int(a), int(b)) == (n1, n2), f.name
+            out.add((int(d), int(dv), n1, n2))
+    return out
+
+
 def test_override_sizes_scratch_for_every_kernel(drivers: dict[str, Path]) -> None:
     code = registry.Config(registry.Route.FA_TILE).code
     out = run(drivers["no_table"], {"GLUE_OVERRIDE": str(code)})
@@ -246,6 +385,7 @@ def test_table_rule_applies_to_its_key_and_sizes_scratch_exactly(drivers: dict[s
     runs = {n: c["run"] for n, c in out["cases"].items()}
     # the rule: q8_0/q8_0, D 256/256, GQA 6, KV bucket 65536 (n_kv 32769..65536), M 1..2
     assert runs == STOCK | {"q8_0 D256 gqa6 M2 kv49152": "fa_mma"}
+    assert mma_pairs(out) == STOCK_MMA | {"q8_0 D256 gqa6 M2 kv49152": (16, 2)}  # the rule's configuration
     assert out["counts"]["table"] == 1
     for name, case in out["cases"].items():
         _scratch_ok(name, case, size_all=False)

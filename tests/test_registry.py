@@ -200,7 +200,7 @@ int main(void) {
         first = 0;
     }
     printf("],\"valid\":[");
-    for (int32_t c = 0; c < (1 << 16); ++c) {
+    for (int32_t c = 0; c < (1 << 20); ++c) {
         if (ggml_dispatch_config_valid(c)) {
             printf(c ? ",%d" : "%d", (int) c);
         }

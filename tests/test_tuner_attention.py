@@ -211,3 +211,94 @@ def test_tune_run_dry_run_on_an_attention_census_lists_attention_cases(tmp_path:
         ("FLASH_ATTN_EXT", 1, 16384, ["fa_vec", "fa_tile", "fa_mma"]),
     ]
     refused(run(*args, "--routes", "mmq"), "--routes", "fa_vec")
+
+
+def test_tune_run_times_every_attention_configuration_with_configs_all(tmp_path: Path) -> None:
+    import json
+
+    from cli_support import run
+
+    rows = attention.attention_rows({attn_key("q8_0", 2, 16384): tally(9)})
+    census = tmp_path / "attn.parquet"
+    attention.write(rows, census, {}, tmp_path / "trace.jsonl")
+    args = ["tune", "run", census, "--llama-cpp", tmp_path, "-o", tmp_path / "t.parquet", "--dry-run"]
+    res = run(*args, "--configs", "all")
+    assert res.exit_code == 0, res.output
+    (case,) = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    want = [str(c) for r in ("fa_vec", "fa_tile", "fa_mma") for c in registry.route_configs(r)]
+    assert case["routes"] == want and len(want) == 10 + 1 + 65
+    assert "fa_vec/blocks=16" in want and "fa_mma/ncols1=2,ncols2=8,sparse=off,stream_k=off" in want
+
+
+def test_attention_configurations_become_rules_and_the_header_looks_them_up(tmp_path: Path) -> None:
+    import subprocess
+
+    rows = attention.attention_rows(
+        {attn_key("q8_0", 1, 49152): tally(10), attn_key("q8_0", 3, 49152): tally(5)}
+    )
+    cfgs = ["fa_vec", "fa_vec/blocks=32", "fa_mma", "fa_mma/ncols1=2,ncols2=4,sparse=off,stream_k=on"]
+    sel = tattn.select_attention(rows, routes=cfgs)
+    by_m = {c.M: c for c in sel.cases}
+    recs = []
+    for M, speed in (
+        (1, {"fa_vec": 1.0, "fa_vec/blocks=32": 1.3, "fa_mma": 0.8, cfgs[3]: 0.9}),
+        (3, {"fa_vec": 0.9, "fa_vec/blocks=32": 0.95, "fa_mma": 1.0, cfgs[3]: 1.25}),
+    ):
+        rec = journal_record(by_m[M], speed)
+        for line in rec["trials"]:
+            if line["route"] != "stock":
+                line["route_ran"] = registry.config_route(line["route"])  # the harness verifies the route
+        recs.append(rec)
+    out = tmp_path / "tuning.parquet"
+    results.write_tuning(out, recs, input_hashes={}, settings={})
+    df = results.read_tuning(out)[0].to_pandas()
+    assert set(df["config"]) == set(cfgs) and set(df["route"]) == {"fa_vec", "fa_mma"}
+    d = decide.decide(df, decide.Params())
+    assert sorted((r.M_lo, r.route) for r in d.rules if r.route != "stock") == [(1, cfgs[1]), (3, cfgs[3])]
+
+    from cli_support import run
+
+    res = run("codegen", out, "-o", tmp_path / "table")
+    assert res.exit_code == 0, res.output
+    t = table.load(tmp_path / "table" / "table.json")
+    assert sorted((r["M_lo"], r["config"], r["route"]) for r in t["rules"]) == [
+        (1, cfgs[1], "fa_vec"),
+        (3, cfgs[3], "fa_mma"),
+    ]
+    # the header compiles (the codes header beside it) and looks the configurations up by the attention key
+    from hook import codes
+
+    codes.write_codes_header(tmp_path / "table")
+    op, lay = registry.OP_CODES[registry.Op.FLASH_ATTN_EXT], registry.LAYOUT_CODES[registry.Layout.ATTENTION]
+    q8 = registry.GGML_TYPES["q8_0"].id
+    src = tmp_path / "table" / "driver.c"
+    src.write_text(
+        '#include "ggml-dispatch-table.h"\n#include <stdio.h>\nint main(void) {\n'
+        "    const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS] = {256, 256, 6, 65536, 0};\n"
+        f'    printf("%d %d %d\\n", ggml_dispatch_table_lookup({op}, {lay}, {q8}, {q8}, k, 1),\n'
+        f"           ggml_dispatch_table_lookup({op}, {lay}, {q8}, {q8}, k, 3),\n"
+        f"           ggml_dispatch_table_lookup({op}, {lay}, {q8}, {q8}, k, 2));\n"
+        "    return 0;\n}\n"
+    )
+    exe = tmp_path / "driver"
+    cc = subprocess.run(
+        [
+            "gcc",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(tmp_path / "table"),
+            str(src),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert cc.returncode == 0, cc.stderr
+    got = [
+        int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    ]
+    assert got == [registry.Config.parse(cfgs[1]).code, registry.Config.parse(cfgs[3]).code, 0]

@@ -60,7 +60,9 @@ def test_attention_cases_measure_stock_against_the_cpu_reference(harness: Path, 
     by = run(
         harness,
         [
-            fa_case("q8"),
+            fa_case(
+                "q8", routes=["fa_vec", "fa_mma", "fa_tile", "fa_mma/ncols2=4,ncols1=2", "fa_vec/blocks=8"]
+            ),
             fa_case("f16", k_type="f16", v_type="f16", D_K=64, kv_heads=1, q_heads=4, M=1, n_kv=256),
         ],
         tmp_path,
@@ -81,6 +83,10 @@ def test_attention_cases_measure_stock_against_the_cpu_reference(harness: Path, 
     assert len(kernels) == 9 and all(
         r["status"] == "ineligible" and r["reason"] == "no-override-api" for r in kernels
     )
+    # configurations are candidates by their canonical names
+    configs = [r for r in by["q8"] if "/" in str(r.get("route"))]
+    assert {r["route"] for r in configs} == {"fa_mma/ncols1=2,ncols2=4", "fa_vec/blocks=8"}
+    assert len(configs) == 6 and all(r["reason"] == "no-override-api" for r in configs)
     f16_end = next(r for r in by["f16"] if r["kind"] == "case")
     assert f16_end["status"] == "done" and f16_end["weight_bytes"] == 2 * 512 * 64 * 2
     assert f16_end["weight_copies"] == math.ceil(4 * 100000 / (2 * 512 * 64 * 2))

@@ -73,6 +73,13 @@ class AttnCase:
         }
 
 
+def _fa_config(text: str) -> bool:
+    try:
+        return registry.config_route(text) in FA_ROUTES
+    except registry.ConfigError:
+        return False
+
+
 def is_attention_census(path: Path) -> bool:
     """Is this file an attention census (`census attention`) rather than a matmul census?"""
     from census import attention
@@ -118,8 +125,9 @@ def select_attention(
     trials: int = DEFAULT_TRIALS,
     nmse_max: float = DEFAULT_NMSE_MAX,
 ) -> Selection:
-    """The census points to time, largest est_us first, until ``coverage`` of the tunable est_us."""
-    bad = [r for r in routes if r not in FA_ROUTES]
+    """The census points to time, largest est_us first, until ``coverage`` of the tunable est_us.
+    ``routes``: the candidates, FlashAttention routes or configurations of them (``fa_mma/ncols2=4``)."""
+    bad = [r for r in routes if not _fa_config(r)]
     if bad:
         raise ValueError(f"not FlashAttention routes: {', '.join(bad)} (routes: {', '.join(FA_ROUTES)})")
     total = sum(float(r["est_us"]) for r in rows)

@@ -164,7 +164,8 @@ def tune() -> None:
     type=click.Choice(CONFIG_MODES),
     default="all",
     show_default=True,
-    help="all: every configuration of each route (cuBLAS output x compute type, mmq J x stream-k), each "
+    help="all: every configuration of each route (cuBLAS output x compute type, mmq J x stream-k; on an "
+    "attention census VEC parallel blocks, MMA ncols1 x ncols2 x sparse x stream-k), each "
     "checked for eligibility and numerics before it is timed; routes: the plain routes only; cache: the "
     "plain routes and cuBLAS f16 per call and from the cached weight copy (cublas/weight=cached).",
 )

@@ -38,10 +38,13 @@ void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const g
 int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
 void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused);
 
-// FLASH_ATTN_EXT (fattn.cu): the route (GGML_DISPATCH_ROUTE_FA_*) the node runs: the table's / a forced
-// one where its bit in `eligible` (1 << route) is set, else `stock_route`. `run`: the launching call,
-// counted and traced; the other calls (scratch sizing, supports_op) ask the same question silently.
-int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route, unsigned eligible, bool run);
+// FLASH_ATTN_EXT (fattn.cu): the configuration the node runs (a code of a GGML_DISPATCH_ROUTE_FA_* route):
+// the table's / a forced one where `check(device, dst, config)` answers GGML_DISPATCH_OK, else 0 (stock's
+// kernel, `stock_route`, as the tree runs it). `run`: the launching call, counted and traced (with the
+// configuration); the other calls (scratch sizing, supports_op) ask the same question silently.
+typedef int (*ggml_cuda_dispatch_fattn_check_t)(int device, const ggml_tensor * dst, int config);
+int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route,
+                                         ggml_cuda_dispatch_fattn_check_t check, bool run);
 
 // True when an attention kernel can change after the graph was allocated (a route override was set, or a
 // FlashAttention route is forced): the scratch then holds the f16 copies of K and V for every kernel.

@@ -35,6 +35,18 @@ enum ggml_dispatch_mmq_stream_k {
     GGML_DISPATCH_MMQ_STREAM_K_TILES = 2,  // one block per output tile, no fixup
 };
 
+enum ggml_dispatch_fa_sparse {
+    GGML_DISPATCH_FA_SPARSE_STOCK = 0,
+    GGML_DISPATCH_FA_SPARSE_ON    = 1,  // the sparse gather wherever its hard limits hold
+    GGML_DISPATCH_FA_SPARSE_OFF   = 2,
+};
+
+enum ggml_dispatch_fa_stream_k {
+    GGML_DISPATCH_FA_STREAM_K_STOCK = 0,
+    GGML_DISPATCH_FA_STREAM_K_ON    = 1,
+    GGML_DISPATCH_FA_STREAM_K_OFF   = 2,  // one block per output tile
+};
+
 struct ggml_dispatch_params {
     int cublas_out     = GGML_DISPATCH_CUBLAS_OUT_STOCK;
     int cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_STOCK;
@@ -42,6 +54,12 @@ struct ggml_dispatch_params {
     int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
     int cublas_weight  = GGML_DISPATCH_CUBLAS_WEIGHT_STOCK;
     int refused        = 0;  // set by a reader that could not apply a value
+    // FLASH_ATTN_EXT (fattn.cu, fattn-common.cuh); 0: the tree's choice
+    int fa_ncols1      = 0;  // MMA_F16 Q columns per tile (switch_ncols1)
+    int fa_ncols2      = 0;  // MMA_F16 Q heads per tile (switch_ncols2, the GQA packing)
+    int fa_sparse      = GGML_DISPATCH_FA_SPARSE_STOCK;
+    int fa_stream_k    = GGML_DISPATCH_FA_STREAM_K_STOCK;
+    int fa_blocks      = 0;  // VEC parallel blocks
 };
 
 // The values for the node being computed (one compute thread per backend context). Defined in
@@ -101,4 +119,36 @@ static inline void ggml_dispatch_mmq_no_stream_k() {
     if (p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_ON) {
         p.refused = 1;
     }
+}
+
+// FlashAttention MMA_F16: the sparse gather (ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse): `hard` = the
+// gather kernel can run the node, `soft` = stock's threshold that it pays off.
+static inline bool ggml_dispatch_fa_sparse(bool hard, bool soft) {
+    switch (ggml_dispatch_params_current().fa_sparse) {
+        case GGML_DISPATCH_FA_SPARSE_ON:  return hard;
+        case GGML_DISPATCH_FA_SPARSE_OFF: return false;
+        default:                          return hard && soft;
+    }
+}
+
+// FlashAttention with stream-k (MMA_F16, launch_fattn): stream-k or one block per output tile.
+static inline bool ggml_dispatch_fa_stream_k(bool stock) {
+    switch (ggml_dispatch_params_current().fa_stream_k) {
+        case GGML_DISPATCH_FA_STREAM_K_ON:  return true;
+        case GGML_DISPATCH_FA_STREAM_K_OFF: return false;
+        default:                            return stock;
+    }
+}
+
+// FlashAttention without stream-k (VEC, launch_fattn): parallel blocks per output tile, at most one per KV tile.
+static inline int ggml_dispatch_fa_parallel_blocks(int stock, int ntiles_KV) {
+    ggml_dispatch_params & p = ggml_dispatch_params_current();
+    if (p.fa_blocks == 0) {
+        return stock;
+    }
+    if (p.fa_blocks > ntiles_KV) {
+        p.refused = 1;
+        return stock;
+    }
+    return p.fa_blocks;
 }

@@ -714,7 +714,8 @@ static std::string attn_json(const ggml_tensor * dst) {
 
 }  // namespace
 
-int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route, unsigned eligible, bool run) {
+int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route,
+                                         ggml_cuda_dispatch_fattn_check_t check, bool run) {
     dispatch_state &    st = state();
     const ggml_tensor * Q  = dst->src[0];
     const ggml_tensor * K  = dst->src[1];
@@ -734,21 +735,16 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
                                                          GGML_DISPATCH_OP_FLASH_ATTN_EXT)) {
         reason = REASON_STOCK;  // a matmul route forced or overridden: not asked of attention nodes
     } else if (requested != 0) {
-        const int route = ggml_dispatch_config_route(requested);
-        if (!ggml_dispatch_config_valid(requested)) {
-            why = GGML_DISPATCH_WHY_ROUTE;
-        } else if (((eligible >> route) & 1u) == 0) {
-            why = GGML_DISPATCH_WHY_ATTN;
-        } else {
+        why = ggml_dispatch_config_valid(requested) ? check(device, dst, requested) : GGML_DISPATCH_WHY_ROUTE;
+        if (why == GGML_DISPATCH_OK) {
             run_config = requested;
-        }
-        if (why != GGML_DISPATCH_OK) {
+        } else {
             reason = REASON_INELIGIBLE;
         }
     }
     const int route = run_config != 0 ? ggml_dispatch_config_route(run_config) : stock_route;
     if (!run) {
-        return route;
+        return run_config;
     }
     outcome o;
     o.route      = route;
@@ -781,7 +777,7 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
     } else {
         st.rec.note(o, nullptr);
     }
-    return route;
+    return run_config;
 }
 
 bool ggml_cuda_dispatch_fattn_size_all() {

@@ -12,6 +12,12 @@
 // layer as [D, KV heads, n_kv] and permuted to [D, n_kv, KV heads], Q [D, Q heads, tokens] permuted, an
 // f16 mask [n_kv, tokens]. Prints one JSON line per case: the kernel that would run (the `run` call that
 // the launch makes: counted and traced) and the scratch beyond the output that allocation asks for.
+//
+// MMA_F16 nodes go through the tree's whole launch path (ggml_cuda_flash_attn_ext: the hook's choice, the
+// configuration's parameters in scope, the tree's switch_ncols2 / switch_ncols1) down to
+// ggml_cuda_flash_attn_ext_mma_f16_case<DKQ, DV, ncols1, ncols2>: the test links a stub per compiled
+// instance that calls glue_mma_case, which records the instance and the sparse choice the instance makes
+// (the case function's own test, written out here because its kernel is not compiled).
 #include "fattn.cu"
 
 
@@ -19,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 static ggml_cuda_device_info g_info;
 
@@ -46,6 +53,39 @@ extern "C" cublasStatus_t __wrap_cublasGetProperty(libraryPropertyType type, int
     return CUBLAS_STATUS_SUCCESS;
 }
 
+void ggml_cuda_set_device(int device) {
+    (void) device;
+}
+
+// The MMA_F16 instance the last launch reached (the stubs of the instances call this).
+static struct {
+    int  DKQ = 0, DV = 0, ncols1 = 0, ncols2 = 0;
+    bool sparse = false, refused = false;
+    long calls  = 0;
+} g_mma;
+
+extern "C" void glue_mma_case(int DKQ, int DV, int ncols1, int ncols2, void * ctx, ggml_tensor * dst) {
+    (void) ctx;
+    float logit_softcap = 0.0f;
+    std::memcpy(&logit_softcap, (const float *) dst->op_params + 2, sizeof(float));
+    const int cc = ggml_cuda_info().devices[ggml_cuda_get_device()].cc;
+    g_mma.DKQ     = DKQ;
+    g_mma.DV      = DV;
+    g_mma.ncols1  = ncols1;
+    g_mma.ncols2  = ncols2;
+    // as ggml_cuda_flash_attn_ext_mma_f16_case<DKQ, DV, ncols1, ncols2> picks its kernel
+    g_mma.sparse  = logit_softcap == 0.0f && ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(DKQ, DV, ncols1, ncols2) &&
+                    ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, ncols1, ncols2);
+    g_mma.refused = ggml_dispatch_params_current().refused != 0;
+    g_mma.calls++;
+}
+
+alignas(64) static unsigned char g_ctx_bytes[sizeof(ggml_backend_cuda_context)];  // never constructed: no GPU
+
+static ggml_backend_cuda_context & glue_ctx() {
+    return *reinterpret_cast<ggml_backend_cuda_context *>(g_ctx_bytes);
+}
+
 static ggml_tensor * attention(ggml_context * ctx, ggml_type type, int D, int kv_heads, int q_heads, int n_kv,
                                int tokens, int layer) {
     const int     cells = 65536;
@@ -68,6 +108,100 @@ static ggml_tensor * attention(ggml_context * ctx, ggml_type type, int D, int kv
 
 static const char * route_name(int code) {
     return ggml_dispatch_route_name(code);
+}
+
+// Every fa_mma configuration (each parameter left out or set to each value) on a grid of nodes: the check's
+// answer, and for the eligible ones (and stock) the instance the tree's switches reach against the one
+// ggml_cuda_fattn_dispatch_mma_pick predicts; a configuration's set parameters must be what ran.
+static void mma_grid() {
+    std::vector<int> configs = {0};
+    for (int p = 0; p < GGML_DISPATCH_PARAM_COUNT; ++p) {
+        if (ggml_dispatch_param_descs[p].route != GGML_DISPATCH_ROUTE_FA_MMA) {
+            continue;
+        }
+        std::vector<int> more;
+        for (int c : configs) {
+            for (int v = 0; v <= ggml_dispatch_param_descs[p].n_values; ++v) {
+                more.push_back((c == 0 ? GGML_DISPATCH_ROUTE_FA_MMA : c) | (v << ggml_dispatch_param_descs[p].shift));
+            }
+        }
+        configs = more;
+    }
+    configs.insert(configs.begin(), 0);  // stock: the tree's own switches against the mirror
+    long points = 0, checked = 0, eligible = 0, mismatch = 0, refused = 0, stock_checked = 0, sparse_ran = 0;
+    long by_pair[65][9] = {};
+    const int       Ds[]   = {64, 80, 128, 256, 512};
+    const ggml_type ts[]   = {GGML_TYPE_F16, GGML_TYPE_Q8_0};
+    const int       gqas[] = {1, 2, 4, 6, 8};
+    const int       nkvs[] = {4000, 4096, 16384};
+    const int       Ms[]   = {1, 2, 3, 8, 16, 33, 512};
+    for (int D : Ds) for (ggml_type t : ts) for (int g : gqas) for (int n_kv : nkvs) for (int M : Ms) for (int kvmax : {0, 1}) {
+        ggml_init_params gp   = {ggml_tensor_overhead() * 16, nullptr, true};
+        ggml_context *   gctx = ggml_init(gp);
+        ggml_tensor *    node = attention(gctx, t, D, 2, 2 * g, n_kv, M, 0);
+        if (kvmax) {
+            ggml_flash_attn_ext_set_n_kv_max(node, 256);  // a sparse graph: at most 256 visible cells per query
+        }
+        if (ggml_cuda_get_best_fattn_kernel_stock(0, node) == BEST_FATTN_KERNEL_NONE ||
+                ((ggml_cuda_fattn_dispatch_eligible(0, node) >> GGML_DISPATCH_ROUTE_FA_MMA) & 1u) == 0) {
+            ggml_free(gctx);
+            continue;
+        }
+        points++;
+        for (int config : configs) {
+            const ggml_dispatch_params p = ggml_cuda_fattn_dispatch_params_of(config);
+            if (config != 0) {
+                checked++;
+                if (ggml_cuda_fattn_dispatch_check(0, node, config) != GGML_DISPATCH_OK) {
+                    continue;
+                }
+                eligible++;
+            } else {
+                stock_checked++;
+            }
+            ggml_cuda_fattn_mma_pick want;
+            const bool               known = ggml_cuda_fattn_dispatch_mma_pick(900, node, p, &want);
+            g_mma = {};
+            {
+                const ggml_dispatch_params_scope s(p);
+                ggml_cuda_flash_attn_ext_mma_f16(glue_ctx(), node);
+            }
+            const bool bad = !known || g_mma.calls != 1 || g_mma.ncols1 != want.ncols1 || g_mma.ncols2 != want.ncols2 ||
+                             g_mma.sparse != want.sparse || g_mma.refused ||
+                             (p.fa_ncols1 != 0 && g_mma.ncols1 != p.fa_ncols1) ||
+                             (p.fa_ncols2 != 0 && g_mma.ncols2 != p.fa_ncols2) ||
+                             (p.fa_sparse == GGML_DISPATCH_FA_SPARSE_ON && !g_mma.sparse) ||
+                             (p.fa_sparse == GGML_DISPATCH_FA_SPARSE_OFF && g_mma.sparse);
+            refused += g_mma.refused;
+            sparse_ran += g_mma.sparse;
+            if (g_mma.ncols1 >= 1 && g_mma.ncols1 <= 64 && g_mma.ncols2 >= 1 && g_mma.ncols2 <= 8) {
+                by_pair[g_mma.ncols1][g_mma.ncols2]++;
+            }
+            if (bad) {
+                if (++mismatch <= 5) {
+                    char text[128];
+                    ggml_dispatch_config_format(config, text, sizeof(text));
+                    std::fprintf(stderr, "mma mismatch %s: D %d %s gqa %d n_kv %d M %d kvmax %d: ran %dx%d%s%s, pick %s %dx%d%s\n",
+                                 text, D, ggml_type_name(t), g, n_kv, M, kvmax, g_mma.ncols1, g_mma.ncols2,
+                                 g_mma.sparse ? " sparse" : "", g_mma.refused ? " refused" : "", known ? "" : "(none)",
+                                 want.ncols1, want.ncols2, want.sparse ? " sparse" : "");
+                }
+            }
+        }
+        ggml_free(gctx);
+    }
+    std::string pairs;
+    for (int n1 = 1; n1 <= 64; ++n1) {
+        for (int n2 = 1; n2 <= 8; ++n2) {
+            if (by_pair[n1][n2] > 0) {
+                pairs += (pairs.empty() ? "\"" : ",\"") + std::to_string(n1) + "x" + std::to_string(n2) + "\":" +
+                         std::to_string(by_pair[n1][n2]);
+            }
+        }
+    }
+    std::printf("{\"mma_grid\":{\"configs\":%zu,\"points\":%ld,\"checked\":%ld,\"eligible\":%ld,\"stock\":%ld,"
+                "\"mismatch\":%ld,\"refused\":%ld,\"sparse\":%ld,\"pairs\":{%s}}}\n",
+                configs.size(), points, checked, eligible, stock_checked, mismatch, refused, sparse_ran, pairs.c_str());
 }
 
 int main() {
@@ -106,12 +240,53 @@ int main() {
     for (const auto & c : cases) {
         // allocation first (as ggml-alloc sizes the node), then the launch's question
         const size_t            scratch = ggml_cuda_flash_attn_ext_get_alloc_size(0, c.node) - ggml_nbytes(c.node);
-        const best_fattn_kernel kernel  = ggml_cuda_get_best_fattn_kernel(0, c.node, /*run =*/ true);
+        const best_fattn_kernel kernel  = ggml_cuda_get_best_fattn_kernel(0, c.node);
         const best_fattn_kernel stock   = ggml_cuda_get_best_fattn_kernel_stock(0, c.node);
-        std::printf("{\"case\":\"%s\",\"run\":\"%s\",\"stock\":\"%s\",\"scratch\":%zu,\"k_elems\":%lld,\"out\":%zu}\n",
+        std::string mma = "null";
+        if (kernel == BEST_FATTN_KERNEL_MMA_F16) {
+            // the tree's launch path, down to the instance (counted and traced there)
+            g_mma = {};
+            ggml_cuda_flash_attn_ext(glue_ctx(), c.node);
+            mma = "{\"ncols1\":" + std::to_string(g_mma.ncols1) + ",\"ncols2\":" + std::to_string(g_mma.ncols2) +
+                  ",\"sparse\":" + (g_mma.sparse ? "true" : "false") + ",\"refused\":" + (g_mma.refused ? "true" : "false") +
+                  ",\"calls\":" + std::to_string(g_mma.calls) + "}";
+        } else {
+            (void) ggml_cuda_get_best_fattn_kernel(0, c.node, /*run =*/ true);
+        }
+        std::printf("{\"case\":\"%s\",\"run\":\"%s\",\"stock\":\"%s\",\"scratch\":%zu,\"k_elems\":%lld,\"out\":%zu,\"mma\":%s}\n",
                     c.name, route_name(ggml_cuda_fattn_dispatch_route(kernel)),
                     route_name(ggml_cuda_fattn_dispatch_route(stock)), scratch,
-                    (long long) ggml_nelements(c.node->src[1]), ggml_nbytes(c.node));
+                    (long long) ggml_nelements(c.node->src[1]), ggml_nbytes(c.node), mma.c_str());
+    }
+    // the launch grid's readers (fattn-common.cuh.hook) under a configuration's parameters
+    {
+        ggml_dispatch_params p;
+        p.fa_blocks = 8;
+        std::string r = "{\"readers\":{";
+        {
+            const ggml_dispatch_params_scope s(p);
+            r += "\"blocks8_of16\":" + std::to_string(ggml_dispatch_fa_parallel_blocks(22, 16));
+            const int blocks8_of4 = ggml_dispatch_fa_parallel_blocks(3, 4);  // then the refusal it sets
+            r += ",\"blocks8_of4\":" + std::to_string(blocks8_of4) +
+                 ",\"refused\":" + std::to_string(ggml_dispatch_params_current().refused);
+        }
+        r += ",\"blocks_stock\":" + std::to_string(ggml_dispatch_fa_parallel_blocks(22, 16));
+        p = {};
+        p.fa_stream_k = GGML_DISPATCH_FA_STREAM_K_OFF;
+        {
+            const ggml_dispatch_params_scope s(p);
+            r += std::string(",\"stream_k_off\":") + (ggml_dispatch_fa_stream_k(true) ? "true" : "false");
+        }
+        p.fa_stream_k = GGML_DISPATCH_FA_STREAM_K_ON;
+        {
+            const ggml_dispatch_params_scope s(p);
+            r += std::string(",\"stream_k_on\":") + (ggml_dispatch_fa_stream_k(false) ? "true" : "false");
+        }
+        r += std::string(",\"stream_k_stock\":") + (ggml_dispatch_fa_stream_k(false) ? "true" : "false") + "}}";
+        std::printf("%s\n", r.c_str());
+    }
+    if (std::getenv("GLUE_MMA_GRID")) {
+        mma_grid();
     }
     // the eligibility held against the tree: on a grid of shapes, types and cc values the kernel stock
     // picks is one the hook's check allows (else the table could never hand a node back to stock's kernel)

@@ -1,0 +1,49 @@
+"""lab/attn_configs_summary.py (lab/attn.sh PART=configs): the per-point summary of a configuration sweep
+and its refusal of a sweep with a wrong configuration. The tuning rows are written from journal records in
+the harness's form (their times need a GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_tuner_attention import attn_key, journal_record, tally
+
+from census import attention
+from ggml_dispatch import registry
+from lab import attn_configs_summary
+from tuner import attention as tattn
+from tuner import results
+
+CFGS = ["fa_vec", "fa_vec/blocks=32", "fa_mma", "fa_mma/ncols1=2,ncols2=4,sparse=off,stream_k=on"]
+
+
+def tuning(tmp_path: Path, wrong: bool = False) -> Path:
+    rows = attention.attention_rows({attn_key("q8_0", 1, 49152): tally(10)})
+    (case,) = tattn.select_attention(rows, routes=CFGS).cases
+    rec = journal_record(case, {"fa_vec": 1.0, CFGS[1]: 1.3, "fa_mma": 0.8, CFGS[3]: 0.9})  # type: ignore[arg-type]
+    for line in rec["trials"]:
+        if line["route"] != "stock":
+            line["route_ran"] = registry.config_route(line["route"])
+            if wrong and line["route"] == CFGS[3]:
+                line["status"] = "wrong"
+    out = tmp_path / "tuning.parquet"
+    results.write_tuning(out, [rec], input_hashes={}, settings={})
+    return out
+
+
+def test_summary_names_the_fastest_configuration_per_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert attn_configs_summary.main([str(tuning(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("| q8_0")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "q8_0/q8_0 D256 gqa6 kv65536 n_kv49152" and cells[1] == "1"
+    assert cells[3] == "4"  # four configurations ran eligible
+    assert cells[4].startswith("fa_vec (1.0") and cells[5].startswith("fa_vec/blocks=32 (1.3")
+
+
+def test_a_wrong_configuration_fails_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert attn_configs_summary.main([str(tuning(tmp_path, wrong=True))]) == 1
+    assert f"- {CFGS[3]}: wrong x6" in capsys.readouterr().out
