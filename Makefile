@@ -60,8 +60,11 @@ fmt: venv  ## format and auto-fix
 typecheck: venv
 	$(BIN)/mypy
 
+# Test files run in parallel workers, one file per worker at a time (their module fixtures are compile
+# steps): PYTEST_WORKERS=0 runs them in this process. The native builds share a locked cache.
+PYTEST_WORKERS ?= auto
 pytest: venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 llama-src: venv  ## fetch the pinned llama.cpp tree into .cache/llama.cpp (sha256-checked)
 	$(BIN)/python -m ggml_dispatch.fetch llama-src
