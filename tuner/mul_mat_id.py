@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from ggml_dispatch import registry
 from ggml_dispatch.errors import InputError
-from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection
+from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection, census_int
 
 # routing kind -> the harness' routing object (tuner/harness/mul_mat_id.cpp)
 ROUTING_KINDS: Final[dict[str, dict[str, Any]]] = {
@@ -92,16 +92,6 @@ def moe_candidates(configs: Sequence[str]) -> tuple[str, ...]:
     return tuple(c for c in configs if registry.route_allowed(registry.Op.MUL_MAT_ID, c))
 
 
-def _int(v: Any, path: str | Path, where: str, name: str) -> int:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {name}") from None
-    if not math.isfinite(f) or f < 1 or f != int(f):
-        raise InputError(path, f"must be a positive integer, got {v!r}", field=f"{where}: {name}")
-    return int(f)
-
-
 def _fused(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != ""
 
@@ -156,15 +146,15 @@ def select_mul_mat_id(
             str(r["layout"]),
             str(r["src0_type"]),
             str(r["src1_type"]),
-            _int(r["N"], path, where, "N"),
-            _int(r["K"], path, where, "K"),
-            _int(r["E"], path, where, "E"),
-            _int(r["U"], path, where, "U"),
+            census_int(r["N"], path, where, "N"),
+            census_int(r["K"], path, where, "K"),
+            census_int(r["E"], path, where, "E"),
+            census_int(r["U"], path, where, "U"),
             registry.ROUTING_ANY,
         )
         if key.U > 1:
             used_of_E[key.E] = max(used_of_E.get(key.E, 0), key.U)
-        points[(key, _int(r["M"], path, where, "M"))] += est
+        points[(key, census_int(r["M"], path, where, "M"))] += est
     usable: dict[tuple[registry.MulMatIdKey, int], tuple[float, int]] = {}
     for (key, M), est in points.items():
         used = key.U if key.U > 1 else used_of_E.get(key.E, 0)

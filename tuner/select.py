@@ -147,7 +147,8 @@ def grid_neighbours(M: int, grid: Sequence[int] = M_GRID) -> tuple[int | None, i
     return below, above
 
 
-def _int(v: Any, path: str | Path, where: str, name: str) -> int:
+def census_int(v: Any, path: str | Path, where: str, name: str) -> int:
+    """A census row's positive integer field, or one clear error naming the row and field."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -216,11 +217,11 @@ def select_cases(
             layout=layout,
             src0_type=str(r["src0_type"]),
             src1_type=str(r["src1_type"]),
-            N=_int(r["N"], path, where, "N"),
-            K=_int(r["K"], path, where, "K"),
-            B=_int(r["B"], path, where, "B"),
+            N=census_int(r["N"], path, where, "N"),
+            K=census_int(r["K"], path, where, "K"),
+            B=census_int(r["B"], path, where, "B"),
         )
-        points[(key, _int(r["M"], path, where, "M"))] += est
+        points[(key, census_int(r["M"], path, where, "M"))] += est
 
     tunable = sum(points.values())
     ranked = sorted(points.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
