@@ -4,6 +4,12 @@
 
 #include "ggml-cpu.h"
 
+#ifdef TUNER_SET_GRAPH_UID
+// struct ggml_cgraph is opaque in the public headers; its uid (make_graph) lets ggml-cuda skip the
+// per-compute node property comparison (host work that would otherwise sit inside every timed replay)
+#    include "ggml-impl.h"
+#endif
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -920,4 +926,22 @@ void run_case(bench_env & env, const op_case & c) {
     }
     std::unique_ptr<op_instance> inst = def->setup(env, c);
     measure_case(env, c, *inst, dispatch_candidates(env.api), t_case0);
+}
+
+graph_holder make_graph(const std::vector<ggml_tensor *> & y, int nodes) {
+    graph_holder     g;
+    const size_t     size = (size_t) nodes * 2 + 64;
+    ggml_init_params p    = { ggml_graph_overhead_custom(size, false), nullptr, true };
+    g.ctx.reset(ggml_init(p));
+    g.gf = ggml_new_graph_custom(g.ctx.get(), size, false);
+    for (int i = 0; i < nodes; ++i) {
+        ggml_build_forward_expand(g.gf, y[(size_t) i]);
+    }
+#ifdef TUNER_SET_GRAPH_UID
+    // one counter for every op's graphs, far from the uids ggml's scheduler hands out: no two graphs of a
+    // run share a uid
+    static uint64_t next_uid = uint64_t(1) << 62;
+    g.gf->uid                = ++next_uid;
+#endif
+    return g;
 }

@@ -9,9 +9,6 @@
 // timed op, VEC reads it directly. Each candidate's output is checked against the CPU backend.
 #include "op.h"
 
-#ifdef TUNER_SET_GRAPH_UID
-#    include "ggml-impl.h"
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -140,27 +137,6 @@ void build(fa_tensors & t, const fa_case & c, int copies, int nodes, ggml_backen
     if (!t.buf_a) {
         throw std::runtime_error("allocation of Q, mask and " + std::to_string(nodes) + " outputs failed");
     }
-}
-
-struct graph_holder {
-    ggml_context_ptr ctx;
-    ggml_cgraph *    gf = nullptr;
-};
-
-graph_holder make_graph(const std::vector<ggml_tensor *> & y, int nodes) {
-    graph_holder     g;
-    const size_t     size = (size_t) nodes * 2 + 64;
-    ggml_init_params p    = { ggml_graph_overhead_custom(size, false), nullptr, true };
-    g.ctx.reset(ggml_init(p));
-    g.gf = ggml_new_graph_custom(g.ctx.get(), size, false);
-    for (int i = 0; i < nodes; ++i) {
-        ggml_build_forward_expand(g.gf, y[(size_t) i]);
-    }
-#ifdef TUNER_SET_GRAPH_UID
-    static uint64_t next_uid = (uint64_t(1) << 62) + (uint64_t(1) << 40);
-    g.gf->uid                = ++next_uid;
-#endif
-    return g;
 }
 
 std::vector<float> read_all(ggml_tensor * y) {

@@ -3,12 +3,6 @@
 // measurement (bench.cpp, op.h) does the rest.
 #include "op.h"
 
-#ifdef TUNER_SET_GRAPH_UID
-// struct ggml_cgraph is opaque in the public headers; its uid lets ggml-cuda skip the per-compute
-// node property comparison (host work that would otherwise sit inside every timed replay)
-#    include "ggml-impl.h"
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -156,27 +150,6 @@ void build(mm_tensors & t, const mm_case & c, int64_t M, int copies, int nodes, 
     if (!t.buf_a) {
         throw std::runtime_error("allocation of activations and " + std::to_string(nodes) + " outputs failed");
     }
-}
-
-struct graph_holder {
-    ggml_context_ptr ctx;
-    ggml_cgraph *    gf = nullptr;
-};
-
-graph_holder make_graph(const std::vector<ggml_tensor *> & y, int nodes) {
-    graph_holder  g;
-    const size_t  size = (size_t) nodes * 2 + 64;
-    ggml_init_params p = { ggml_graph_overhead_custom(size, false), nullptr, true };
-    g.ctx.reset(ggml_init(p));
-    g.gf = ggml_new_graph_custom(g.ctx.get(), size, false);
-    for (int i = 0; i < nodes; ++i) {
-        ggml_build_forward_expand(g.gf, y[(size_t) i]);
-    }
-#ifdef TUNER_SET_GRAPH_UID
-    static uint64_t next_uid = uint64_t(1) << 62;  // far from the uids ggml's scheduler hands out
-    g.gf->uid                = ++next_uid;
-#endif
-    return g;
 }
 
 std::vector<int64_t> sample_columns(int64_t M, int want) {

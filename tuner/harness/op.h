@@ -49,6 +49,14 @@ inline std::string get_string(const json & j, const char * key, const char * dfl
     return j.at(key).get<std::string>();
 }
 
+// A graph of the first `nodes` outputs `y`, in its own context.
+struct graph_holder {
+    ggml_context_ptr ctx;
+    ggml_cgraph *    gf = nullptr;
+};
+
+graph_holder make_graph(const std::vector<ggml_tensor *> & y, int nodes);  // bench.cpp
+
 // The fields every case has, whatever its op; `spec` is the whole case object for the op's own fields.
 struct op_case {
     std::string              id;
