@@ -11,20 +11,22 @@
 #   PART=2   tune (`tune run` on the census' MUL_MAT_ID rows: uniform / skewed / few per point, every
 #            MUL_MAT_ID configuration) + table (`codegen`: routing-0 rules where one configuration passes
 #            in every bucket; the per-bucket winners printed)
+#   PART=3   ab (stock vs the table, pp2048 at ubatch 128 and 512 and tg128, interleaved pairs)
 #
 # Fails loudly: the first part that fails stops the call with its exit status; nothing is filled in.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=1|2}"
+: "${OUT:?set OUT}" "${PART:?set PART=1|2|3}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
 case $PART in
 1) parts="model trace" ;;
 2) parts="tune table" ;;
+3) parts="ab" ;;
 *)
-    echo "unknown PART $PART (1: model + trace, 2: tune + table)" >&2
+    echo "unknown PART $PART (1: model + trace, 2: tune + table, 3: ab)" >&2
     exit 2
     ;;
 esac

@@ -17,7 +17,11 @@
 #   PART=table    `codegen` on that tuning file: routing-0 MUL_MAT_ID rules where a configuration passes in
 #                 every bucket, the per-bucket winners (table.json routing_buckets) printed and packed, and
 #                 the in-sample check (codegen.loo: table time vs the per-point best at every bucket's point)
-#   PART=ab       not available yet: the A/B of a MUL_MAT_ID table is not scripted
+#   PART=ab       install that table, rebuild llama-bench (only the dispatch source changes), and the A/B
+#                 stock (GGML_CUDA_DISPATCH=off) vs table with `ggml-dispatch ab`: pp2048 at ubatch 128 and
+#                 512 and tg128, FA on, AB_PAIRS (default 8) interleaved pairs of -r AB_REPS (default 3),
+#                 each record carrying its applied table hash (--expect-table: the table arm must apply
+#                 exactly this table); the other parts reinstall the tree without a table
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -161,7 +165,24 @@ PY
     cp -r "$W/moe/table" "$OUT/moe-table"
     ;;
 ab)
-    die "no A/B in this script yet: the A/B of a MUL_MAT_ID table is not scripted"
+    T=$W/moe/table/table.json
+    [ -f "$T" ] || die "no table: run PART=table first"
+    [ -f "$MODEL" ] || die "no model: run PART=model first"
+    stock_build
+    gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table failed"
+    timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/moe/rebuild.log" 2>&1 ||
+        { tail -20 "$W/moe/rebuild.log"; die "rebuild with the table failed or ran out of time"; }
+    AB=$W/moe/ab-$NAME.jsonl
+    rm -f "$AB"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        ab --arm "stock=$B/bin/llama-bench:off" --arm "table=$B/bin/llama-bench:table" --model "$NAME=$MODEL" \
+        --bench "-ngl 99 -fa on -b 2048 -p 2048 -ub 128,512 -n 0" --bench "-ngl 99 -fa on -p 0 -n 128" \
+        --pairs "${AB_PAIRS:-8}" --reps "${AB_REPS:-3}" --expect-table "$T" --log "$W/moe/ab-runs.log" \
+        -o "$AB" 2>&1 | tail -30 | tee "$OUT/moe-ab.log"
+    rc=${PIPESTATUS[0]}
+    cp "$AB" "$OUT/" 2>/dev/null
+    grep -h "ggml_cuda_dispatch:" "$W/moe/ab-runs.log" 2>/dev/null | sort | uniq -c | tee "$OUT/moe-ab-lines.txt"
+    [ "$rc" -eq 0 ] || die "A/B failed or ran past the deadline (rc $rc; its records so far are in $OUT)"
     ;;
 *)
     echo "unknown PART $PART" >&2
