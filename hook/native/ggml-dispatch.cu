@@ -366,12 +366,12 @@ static int layout_of(const ggml_tensor * dst) {
                                                                      : GGML_DISPATCH_LAYOUT_ATTENTION;
 }
 
-static record_key make_key(int device, const ggml_tensor * dst, int layout, int fused, int route, int stock_route, int reason,
-                    int why, int config = -1) {
-    const ggml_tensor * src0 = dst->src[0];
-    const ggml_tensor * src1 = dst->src[1];
+// `src0` is the tensor the record is named after (the weight; K for attention), `src1` the other operand
+// (the activations; Q for attention).
+static record_key make_key_of(int op, int device, const ggml_tensor * src0, const ggml_tensor * src1, int layout,
+                              int fused, int route, int stock_route, int reason, int why, int config) {
     record_key          k;
-    k.op        = GGML_DISPATCH_OP_OF_GGML(dst->op);
+    k.op        = op;
     k.device    = device;
     k.tensor    = src0->name;
     k.src0_type = ggml_type_name(src0->type);
@@ -392,6 +392,12 @@ static record_key make_key(int device, const ggml_tensor * dst, int layout, int 
         k.why = ggml_dispatch_why_name(why);
     }
     return k;
+}
+
+static record_key make_key(int device, const ggml_tensor * dst, int layout, int fused, int route, int stock_route, int reason,
+                    int why, int config = -1) {
+    return make_key_of(GGML_DISPATCH_OP_OF_GGML(dst->op), device, dst->src[0], dst->src[1], layout, fused, route,
+                       stock_route, reason, why, config);
 }
 
 }  // namespace
@@ -752,26 +758,8 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
     o.table      = run_config != 0 && reason == REASON_TABLE;
     o.ineligible = reason == REASON_INELIGIBLE;
     if (st.rec.trace_on()) {
-        record_key k;
-        k.op        = GGML_DISPATCH_OP_FLASH_ATTN_EXT;
-        k.device    = device;
-        k.tensor    = K->name;
-        k.src0_type = ggml_type_name(K->type);
-        k.src1_type = ggml_type_name(Q->type);
-        for (int i = 0; i < 4; ++i) {
-            k.src0_ne[i] = K->ne[i];
-            k.src0_nb[i] = K->nb[i];
-            k.src1_ne[i] = Q->ne[i];
-        }
-        k.layout      = GGML_DISPATCH_LAYOUT_ATTENTION;
-        k.fused       = FUSED_NONE;
-        k.route       = route;
-        k.stock_route = stock_route;
-        k.reason      = reason;
-        k.config      = run_config != 0 ? run_config : route;
-        if (reason == REASON_INELIGIBLE) {
-            k.why = ggml_dispatch_why_name(why);
-        }
+        record_key k = make_key_of(GGML_DISPATCH_OP_FLASH_ATTN_EXT, device, K, Q, GGML_DISPATCH_LAYOUT_ATTENTION, FUSED_NONE,
+                                   route, stock_route, reason, why, run_config != 0 ? run_config : route);
         k.extra = attn_json(dst);
         st.rec.note(o, &k);
     } else {
