@@ -145,7 +145,7 @@ std::vector<float> read_all(ggml_tensor * y) {
     return out;
 }
 
-class flash_attn_instance : public op_instance {
+class flash_attn_instance : public replicated_instance {
   public:
     flash_attn_instance(bench_env & env, const fa_case & c) : c_(c) {
         const harness_opts & o = env.opts;
@@ -153,18 +153,10 @@ class flash_attn_instance : public op_instance {
         // scratch for the converting kernels too, so switching candidates later never overruns it
         env.api.set(0);
         wbytes_ = cache_bytes(c_);
-        if (c_.rotate && env.info.l2_bytes > 0) {
-            copies_ = (int) std::ceil(o.rotate_factor * (double) env.info.l2_bytes / (double) wbytes_);
-            copies_ = std::max(1, std::min(copies_, o.max_nodes));
-        }
-        if (env.info.memory_total > 0 && (double) copies_ * (double) wbytes_ > 0.5 * (double) env.info.memory_total) {
-            throw std::runtime_error("KV-cache copies would take more than half of the device memory");
-        }
         // per node: the output and, at most, f16 copies of K and V
         const int64_t per_node = (int64_t) (c_.D_V * c_.q_heads * c_.M) * 4 +
                                  2 * (int64_t) c_.n_kv * c_.kv_heads * (c_.D_K + c_.D_V);
-        max_nodes_ = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / per_node));
-        max_nodes_ = std::max(copies_, max_nodes_ / copies_ * copies_);
+        size_replication(env, c_.rotate, wbytes_, per_node, "KV-cache");
         log_line("case %s: FLASH_ATTN_EXT %s/%s D=%lld/%lld heads %lld/%lld M=%lld n_kv=%lld cells=%lld, "
                  "cache %zu bytes x %d copies, up to %d nodes",
                  c_.id.c_str(), c_.k_name.c_str(), c_.v_name.c_str(), (long long) c_.D_K, (long long) c_.D_V,
@@ -199,20 +191,6 @@ class flash_attn_instance : public op_instance {
         ref_ = read_all(r.y[0]);
     }
 
-    ggml_cgraph * graph(int nodes) override {
-        graph_ = make_graph(dev_.y, nodes);
-        return graph_.gf;
-    }
-
-    int copies() const override { return copies_; }
-
-    int max_nodes() const override { return max_nodes_; }
-
-    void poison(int nodes) override {
-        ::poison(dev_.y[0]);
-        ::poison(dev_.y[(size_t) nodes - 1]);
-    }
-
     double check(int nodes) override {
         double worst = 0.0;
         for (int i : { 0, nodes - 1 }) {
@@ -233,13 +211,13 @@ class flash_attn_instance : public op_instance {
         end["cells"]         = c_.cells;
     }
 
+  protected:
+    const std::vector<ggml_tensor *> & outputs() const override { return dev_.y; }
+
   private:
     fa_case            c_;
     size_t             wbytes_    = 0;
-    int                copies_    = 1;
-    int                max_nodes_ = 1;
     fa_tensors         dev_;
-    graph_holder       graph_;
     std::vector<float> ref_;
 };
 

@@ -198,23 +198,13 @@ std::vector<float> read_columns(ggml_tensor * y, const mm_case & c, const std::v
 // ---------------------------------------------------------------------------------------------
 // the instance the generic measurement drives
 
-class mul_mat_instance : public op_instance {
+class mul_mat_instance : public replicated_instance {
   public:
     mul_mat_instance(bench_env & env, const op_case & oc) : c_(parse_mm(oc)) {
         const harness_opts & o = env.opts;
         // how many copies to rotate so that the weights read per graph total >= factor x L2
         wbytes_ = weight_bytes(c_);
-        if (c_.rotate && env.info.l2_bytes > 0) {
-            copies_ = (int) std::ceil(o.rotate_factor * (double) env.info.l2_bytes / (double) wbytes_);
-            copies_ = std::max(1, std::min(copies_, o.max_nodes));
-        }
-        if (env.info.memory_total > 0 &&
-            (double) copies_ * (double) wbytes_ > 0.5 * (double) env.info.memory_total) {
-            throw std::runtime_error("weight copies would take more than half of the device memory");
-        }
-        const size_t ybytes = (size_t) (c_.N * c_.M * c_.B) * sizeof(float);
-        max_nodes_ = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / (int64_t) ybytes));
-        max_nodes_ = std::max(copies_, max_nodes_ / copies_ * copies_);
+        size_replication(env, c_.rotate, wbytes_, (int64_t) (c_.N * c_.M * c_.B) * (int64_t) sizeof(float), "weight");
 
         log_line("case %s: %s %s x %s M=%lld N=%lld K=%lld B=%lld, weight %zu bytes x %d copies, up to %d nodes",
                  c_.id.c_str(), ggml_dispatch_layout_name(c_.layout), c_.src0_name.c_str(), c_.src1_name.c_str(),
@@ -255,20 +245,6 @@ class mul_mat_instance : public op_instance {
         ggml_backend_tensor_get(r.y[0], ref_.data(), 0, ref_.size() * sizeof(float));
     }
 
-    ggml_cgraph * graph(int nodes) override {
-        graph_ = make_graph(dev_.y, nodes);
-        return graph_.gf;
-    }
-
-    int copies() const override { return copies_; }
-
-    int max_nodes() const override { return max_nodes_; }
-
-    void poison(int nodes) override {
-        ::poison(dev_.y[0]);
-        ::poison(dev_.y[(size_t) nodes - 1]);
-    }
-
     double check(int nodes) override {
         double worst = 0.0;
         for (int i : { 0, nodes - 1 }) {
@@ -288,13 +264,13 @@ class mul_mat_instance : public op_instance {
         end["ref_cols"]      = cols_.size();
     }
 
+  protected:
+    const std::vector<ggml_tensor *> & outputs() const override { return dev_.y; }
+
   private:
     mm_case              c_;
     size_t               wbytes_    = 0;
-    int                  copies_    = 1;
-    int                  max_nodes_ = 1;
     mm_tensors           dev_;
-    graph_holder         graph_;
     std::vector<int64_t> cols_;
     std::vector<float>   ref_;
 };

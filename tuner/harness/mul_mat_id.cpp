@@ -205,21 +205,13 @@ std::vector<int64_t> sample_tokens(int64_t M, int want) {
     return cols;
 }
 
-class mul_mat_id_instance : public op_instance {
+class mul_mat_id_instance : public replicated_instance {
   public:
     mul_mat_id_instance(bench_env & env, const op_case & oc) : c_(parse_id(oc)) {
         const harness_opts & o = env.opts;
         wbytes_                = weight_bytes(c_);
-        if (c_.rotate && env.info.l2_bytes > 0) {
-            copies_ = (int) std::ceil(o.rotate_factor * (double) env.info.l2_bytes / (double) wbytes_);
-            copies_ = std::max(1, std::min(copies_, o.max_nodes));
-        }
-        if (env.info.memory_total > 0 && (double) copies_ * (double) wbytes_ > 0.5 * (double) env.info.memory_total) {
-            throw std::runtime_error("expert weight copies would take more than half of the device memory");
-        }
-        const size_t ybytes = (size_t) (c_.N * c_.used * c_.M) * sizeof(float);
-        max_nodes_ = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / (int64_t) ybytes));
-        max_nodes_ = std::max(copies_, max_nodes_ / copies_ * copies_);
+        size_replication(env, c_.rotate, wbytes_, (int64_t) (c_.N * c_.used * c_.M) * (int64_t) sizeof(float),
+                         "expert weight");
         log_line("case %s: expert %s x %s M=%lld N=%lld K=%lld E=%lld U=%lld used=%lld routing %s, weight %zu bytes x %d "
                  "copies, up to %d nodes",
                  c_.id.c_str(), c_.src0_name.c_str(), c_.src1_name.c_str(), (long long) c_.M, (long long) c_.N,
@@ -253,20 +245,6 @@ class mul_mat_id_instance : public op_instance {
         expert_stats(ids_[0]);
     }
 
-    ggml_cgraph * graph(int nodes) override {
-        graph_ = make_graph(dev_.y, nodes);
-        return graph_.gf;
-    }
-
-    int copies() const override { return copies_; }
-
-    int max_nodes() const override { return max_nodes_; }
-
-    void poison(int nodes) override {
-        ::poison(dev_.y[0]);
-        ::poison(dev_.y[(size_t) nodes - 1]);
-    }
-
     double check(int nodes) override {
         double worst = 0.0;
         for (int i : { 0, nodes - 1 }) {
@@ -293,6 +271,9 @@ class mul_mat_id_instance : public op_instance {
         end["routing"]       = c_.routing;
         end["experts"]       = experts_;
     }
+
+  protected:
+    const std::vector<ggml_tensor *> & outputs() const override { return dev_.y; }
 
   private:
     // The CPU reference of node i on the sampled tokens (computed on first use, kept).
@@ -345,11 +326,8 @@ class mul_mat_id_instance : public op_instance {
   private:
     id_case                                c_;
     size_t                                 wbytes_    = 0;
-    int                                    copies_    = 1;
-    int                                    max_nodes_ = 1;
     id_tensors                             dev_;
     id_tensors                             ref_r_;
-    graph_holder                           graph_;
     std::vector<std::vector<int32_t>>      ids_;
     std::vector<int64_t>                   cols_;
     std::map<int, std::vector<float>>      refs_;

@@ -9,6 +9,8 @@
 
 #include "bench.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -83,6 +85,49 @@ struct op_instance {
     virtual double        check(int nodes)  = 0;
     // Op-specific fields of the closing {"kind": "case"} line (weight bytes, reference columns, ...).
     virtual void          describe(json & end) const = 0;
+};
+
+// What every op's instance shares: `copies_` rotated copies of its weights (or KV cache), up to
+// `max_nodes_` replicated outputs (`outputs()`), the graph of the first `nodes` of them, and poisoning the
+// first and the last.
+class replicated_instance : public op_instance {
+  public:
+    ggml_cgraph * graph(int nodes) override {
+        graph_ = make_graph(outputs(), nodes);
+        return graph_.gf;
+    }
+
+    int copies() const override { return copies_; }
+
+    int max_nodes() const override { return max_nodes_; }
+
+    void poison(int nodes) override {
+        ::poison(outputs()[0]);
+        ::poison(outputs()[(size_t) nodes - 1]);
+    }
+
+  protected:
+    virtual const std::vector<ggml_tensor *> & outputs() const = 0;
+
+    // copies_: enough that one graph reads >= rotate_factor x L2 of `bytes` (one when not `rotate` or
+    // the L2 size is unknown), refused above half the device memory (`what` names them); max_nodes_: as
+    // many nodes of `node_bytes` as the output budget holds, a multiple of copies_.
+    void size_replication(const bench_env & env, bool rotate, size_t bytes, int64_t node_bytes, const char * what) {
+        const harness_opts & o = env.opts;
+        if (rotate && env.info.l2_bytes > 0) {
+            copies_ = (int) std::ceil(o.rotate_factor * (double) env.info.l2_bytes / (double) bytes);
+            copies_ = std::max(1, std::min(copies_, o.max_nodes));
+        }
+        if (env.info.memory_total > 0 && (double) copies_ * (double) bytes > 0.5 * (double) env.info.memory_total) {
+            throw std::runtime_error(std::string(what) + " copies would take more than half of the device memory");
+        }
+        max_nodes_ = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / node_bytes));
+        max_nodes_ = std::max(copies_, max_nodes_ / copies_ * copies_);
+    }
+
+    int          copies_    = 1;
+    int          max_nodes_ = 1;
+    graph_holder graph_;
 };
 
 struct op_def {
