@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_tuner_results import HEADER, STAMP
 
 from codegen import decide
 from ggml_dispatch import fileio, schema
@@ -19,18 +20,6 @@ from ggml_dispatch.errors import InputError
 from tuner import mul_mat_id as tmoe
 from tuner import results
 
-HEADER = {
-    "kind": "header",
-    "harness_version": "0.1.0+abc",
-    "gpu_name": "NVIDIA H200",
-    "gpu_uuid": "GPU-1234",
-    "gpu_cc": 900,
-    "gpu_sm_count": 132,
-    "driver": "580.159.04",
-    "cuda_version": "13.0",
-    "cublas_version": "13.0.2",
-}
-STAMP = {"upstream_commit": schema.PINNED_UPSTREAM_COMMIT, "patch_hash": "f" * 64}
 KEY = {"N": 768, "K": 2048, "E": 128, "U": 1}
 # the harness' case-end statistics of the routing each kind drew at M = 512, 8 used of 128
 EXPERTS = {
