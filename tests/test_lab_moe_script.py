@@ -20,7 +20,7 @@ def test_the_lab_script_parses_and_uses_the_pipeline() -> None:
     assert "gd tune run" in text and "gd codegen" in text
     # the A/B goes through `ggml-dispatch ab` with the table it must find applied
     ab = text[text.index("\nab)") :]
-    assert "ab --arm \"stock=" in ab and "--expect-table \"$T\"" in ab and ":off\"" in ab
+    assert 'ab --arm "stock=' in ab and '--expect-table "$T"' in ab and ':off"' in ab
     assert "moe_cases" not in text and "moe_decide" not in text
     calls = REPO / "lab" / "moe-calls.sh"
     res = subprocess.run([bash, "-n", str(calls)], capture_output=True, text=True)
