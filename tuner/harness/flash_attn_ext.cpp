@@ -156,7 +156,7 @@ class flash_attn_instance : public replicated_instance {
         // per node: the output and, at most, f16 copies of K and V
         const int64_t per_node = (int64_t) (c_.D_V * c_.q_heads * c_.M) * 4 +
                                  2 * (int64_t) c_.n_kv * c_.kv_heads * (c_.D_K + c_.D_V);
-        size_replication(env, c_.rotate, wbytes_, per_node, "KV-cache");
+        size_replication(env, c_.rotate, wbytes_, per_node, "KV-cache copies");
         log_line("case %s: FLASH_ATTN_EXT %s/%s D=%lld/%lld heads %lld/%lld M=%lld n_kv=%lld cells=%lld, "
                  "cache %zu bytes x %d copies, up to %d nodes",
                  c_.id.c_str(), c_.k_name.c_str(), c_.v_name.c_str(), (long long) c_.D_K, (long long) c_.D_V,

@@ -204,7 +204,7 @@ class mul_mat_instance : public replicated_instance {
         const harness_opts & o = env.opts;
         // how many copies to rotate so that the weights read per graph total >= factor x L2
         wbytes_ = weight_bytes(c_);
-        size_replication(env, c_.rotate, wbytes_, (int64_t) (c_.N * c_.M * c_.B) * (int64_t) sizeof(float), "weight");
+        size_replication(env, c_.rotate, wbytes_, (int64_t) (c_.N * c_.M * c_.B) * (int64_t) sizeof(float), "weight copies");
 
         log_line("case %s: %s %s x %s M=%lld N=%lld K=%lld B=%lld, weight %zu bytes x %d copies, up to %d nodes",
                  c_.id.c_str(), ggml_dispatch_layout_name(c_.layout), c_.src0_name.c_str(), c_.src1_name.c_str(),

@@ -211,7 +211,7 @@ class mul_mat_id_instance : public replicated_instance {
         const harness_opts & o = env.opts;
         wbytes_                = weight_bytes(c_);
         size_replication(env, c_.rotate, wbytes_, (int64_t) (c_.N * c_.used * c_.M) * (int64_t) sizeof(float),
-                         "expert weight");
+                         "expert weight copies");
         log_line("case %s: expert %s x %s M=%lld N=%lld K=%lld E=%lld U=%lld used=%lld routing %s, weight %zu bytes x %d "
                  "copies, up to %d nodes",
                  c_.id.c_str(), c_.src0_name.c_str(), c_.src1_name.c_str(), (long long) c_.M, (long long) c_.N,

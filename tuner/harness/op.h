@@ -110,7 +110,7 @@ class replicated_instance : public op_instance {
     virtual const std::vector<ggml_tensor *> & outputs() const = 0;
 
     // copies_: enough that one graph reads >= rotate_factor x L2 of `bytes` (one when not `rotate` or
-    // the L2 size is unknown), refused above half the device memory (`what` names them); max_nodes_: as
+    // the L2 size is unknown), refused above half the device memory (`what` names the copies); max_nodes_: as
     // many nodes of `node_bytes` as the output budget holds, a multiple of copies_.
     void size_replication(const bench_env & env, bool rotate, size_t bytes, int64_t node_bytes, const char * what) {
         const harness_opts & o = env.opts;
@@ -119,7 +119,7 @@ class replicated_instance : public op_instance {
             copies_ = std::max(1, std::min(copies_, o.max_nodes));
         }
         if (env.info.memory_total > 0 && (double) copies_ * (double) bytes > 0.5 * (double) env.info.memory_total) {
-            throw std::runtime_error(std::string(what) + " copies would take more than half of the device memory");
+            throw std::runtime_error(std::string(what) + " would take more than half of the device memory");
         }
         max_nodes_ = (int) std::min<int64_t>(o.max_nodes, std::max<int64_t>(1, o.dst_budget_bytes / node_bytes));
         max_nodes_ = std::max(copies_, max_nodes_ / copies_ * copies_);
