@@ -302,16 +302,24 @@ def test_forced_tile_steers_the_switches_and_falls_back_to_stock_where_ineligibl
     assert out["counts"]["forced"] == 6 and out["counts"]["ineligible"] == 1
     for name, case in out["cases"].items():
         _scratch_ok(name, case, size_all=True)
-    # the trace records the configuration that ran (the plain route where stock's ran)
+    # the trace records the configuration that ran, with the tile and sparse choice the tree's switches
+    # resolved (stock's kernel too): the instance each case's stub saw launched
     recs = [json.loads(ln) for ln in path.read_text().splitlines()]
     by = {
         (r["attn"]["n_kv"], r["attn"]["q_cols"], r["attn"]["k_type"]): r for r in recs if r["kind"] == "route"
     }
-    assert (by[(4096, 1, "q8_0")]["config"], by[(4096, 1, "q8_0")]["reason"]) == ("fa_mma/ncols2=4", "forced")
+    assert (by[(4096, 1, "q8_0")]["config"], by[(4096, 1, "q8_0")]["reason"]) == (
+        "fa_mma/ncols1=2,ncols2=4,sparse=off",
+        "forced",
+    )
     assert (by[(4000, 1, "q8_0")]["config"], by[(4000, 1, "q8_0")]["reason"]) == (
-        "fa_mma",
+        "fa_mma/ncols1=8,ncols2=1,sparse=off",
         "ineligible:params",
     )
+    for name, (n1, n2) in mma_pairs(out).items():
+        k_type, _, _, m, kv = name.split()
+        params = dict(registry.Config.parse(by[(int(kv[2:]), int(m[1:]), k_type)]["config"]).params)
+        assert (params["ncols1"], params["ncols2"]) == (str(n1), str(n2)), name
     assert by[(4000, 1, "q8_0")]["stock_route"] == "fa_mma"
 
     # a full configuration through the override API: every parameter set

@@ -42,9 +42,13 @@ void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused);
 // the table's / a forced one where `check(device, dst, config)` answers GGML_DISPATCH_OK, else 0 (stock's
 // kernel, `stock_route`, as the tree runs it). `run`: the launching call, counted and traced (with the
 // configuration); the other calls (scratch sizing, supports_op) ask the same question silently.
+// `resolve(device, dst, config)`: the configuration a launch under `config` (0: stock's kernel, given as
+// its route) runs, with the parameters the kernel's own rules fill in; what the trace records.
 typedef int (*ggml_cuda_dispatch_fattn_check_t)(int device, const ggml_tensor * dst, int config);
+typedef int (*ggml_cuda_dispatch_fattn_resolve_t)(int device, const ggml_tensor * dst, int config);
 int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route,
-                                         ggml_cuda_dispatch_fattn_check_t check, bool run);
+                                         ggml_cuda_dispatch_fattn_check_t check, bool run,
+                                         ggml_cuda_dispatch_fattn_resolve_t resolve = nullptr);
 
 // True when an attention kernel can change after the graph was allocated (a route override was set, or a
 // FlashAttention route is forced): the scratch then holds the f16 copies of K and V for every kernel.

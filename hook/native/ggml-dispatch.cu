@@ -721,7 +721,8 @@ static std::string attn_json(const ggml_tensor * dst) {
 }  // namespace
 
 int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route,
-                                         ggml_cuda_dispatch_fattn_check_t check, bool run) {
+                                         ggml_cuda_dispatch_fattn_check_t check, bool run,
+                                         ggml_cuda_dispatch_fattn_resolve_t resolve) {
     dispatch_state &    st = state();
     const ggml_tensor * Q  = dst->src[0];
     const ggml_tensor * K  = dst->src[1];
@@ -758,8 +759,9 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
     o.table      = run_config != 0 && reason == REASON_TABLE;
     o.ineligible = reason == REASON_INELIGIBLE;
     if (st.rec.trace_on()) {
+        const int ran = run_config != 0 ? run_config : route;
         record_key k = make_key_of(GGML_DISPATCH_OP_FLASH_ATTN_EXT, device, K, Q, GGML_DISPATCH_LAYOUT_ATTENTION, FUSED_NONE,
-                                   route, stock_route, reason, why, run_config != 0 ? run_config : route);
+                                   route, stock_route, reason, why, resolve != nullptr ? resolve(device, dst, ran) : ran);
         k.extra = attn_json(dst);
         st.rec.note(o, &k);
     } else {
