@@ -5,7 +5,6 @@ CPU-only tests cannot take."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
+from test_codegen_render import GCC, compile_and_run
 from test_codegen_support import H200, trials
 
 from codegen import decide, diff, render
@@ -209,16 +209,8 @@ int main(void) {
 def test_the_header_compiles_and_looks_up_mul_mat_id_at_routing_0(tmp_path: Path) -> None:
     rows = all_pass(128) + all_pass(256) + moe_rows({1: {"mmq": 1.0, J64: 1.3}}, 512)
     t = tbl.build_table(decide.decide(frame(rows), P), tuning_sha256="ab" * 32)
-    (tmp_path / tbl.HEADER_FILENAME).write_text(render.render_header(t))
-    (tmp_path / "driver.c").write_text(DRIVER)
-    exe = tmp_path / "driver"
-    cc = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-    res = subprocess.run(
-        [*cc, "-I", str(tmp_path), str(tmp_path / "driver.c"), "-o", str(exe)], capture_output=True, text=True
-    )
-    assert res.returncode == 0, res.stderr
+    out = compile_and_run(render.render_header(t), tmp_path, GCC, ".c", DRIVER).decode().split()
     code = registry.Config.parse(J64).code
-    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     # routing 0 at M 128 and 256 (the rule), M 512 measured in one bucket only: stock; a routing-1 key: none
     assert out == [str(code), str(code), "0", "0"]
     key0 = registry.MulMatIdKey("MUL_MAT_ID", "expert", "q4_K", "f32", 768, 2048, 128, 1, 0)

@@ -46,10 +46,13 @@ int main(void) {
 """
 
 
-def compile_and_run(header: str, tmp_path: Path, compiler: list[str], suffix: str) -> bytes:
+def compile_and_run(
+    header: str, tmp_path: Path, compiler: list[str], suffix: str, driver: str = DRIVER
+) -> bytes:
+    """``header`` beside ``driver`` in ``tmp_path``, compiled with ``compiler`` and run: its stdout."""
     (tmp_path / tbl.HEADER_FILENAME).write_text(header)
     src = tmp_path / f"driver{suffix}"
-    src.write_text(DRIVER)
+    src.write_text(driver)
     exe = tmp_path / f"driver{suffix}.bin"
     res = subprocess.run(
         [*compiler, "-I", str(tmp_path), str(src), "-o", str(exe)], capture_output=True, text=True

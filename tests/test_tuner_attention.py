@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_codegen_render import GCC, compile_and_run
 
 from census import attention
 from census.trace import AttnInfo, RouteKey, Tally
@@ -231,7 +232,6 @@ def test_tune_run_times_every_attention_configuration_with_configs_all(tmp_path:
 
 
 def test_attention_configurations_become_rules_and_the_header_looks_them_up(tmp_path: Path) -> None:
-    import subprocess
 
     rows = attention.attention_rows(
         {attn_key("q8_0", 1, 49152): tally(10), attn_key("q8_0", 3, 49152): tally(5)}
@@ -271,8 +271,7 @@ def test_attention_configurations_become_rules_and_the_header_looks_them_up(tmp_
     codes.write_codes_header(tmp_path / "table")
     op, lay = registry.OP_CODES[registry.Op.FLASH_ATTN_EXT], registry.LAYOUT_CODES[registry.Layout.ATTENTION]
     q8 = registry.GGML_TYPES["q8_0"].id
-    src = tmp_path / "table" / "driver.c"
-    src.write_text(
+    driver = (
         '#include "ggml-dispatch-table.h"\n#include <stdio.h>\nint main(void) {\n'
         "    const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS] = {256, 256, 6, 65536, 0};\n"
         f'    printf("%d %d %d\\n", ggml_dispatch_table_lookup({op}, {lay}, {q8}, {q8}, k, 1),\n'
@@ -280,25 +279,7 @@ def test_attention_configurations_become_rules_and_the_header_looks_them_up(tmp_
         f"           ggml_dispatch_table_lookup({op}, {lay}, {q8}, {q8}, k, 2));\n"
         "    return 0;\n}\n"
     )
-    exe = tmp_path / "driver"
-    cc = subprocess.run(
-        [
-            "gcc",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-            str(tmp_path / "table"),
-            str(src),
-            "-o",
-            str(exe),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert cc.returncode == 0, cc.stderr
-    got = [
-        int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
-    ]
+    table_dir = tmp_path / "table"
+    header = (table_dir / table.HEADER_FILENAME).read_text()
+    got = [int(x) for x in compile_and_run(header, table_dir, GCC, ".c", driver).decode().split()]
     assert got == [registry.Config.parse(cfgs[1]).code, registry.Config.parse(cfgs[3]).code, 0]
