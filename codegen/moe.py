@@ -64,10 +64,6 @@ class BucketPoint:
         }
 
 
-def _key0(key: Any) -> Any:
-    return key._replace_ints({"routing": registry.ROUTING_ANY})
-
-
 def used_per_point(df: pd.DataFrame) -> dict[tuple[Any, int], int]:
     """(routing-0 key, M) -> experts per token, from MUL_MAT_ID tuning rows that carry ``used``."""
     if "used" not in df.columns or "E" not in df.columns:
@@ -174,7 +170,7 @@ def moe_rules(
                 reason = "MUL_MAT_ID rows without a measured routing bucket"
                 refusals += [decide.Refusal(c, key, M, reason, KIND_MEASURED) for c in point]
                 continue
-            by_point[_key0(key)][M][key.routing] = point
+            by_point[registry.runtime_key(key)][M][key.routing] = point
     rules: list[Any] = []
     evidence: list[BucketPoint] = []
     for key0 in sorted(by_point, key=lambda k: k.codes()):

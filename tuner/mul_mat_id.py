@@ -23,7 +23,6 @@ M).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any, Final
 
 from ggml_dispatch import registry
 from ggml_dispatch.errors import InputError
-from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection, census_int
+from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection, census_fused, census_int, census_types
 
 # routing kind -> the harness' routing object (tuner/harness/mul_mat_id.cpp)
 ROUTING_KINDS: Final[dict[str, dict[str, Any]]] = {
@@ -92,10 +91,6 @@ def moe_candidates(configs: Sequence[str]) -> tuple[str, ...]:
     return tuple(c for c in configs if registry.route_allowed(registry.Op.MUL_MAT_ID, c))
 
 
-def _fused(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != ""
-
-
 @dataclass
 class MoeSelection:
     cases: list[MoeCase]
@@ -136,11 +131,9 @@ def select_mul_mat_id(
         where = f"row {i}"
         est = float(r["est_us"])
         total += est
-        if _fused(r.get("fused")):
+        if census_fused(r.get("fused")):
             continue  # the MUL_MAT selection counts fused rows of every op
-        for c in ("src0_type", "src1_type"):
-            if str(r[c]) not in registry.GGML_TYPES:
-                raise InputError(path, f"unknown ggml type {r[c]!r}", field=f"{where}: {c}")
+        census_types(r, path, where)
         key = registry.MulMatIdKey(
             registry.Op.MUL_MAT_ID.value,
             str(r["layout"]),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -147,6 +147,18 @@ def grid_neighbours(M: int, grid: Sequence[int] = M_GRID) -> tuple[int | None, i
     return below, above
 
 
+def census_fused(v: Any) -> bool:
+    """A census row's ``fused`` names a fused group (null, NaN and "" do not)."""
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != ""
+
+
+def census_types(row: Mapping[str, Any], path: str | Path, where: str) -> None:
+    """A census row's src0/src1 types are ggml types, or one clear error naming the row and field."""
+    for col in ("src0_type", "src1_type"):
+        if str(row[col]) not in schema.GGML_TYPES:
+            raise InputError(path, f"unknown ggml type {row[col]!r}", field=f"{where}: {col}")
+
+
 def census_int(v: Any, path: str | Path, where: str, name: str) -> int:
     """A census row's positive integer field, or one clear error naming the row and field."""
     try:
@@ -193,8 +205,7 @@ def select_cases(
         if not math.isfinite(est) or est < 0:
             raise InputError(path, f"must be a finite number >= 0, got {est!r}", field=f"{where}: est_us")
         total += est
-        fused = r.get("fused")
-        if fused is not None and not (isinstance(fused, float) and math.isnan(fused)) and str(fused) != "":
+        if census_fused(r.get("fused")):
             skipped["fused (the table does not override fused groups)"] += est
             skipped_rows["fused (the table does not override fused groups)"] += 1
             continue
@@ -209,9 +220,7 @@ def select_cases(
             skipped[reason] += est
             skipped_rows[reason] += 1
             continue
-        for col in ("src0_type", "src1_type"):
-            if str(r[col]) not in schema.GGML_TYPES:
-                raise InputError(path, f"unknown ggml type {r[col]!r}", field=f"{where}: {col}")
+        census_types(r, path, where)
         key = ShapeKey(
             op=op,
             layout=layout,
