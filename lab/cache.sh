@@ -13,8 +13,9 @@
 #               (GGML_CUDA_DISPATCH_CACHE_BUFFERS=any: its weights are not in WEIGHTS buffers) and to the
 #               per-call one, and the cache's own log lines
 #   PART=tune   tune run --configs cache on the committed census (tables/cuda-sm90-nvidia-h200), resumable
-#               (journal); then codegen without a budget, with CACHE_BUDGET MiB (default 8192) and with 0
-#               (must equal the first), and the crude rule's table
+#               (journal); CENSUS_SHAPES="NxK ..." keeps only those weight shapes (e.g. the 8B-dimension
+#               model's, which PART=ab runs); then codegen without a budget, with CACHE_BUDGET MiB (default
+#               8192) and with 0 (must equal the first), and the crude rule's table
 #   PART=ab     the 16-layer 8B-dimension Q4_K_M model (made here with lab.models + llama-quantize);
 #               three builds (table without cache, table with cache, crude); llama-bench pp2048 at
 #               ubatch 128/256/512 and tg128, arms stock / table / cached / crude through `ggml-dispatch
@@ -93,8 +94,22 @@ tune)
     # resumable: a second call re-reads the journal and measures only the cases left
     [ "$(left)" -gt 120 ] || die "no time left for the sweep: call PART=tune again"
     rm -f "$C/tuning.parquet"
+    CENSUS=$T/census.parquet
+    if [ -n "${CENSUS_SHAPES:-}" ]; then
+        # the rows of the named (N, K) only; the file's metadata (trace hashes, versions) is kept
+        python3 - "$CENSUS" "$C/census.parquet" $CENSUS_SHAPES <<'EOF' || die "CENSUS_SHAPES filter failed"
+import sys
+import pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+keep = {tuple(int(x) for x in s.split("x")) for s in sys.argv[3:]}
+out = t.filter([(n, k) in keep for n, k in zip(t["N"].to_pylist(), t["K"].to_pylist())])
+pq.write_table(out, sys.argv[2])
+print(f"census: {out.num_rows} of {t.num_rows} rows kept for {len(keep)} shapes", file=sys.stderr)
+EOF
+        CENSUS=$C/census.parquet
+    fi
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
-        tune run $T/census.parquet --llama-cpp "$TREE" --build-dir "$B" --configs cache --routes mmq,cublas \
+        tune run "$CENSUS" --llama-cpp "$TREE" --build-dir "$B" --configs cache --routes mmq,cublas \
         --trials "${TUNE_TRIALS:-5}" --case-timeout 120 --journal "$C/tuning.journal.jsonl" \
         --max-seconds "$(( $(left) - 90 ))" -o "$C/tuning.parquet" 2>&1 | tail -30 | tee "$OUT/cache-tune.log"
     [ "${PIPESTATUS[0]}" = 0 ] || die "tune run failed or was killed: call PART=tune again to resume from its journal"
@@ -105,7 +120,7 @@ tune)
     for v in plain cached zero; do
         case $v in plain) extra=() ;; cached) extra=(--cache-budget "$BUDGET") ;; zero) extra=(--cache-budget 0) ;; esac
         rm -rf "$C/table-$v"
-        gd codegen "$C/tuning.parquet" --census $T/census.parquet "${extra[@]}" -o "$C/table-$v" >"$OUT/codegen-$v.log" 2>&1 ||
+        gd codegen "$C/tuning.parquet" --census "$CENSUS" "${extra[@]}" -o "$C/table-$v" >"$OUT/codegen-$v.log" 2>&1 ||
             { tail -20 "$OUT/codegen-$v.log" >&2; die "codegen $v failed"; }
         cp "$C/table-$v/table.json" "$OUT/table-$v.json"
     done
