@@ -19,11 +19,16 @@ def provenance_details(paths: Sequence[Path], files: Sequence[Any], table_path: 
     return its input-file entries (report's ``InputFile``, one per path, in order) with a provenance
     detail added: how many records were checked, or a note for legacy records."""
     table_hash = None
+    table_arm = "table"
     if table_path is not None:
+        from codegen import cache
         from codegen import table as table_mod
 
-        table_hash = table_mod.table_hash(table_mod.load(table_path))
-    checks = check_files(paths, table_hash)
+        table = table_mod.load(table_path)
+        table_hash = table_mod.table_hash(table)
+        if cache.budget_bytes(table) > 0:
+            table_arm = "cached"  # a table with a weight-cache budget: its "table" arm runs it without
+    checks = check_files(paths, table_hash, table_arm)
     out = []
     for p, f in zip(paths, files, strict=True):
         c = checks[p]

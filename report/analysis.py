@@ -44,6 +44,7 @@ AB_COMPARISONS: Final = (
     ("table", "crude"),
     ("cached", "stock"),  # the table chosen with a weight-cache budget
     ("cached", "table"),
+    ("cached", "crude"),
 )
 
 
@@ -523,6 +524,8 @@ class Workload:
     table: AbComparison | None  # table/stock
     crude: AbComparison | None  # crude/stock
     vs_crude: AbComparison | None  # table/crude
+    cached: AbComparison | None = None  # cached/stock: the table with its weight cache
+    cached_vs_table: AbComparison | None = None  # cached/table: the same table without the cache
 
     @property
     def ties_crude(self) -> bool:
@@ -537,7 +540,16 @@ def workloads(comps: Sequence[AbComparison]) -> list[Workload]:
     for c in comps:
         by.setdefault((c.model, c.test, c.ubatch), {})[(c.arm, c.baseline)] = c
     return [
-        Workload(m, t, u, cs.get(("table", "stock")), cs.get(("crude", "stock")), cs.get(("table", "crude")))
+        Workload(
+            m,
+            t,
+            u,
+            cs.get(("table", "stock")),
+            cs.get(("crude", "stock")),
+            cs.get(("table", "crude")),
+            cs.get(("cached", "stock")),
+            cs.get(("cached", "table")),
+        )
         for (m, t, u), cs in by.items()
     ]
 

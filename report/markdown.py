@@ -385,18 +385,27 @@ def _section_summary(
             "test's M.",
             "",
         ]
+        cached = any(w.cached is not None for w in works)
+        if cached:
+            md += [
+                "The `cached` arm runs the table with its weight cache (persistent f16 weight copies); the "
+                "`table` arm the same measurements decided without it.",
+                "",
+            ]
         md += md_table(
-            ["workload", "table/stock", "", "table/crude", "", "predicted matmul"],
+            ["workload", "table/stock", "", "table/crude", "", *(["cached/stock", "", "cached/table", ""] if cached else []),
+             "predicted matmul"],
             (
                 [
                     f"{md_escape(w.model)} {md_escape(w.test)} ub{w.ubatch}",
                     *_ab_cell(w.table),
                     *_vs_crude_cell(w),
+                    *([*_ab_cell(w.cached), *_ab_cell(w.cached_vs_table)] if cached else []),
                     fmt_ratio(predicted.get((w.model, w.test, w.ubatch))),
                 ]
                 for w in works
             ),
-        )
+        )  # fmt: skip
         md.append("")
         with_crude = [w for w in works if w.vs_crude is not None and w.vs_crude.ratio.lo is not None]
         if with_crude:

@@ -277,3 +277,20 @@ def test_the_runners_own_timestamps_are_read(tmp_path: Path) -> None:
         ab.write_records(out, [rec])
         got = ab.read_file(out)[0][1].provenance
         assert got is not None and got.started == stamp
+
+
+def test_table_check_of_a_cached_table_holds_the_cached_arm(tmp_path: Path) -> None:
+    # a table with a weight-cache budget runs in the "cached" arm; its "table" arm is the table without
+    # the cache, another table by design
+    other = "table 0123456789ab (NVIDIA H200, cc 900, 132 SMs, 3 rules): applied on CUDA0"
+    p = tmp_path / "ab.jsonl"
+    numbered = [
+        (1, ab.Record("m", "tg128", 512, "cached", 1, 50.0, (), provenance(TABLE_LINE))),
+        (2, ab.Record("m", "tg128", 512, "table", 1, 49.0, (), provenance(other))),
+    ]
+    assert ab.check_records(numbered, p, TABLE_HASH, table_arm="cached").checked == 2
+    with pytest.raises(InputError, match=r"ab.jsonl:2: table arm applied table 0123456789ab"):
+        ab.check_records(numbered, p, TABLE_HASH)
+    swapped = [(4, ab.Record("m", "tg128", 512, "cached", 1, 50.0, (), provenance(other)))]
+    with pytest.raises(InputError, match=r"ab.jsonl:4: cached arm applied table 0123456789ab"):
+        ab.check_records(swapped, p, TABLE_HASH, table_arm="cached")

@@ -341,10 +341,14 @@ class TableCheck:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def check_records(numbered: Sequence[tuple[int, Record]], path: Path, table_hash: str | None) -> TableCheck:
-    """Refuse records whose run applied another table than ``table_hash`` (the report's table): a table
-    arm must name that table and have applied it, a stock arm must show that no table applied. The
-    crude arm runs another table by design: it must have applied one. Legacy records are counted."""
+def check_records(
+    numbered: Sequence[tuple[int, Record]], path: Path, table_hash: str | None, table_arm: str = "table"
+) -> TableCheck:
+    """Refuse records whose run applied another table than ``table_hash`` (the report's table): the arm
+    that runs it (``table_arm``: "table", or "cached" for a table with a weight-cache budget, whose
+    "table" arm is the table without the cache) must name that table and have applied it, a stock arm
+    must show that no table applied. The other arms run other tables by design: they must have applied
+    one. Legacy records are counted."""
     legacy = checked = 0
     for lineno, rec in numbered:
         p = rec.provenance
@@ -363,13 +367,13 @@ def check_records(numbered: Sequence[tuple[int, Record]], path: Path, table_hash
                 path, f"{rec.arm} arm ran without a table applied ({p.dispatch_line!r})", line=lineno
             )
         elif (
-            rec.arm == "table"
+            rec.arm == table_arm
             and table_hash is not None
             and (p.table_hash is None or not table_hash.startswith(p.table_hash))
         ):
             raise InputError(
                 path,
-                f"table arm applied table {p.table_hash}, the report's table is {table_hash[:12]}",
+                f"{table_arm} arm applied table {p.table_hash}, the report's table is {table_hash[:12]}",
                 line=lineno,
             )
         checked += 1
@@ -382,5 +386,5 @@ def check_records(numbered: Sequence[tuple[int, Record]], path: Path, table_hash
     return TableCheck(legacy, checked, tuple(notes))
 
 
-def check_files(paths: Sequence[Path], table_hash: str | None) -> dict[Path, TableCheck]:
-    return {p: check_records(read_file(p), p, table_hash) for p in paths}
+def check_files(paths: Sequence[Path], table_hash: str | None, table_arm: str = "table") -> dict[Path, TableCheck]:
+    return {p: check_records(read_file(p), p, table_hash, table_arm) for p in paths}
