@@ -392,9 +392,9 @@ def _section_summary(
                 "`table` arm the same measurements decided without it.",
                 "",
             ]
+        cached_cols = ["cached/stock", "", "cached/table", ""] if cached else []
         md += md_table(
-            ["workload", "table/stock", "", "table/crude", "", *(["cached/stock", "", "cached/table", ""] if cached else []),
-             "predicted matmul"],
+            ["workload", "table/stock", "", "table/crude", "", *cached_cols, "predicted matmul"],
             (
                 [
                     f"{md_escape(w.model)} {md_escape(w.test)} ub{w.ubatch}",
@@ -405,7 +405,7 @@ def _section_summary(
                 ]
                 for w in works
             ),
-        )  # fmt: skip
+        )
         md.append("")
         with_crude = [w for w in works if w.vs_crude is not None and w.vs_crude.ratio.lo is not None]
         if with_crude:

@@ -386,5 +386,7 @@ def check_records(
     return TableCheck(legacy, checked, tuple(notes))
 
 
-def check_files(paths: Sequence[Path], table_hash: str | None, table_arm: str = "table") -> dict[Path, TableCheck]:
+def check_files(
+    paths: Sequence[Path], table_hash: str | None, table_arm: str = "table"
+) -> dict[Path, TableCheck]:
     return {p: check_records(read_file(p), p, table_hash, table_arm) for p in paths}
