@@ -24,7 +24,8 @@
 #   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
 #                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
 #                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
-#                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's
+#                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's,
+#                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200-attn/table.json)
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
@@ -189,8 +190,8 @@ configs)
     ;;
 table)
     need_build
-    T=$W/${TUNE:-attn-tune}/table/table.json
-    [ -f "$T" ] || die "no $T: run PART=tune first"
+    T=${TABLE:-$W/${TUNE:-attn-tune}/table/table.json}
+    [ -f "$T" ] || die "no $T: run PART=tune first (or TABLE=a committed table.json)"
     gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"  # same table: no change
     timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
         { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }

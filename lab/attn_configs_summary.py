@@ -3,8 +3,11 @@
 Reads a tuning file (`tune run --configs all` on an attention census) and prints one Markdown row per
 point (attention key and Q columns M): stock's median time, how many configurations ran eligible, the
 fastest kernel's plain route, the fastest configuration and its median paired ratio stock/config
-(anchor_us / us of the same trial). Exit 1, after printing, when a configuration gave a wrong output
-(status ``wrong``) or failed, or when no configuration row is ok at all: a number is never filled in.
+(anchor_us / us of the same trial). A point where every candidate, stock's own kernel among them, was
+wrong or failed is listed as untunable (the check refuses the tree's own kernels there, or the case
+cannot be built): the table keeps stock there. Exit 1, after printing, when a configuration was wrong or
+failed at a point where another candidate was ok, or when no configuration row is ok at all: a number is
+never filled in.
 """
 
 from __future__ import annotations
@@ -42,8 +45,20 @@ def main(argv: list[str]) -> int:
             f"| {k_type}/{v_type} D{d_k} gqa{gqa} kv{kv} n_kv{n_kv} | {m} | {median(rows['anchor_us']):.1f} |"
             f" {len(med)} | {plain_text} | {best} ({med[best]:.3f}) |"
         )
+    ok_points = set(ok.groupby(keys).groups)
+    dead = bad[[tuple(r) not in ok_points for r in bad[keys].itertuples(index=False)]]
+    if not dead.empty:
+        print(f"\n{dead.groupby(keys).ngroups} points untunable (every candidate wrong or failed):")
+        for point, rows in dead.groupby(keys, sort=True):
+            k_type, v_type, d_k, gqa, kv, n_kv, m = point
+            nmse = rows["nmse"].dropna()
+            what = f"wrong, NMSE {nmse.min():.3g}-{nmse.max():.3g}" if len(nmse) else "failed"
+            status = rows["status"].iloc[0]
+            point_text = f"{k_type}/{v_type} D{d_k} gqa{gqa} kv{kv} n_kv{n_kv} M {m}"
+            print(f"- {point_text}: {len(rows)} rows {what} ({status[:80]})")
+    bad = bad[[tuple(r) in ok_points for r in bad[keys].itertuples(index=False)]]
     if not bad.empty:
-        print(f"\n{len(bad)} rows wrong or failed:")
+        print(f"\n{len(bad)} rows wrong or failed at points where other candidates were ok:")
         for (cfg, status), n in bad.groupby(["config", "status"]).size().items():
             print(f"- {cfg}: {status} x{n}")
         return 1
