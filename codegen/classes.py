@@ -34,7 +34,7 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from codegen.decide import (
     _min_max_regret,
     _runs,
 )
+from ggml_dispatch import registry
 
 Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
 
@@ -160,70 +161,139 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
             if len(shapes) < need:
                 continue
             label = f"size class N*K {cell_lo}..{cell_hi if cell_hi < NK_MAX else 'inf'}"
-            counts: dict[int, int] = defaultdict(int)
-            for s in shapes:
-                for m in evals[s]:
-                    counts[m] += 1
-            grid = sorted(m for m, n in counts.items() if n >= need)
-            labels: list[tuple[int, str | None]] = []
-            for M in grid:
-                at = [s for s in shapes if M in evals[s]]
-                route = _min_max_regret(evals, at, M)
-                why = _fails_somewhere(evals, at, route, M, M, params, inclusive=True) if route else ""
-                if route is not None and why:
-                    refusals.append(
-                        Refusal(route, group, M, f"{label} default (min-max regret choice): {why}")
-                    )
-                    route = None
-                if route is not None and labels and labels[-1][1] == route:
-                    gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
-                    if gap:
-                        refusals.append(
-                            Refusal(
-                                route, group, M, f"{label} default cannot join M={labels[-1][0]}..{M}: {gap}"
-                            )
-                        )
-                        labels.append((M, None))
-                        labels.append((M, route))
-                        continue
-                labels.append((M, route))
-            pieces: list[tuple[str, list[int]]] = []
-            for route, run in _runs(labels):
-                # split a run where the size extent changes, so each piece extends as far as it may
-                run = sorted(set(run))
-                sides = {m: extent(evals, shapes, route, [m], (cell_lo, cell_hi), params) for m in run}
-                for _, sub in itertools.groupby(run, key=sides.__getitem__):
-                    pieces.append((route, list(sub)))
-            for route, run in pieces:
-                fitted = [s for s in shapes if any(run[0] <= m <= run[-1] for m in evals[s])]
-                ratios = [
-                    r
-                    for s in fitted
-                    for m, point in evals[s].items()
-                    if run[0] <= m <= run[-1]
-                    and (ev := point.get(route)) is not None
-                    and (r := ev.ratio) is not None
-                ]
-                lo, hi = extent(evals, fitted, route, run, (cell_lo, cell_hi), params)
-                rules.append(
-                    Rule(
-                        group,
-                        run[0],
-                        run[-1],
-                        route,
-                        tuple(run),
-                        min(ratios),
-                        shapes=tuple((s.N, s.K) for s in fitted),
-                        rule_kind=KIND_DEFAULT,
-                        NK=(lo, hi),
-                    )
-                )
-            spanned = {g for _, run in pieces for g in itertools.pairwise(run)}
-            last = dict(labels)  # grid M -> the class's route there (the last label wins)
-            r2, f2 = _gap_rules(evals, group, shapes, grid, spanned, last, (cell_lo, cell_hi), label, params)
-            rules += r2
-            refusals += f2
+            r, f = _one_class(evals, group, shapes, (cell_lo, cell_hi), label, params)
+            rules += r
+            refusals += f
+    r, f = family_rules(evals, groups, params)
+    return rules + r, refusals + f
+
+
+def family(group: ShapeKey) -> str | None:
+    """The dequantization family of a group's weight type (registry.GgmlType.family), None for an op
+    whose first type is not a weight."""
+    t = registry.GGML_TYPES.get(getattr(group, group.TYPE_FIELDS[0]))
+    return t.family if t is not None and t.quantized else None
+
+
+def family_rules(
+    evals: Evals, groups: Mapping[ShapeKey, Sequence[ShapeKey]], params: Params
+) -> tuple[list[Rule], list[Refusal]]:
+    """Size-class defaults for a type measured at fewer than ``min_default_shapes`` shapes (no class of
+    its own): its shapes pooled with those of the other types of its dequantization family (same op,
+    layout, activation type and B), split into size classes as above. A class that holds at least one
+    shape of the type gives the type rules by the same choice and no-harm test over every shape of the
+    class, whatever its type, with the type's own shape required at every grid M it claims. The rules
+    record each fitted shape with its type (``shape_types``)."""
+    need = params.min_default_shapes
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    for group in sorted(groups, key=ShapeKey.codes):
+        own = groups[group]
+        fam = family(group)
+        if len(own) >= need or fam is None:
+            continue
+        kin = [
+            s
+            for g, shapes in groups.items()
+            if g != group and family(g) == fam and _with_type(g, _type_of(group)) == group
+            for s in shapes
+        ]
+        if not kin:
+            continue
+        classes = size_classes([*own, *kin], params.class_gap)
+        cells = class_bounds(classes)
+        for shapes, (cell_lo, cell_hi) in zip(classes, cells, strict=True):
+            mine = [s for s in shapes if s in own]
+            if not mine or len(shapes) < need:
+                continue
+            label = f"{fam} family size class N*K {cell_lo}..{cell_hi if cell_hi < NK_MAX else 'inf'}"
+            r, f = _one_class(evals, group, shapes, (cell_lo, cell_hi), label, params, required=mine)
+            rules += r
+            refusals += f
     return rules, refusals
+
+
+def _one_class(
+    evals: Evals,
+    group: ShapeKey,
+    shapes: Sequence[ShapeKey],
+    cell: tuple[int, int],
+    label: str,
+    params: Params,
+    required: Sequence[ShapeKey] = (),
+) -> tuple[list[Rule], list[Refusal]]:
+    """One size class's rules (grid M, between grid M) under ``group``'s key; ``required``: shapes that
+    must be measured at every grid M (a family class: the type's own)."""
+    rules: list[Rule] = []
+    refusals: list[Refusal] = []
+    need = params.min_default_shapes
+    counts: dict[int, int] = defaultdict(int)
+    for s in shapes:
+        for m in evals[s]:
+            counts[m] += 1
+    grid = sorted(m for m, n in counts.items() if n >= need and all(m in evals[r] for r in required))
+    labels: list[tuple[int, str | None]] = []
+    for M in grid:
+        at = [s for s in shapes if M in evals[s]]
+        route = _min_max_regret(evals, at, M)
+        why = _fails_somewhere(evals, at, route, M, M, params, inclusive=True) if route else ""
+        if route is not None and why:
+            refusals.append(Refusal(route, group, M, f"{label} default (min-max regret choice): {why}"))
+            route = None
+        if route is not None and labels and labels[-1][1] == route:
+            gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
+            if gap:
+                refusals.append(
+                    Refusal(route, group, M, f"{label} default cannot join M={labels[-1][0]}..{M}: {gap}")
+                )
+                labels.append((M, None))
+                labels.append((M, route))
+                continue
+        labels.append((M, route))
+    pieces: list[tuple[str, list[int]]] = []
+    for route, run in _runs(labels):
+        # split a run where the size extent changes, so each piece extends as far as it may
+        run = sorted(set(run))
+        sides = {m: extent(evals, shapes, route, [m], cell, params) for m in run}
+        for _, sub in itertools.groupby(run, key=sides.__getitem__):
+            pieces.append((route, list(sub)))
+    typed = any(_type_of(s) != _type_of(group) for s in shapes)
+    for route, run in pieces:
+        fitted = [s for s in shapes if any(run[0] <= m <= run[-1] for m in evals[s])]
+        ratios = [
+            r
+            for s in fitted
+            for m, point in evals[s].items()
+            if run[0] <= m <= run[-1] and (ev := point.get(route)) is not None and (r := ev.ratio) is not None
+        ]
+        lo, hi = extent(evals, fitted, route, run, cell, params)
+        rules.append(
+            Rule(
+                group,
+                run[0],
+                run[-1],
+                route,
+                tuple(run),
+                min(ratios),
+                shapes=tuple((s.N, s.K) for s in fitted),
+                rule_kind=KIND_DEFAULT,
+                NK=(lo, hi),
+                shape_types=tuple(_type_of(s) for s in fitted) if typed else (),
+            )
+        )
+    spanned = {g for _, run in pieces for g in itertools.pairwise(run)}
+    last = dict(labels)  # grid M -> the class's route there (the last label wins)
+    r2, f2 = _gap_rules(evals, group, shapes, grid, spanned, last, cell, label, params, typed)
+    return rules + r2, refusals + f2
+
+
+def _type_of(key: ShapeKey) -> str:
+    return str(getattr(key, key.TYPE_FIELDS[0]))
+
+
+def _with_type(key: ShapeKey, type0: str) -> ShapeKey:
+    values: list[Any] = [type0 if f == key.TYPE_FIELDS[0] else getattr(key, f) for f in key.fields()]
+    return type(key)(*values)
 
 
 def _gap_rules(
@@ -236,6 +306,7 @@ def _gap_rules(
     cell: tuple[int, int],
     label: str,
     params: Params,
+    typed: bool = False,
 ) -> tuple[list[Rule], list[Refusal]]:
     """Class defaults inside a gap (a, b) of the class grid that no class rule spans: the route the class
     takes at a or b, fitted per shape (codegen.crossover) and claimed at an M only where every shape
@@ -311,6 +382,7 @@ def _gap_rules(
                         between=(a, b),
                         ci_low=float(np.min(worst[route][1][lo_i : hi_i + 1])),
                         NK=nk,
+                        shape_types=tuple(_type_of(s) for s in at) if typed else (),
                     )
                 )
     return rules, refusals

@@ -145,6 +145,8 @@ class Rule:
     NK: tuple[int, int] | None = None  # size-class default: N*K range [lo, hi] it applies to
     # MUL_MAT_ID (routing 0): the routing buckets it was admitted on, each with its smallest ratio there
     buckets: tuple[tuple[str, float], ...] = ()
+    # family size-class default (codegen.classes.family_rules): the type of each of ``shapes``
+    shape_types: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:

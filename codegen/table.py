@@ -482,6 +482,8 @@ def build_table(
         }
         if r.shapes:
             row["shapes"] = [list(s) for s in r.shapes]
+        if r.shape_types:
+            row["shape_types"] = list(r.shape_types)
         if r.NK is not None:
             row["NK_lo"], row["NK_hi"] = r.NK
         if r.buckets:

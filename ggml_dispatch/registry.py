@@ -54,6 +54,17 @@ class GgmlType:
     def bytes_per_element(self) -> float:
         return self.type_size / self.block_size
 
+    @property
+    def family(self) -> str:
+        """How the type dequantizes: "k" (256-element super-blocks, q2_K..q6_K), "iq" (the i-quants),
+        "legacy" (32-element blocks, q4_0..q8_1), "float" (f32, f16, bf16). Size-class defaults of a type
+        measured at too few shapes are fitted on its family's shapes (codegen.classes.family_rules)."""
+        if not self.quantized:
+            return "float"
+        if self.name.startswith("iq"):
+            return "iq"
+        return "k" if self.name.endswith("_K") else "legacy"
+
 
 _QK_K = 256
 _TYPE_ROWS: tuple[tuple[int, str, int, int], ...] = (

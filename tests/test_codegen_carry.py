@@ -241,3 +241,43 @@ def test_gap_class_defaults_reach_larger_shapes_where_their_fitted_curves_carry(
         for M in (384, 488):
             p = at[(*nk, M)]
             assert p.table_route == p.best_route == "cublas" and p.table_us == p.oracle_us, p
+
+
+def _family(own_speed: float, kin_type: str = "q4_K") -> list[dict[str, object]]:
+    """q5_K measured at one shape (too few for a class of its own), two kin shapes of another type."""
+    rows: list[dict[str, object]] = []
+    rows += trials(speed={"mmvq": 1.0, "mmq": own_speed}, M=8, N=8192, K=8192, src0_type="q5_K")
+    for N, K in ((8192, 12288), (12288, 8192)):
+        rows += trials(speed={"mmvq": 1.0, "mmq": 1.4}, M=8, N=N, K=K, src0_type=kin_type)
+    return rows
+
+
+def test_a_type_with_one_shape_gets_defaults_fitted_on_its_family() -> None:
+    d = decide.decide(frame(_family(1.3)), P)
+    t = tbl.build_table(d, tuning_sha256="0" * 64)
+    (r,) = [r for r in t["rules"] if tbl.is_class(r) and r["src0_type"] == "q5_K"]
+    assert r["route"] == "mmq" and r["kind"] == "default"
+    fitted = sorted(zip(r["shape_types"], map(tuple, r["shapes"]), strict=True))
+    assert fitted == [("q4_K", (8192, 12288)), ("q4_K", (12288, 8192)), ("q5_K", (8192, 8192))]
+    q5 = decide.ShapeKey("MUL_MAT", "weight", "q5_K", "f32", 0, 0, 1)
+    assert _look(t, q5, 8, 28672, 8192) == "mmq"  # an unseen 70B-class q5_K shape
+    assert _look(t, q5, 16, 28672, 8192) is None  # an M no shape was measured at
+    # the kin type keeps its own class, fitted on its own shapes only
+    (own,) = [r for r in t["rules"] if tbl.is_class(r) and r["src0_type"] == "q4_K"]
+    assert "shape_types" not in own and len(own["shapes"]) == 2
+    # no harm at the measured points: the type's own shape is passed
+    assert _look(t, q5, 8, 8192, 8192) == "mmq"
+
+
+def test_a_family_default_needs_the_types_own_shape_to_pass() -> None:
+    d = decide.decide(frame(_family(0.9)), P)
+    t = tbl.build_table(d, tuning_sha256="0" * 64)
+    assert [r for r in t["rules"] if r["src0_type"] == "q5_K"] == []  # mmq loses at its one shape
+    assert any("k family size class" in f.reason for f in d.refusals if f.key.src0_type == "q5_K")
+
+
+def test_types_of_other_families_are_not_pooled() -> None:
+    d = decide.decide(frame(_family(1.3, kin_type="q8_0")), P)
+    t = tbl.build_table(d, tuning_sha256="0" * 64)
+    assert [r for r in t["rules"] if r["src0_type"] == "q5_K" and tbl.is_class(r)] == []
+    assert [(r["N"], r["K"]) for r in t["rules"] if r["src0_type"] == "q5_K"] == [(8192, 8192)]  # its own

@@ -4,7 +4,7 @@
  * (ggml_dispatch_table_gpu_matches). Strings that come from data are C-escaped.
  * Codes (ggml-dispatch-codes.h, from the registry): op 0 MUL_MAT, 1 MUL_MAT_ID, 2 FLASH_ATTN_EXT;
  * layout 0 weight, 1 attention, 2 expert;
- * route 0 stock, 1 mmvf, 2 mmf, 3 mmvq, 4 mmq, 5 cublas;
+ * route 0 stock, 1 mmvf, 2 mmf, 3 mmvq, 4 mmq, 5 cublas, 6 fa_vec, 7 fa_tile, 8 fa_mma;
  * a rule's config is a configuration code (route code in bits 0..7, parameter fields above it).
  * Key per op: type0, type1 are ggml type ids, k[] the op's key fields:
  *   MUL_MAT: type0 = src0_type, type1 = src1_type, k[0] = N, k[1] = K, k[2] = B
@@ -21,15 +21,17 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
-#define GGML_DISPATCH_TABLE_RULE_COUNT 47
+#define GGML_DISPATCH_TABLE_RULE_COUNT 55
 #define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 36
-#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 11
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 19
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
 #define GGML_DISPATCH_TABLE_TUNING_SHA256 "f3b227d7fff849776f38816e46818e5b1263462ecdce29665142e3fdbd91dada"
+/* weight cache (cublas/weight=cached): bytes of persistent f16 copies the table was chosen for */
+#define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 
 #if defined(GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION) && \
     GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION != GGML_DISPATCH_TABLE_LAYOUT_VERSION
@@ -37,7 +39,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "e0b3ffba01b94d39ee04837cf01110d15f92afbd54a74508b154b5151482267e";
+static const char ggml_dispatch_table_hash[] = "8f9aecf4b24dd9beef56f488dcb4fe9140c73fec9059f235ce8025c5c610b859";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -153,6 +155,14 @@ static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rul
     { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 292, 511, 5 }, /* default */
     { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 512, 4096, 5 }, /* default */
     { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 16777216, 234881024, 8, 8, 4 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 8388609, 89128960, 315, 316, 5 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 8388609, 356515840, 317, 447, 5 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 8388609, 356515840, 516, 1023, 5 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 8388609, 356515840, 1024, 4096, 5 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 16777216, 356515840, 8, 8, 4 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 16777216, 356515840, 448, 511, 5 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 16777216, 356515840, 512, 512, 5 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 16777216, 356515840, 513, 515, 5 }, /* default */
     { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 89128960, 216, 245, 5 }, /* default */
     { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 8, 8, 4 }, /* default */
     { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 246, 255, 5 }, /* default */
@@ -234,6 +244,65 @@ static inline int ggml_dispatch_table_lookup(int op, int layout, int type0, int 
     (void) M;
     return 0;
 #endif
+}
+
+/* Weight cache: what the table without the cache runs for a node whose rule asks for a cached weight copy
+ * (cublas/weight=cached) that cannot be had (budget lowered by GGML_CUDA_DISPATCH_CACHE, allocation failed,
+ * under graph capture, not a weight buffer): that table's exact rule for the key (a short linear scan), else
+ * the size-class and per-type defaults this table shares with it. */
+#define GGML_DISPATCH_TABLE_CACHE_FALLBACK_COUNT 0
+#if GGML_DISPATCH_TABLE_CACHE_FALLBACK_COUNT > 0
+static const struct ggml_dispatch_table_cache_fallback_rule_ {
+    int32_t op, layout, type0, type1;
+    int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS];
+    int64_t M_lo, M_hi;
+    int32_t config;
+} ggml_dispatch_table_cache_fallback_rules[GGML_DISPATCH_TABLE_CACHE_FALLBACK_COUNT] = {
+    /* op, layout, type0, type1, { k }, M_lo, M_hi, config */
+};
+#endif
+
+static inline int ggml_dispatch_table_cache_fallback(int op, int layout, int type0, int type1,
+                                                     const int64_t k[GGML_DISPATCH_TABLE_KEY_SLOTS], int64_t M) {
+    int config = 0;
+#if GGML_DISPATCH_TABLE_CACHE_FALLBACK_COUNT > 0
+    for (size_t i = 0; config == 0 && i < (size_t) GGML_DISPATCH_TABLE_CACHE_FALLBACK_COUNT; ++i) {
+        const struct ggml_dispatch_table_cache_fallback_rule_ * r = &ggml_dispatch_table_cache_fallback_rules[i];
+        int same = r->op == op && r->layout == layout && r->type0 == type0 && r->type1 == type1 && r->M_lo <= M &&
+                   M <= r->M_hi;
+        for (int j = 0; same && j < GGML_DISPATCH_TABLE_KEY_SLOTS; ++j) {
+            same = r->k[j] == k[j];
+        }
+        config = same ? (int) r->config : 0;
+    }
+#endif
+#if GGML_DISPATCH_TABLE_RULE_COUNT > 0
+    const int32_t mask = op >= 0 && op < GGML_DISPATCH_TABLE_OP_COUNT ? ggml_dispatch_table_default_mask_[op] : 0;
+    int64_t kd[GGML_DISPATCH_TABLE_KEY_SLOTS];
+    int64_t NK      = 1;
+    int     differs = 0;
+    for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_SLOTS; ++i) {
+        const int in_default = (mask >> i) & 1;
+        kd[i]   = in_default ? 0 : k[i];
+        NK      = in_default ? NK * k[i] : NK;
+        differs = differs || kd[i] != k[i];
+    }
+#if GGML_DISPATCH_TABLE_CLASS_RULE_COUNT > 0
+    if (config == 0 && differs) {
+        config = ggml_dispatch_table_find_class_(op, layout, type0, type1, kd, NK, M);
+    }
+#else
+    (void) NK;
+#endif
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+    if (config == 0 && differs) {
+        config = ggml_dispatch_table_find_(op, layout, type0, type1, kd, M);
+    }
+#endif
+#else
+    (void) op; (void) layout; (void) type0; (void) type1; (void) k; (void) M;
+#endif
+    return config;
 }
 
 #endif /* GGML_DISPATCH_TABLE_H */
