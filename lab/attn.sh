@@ -25,7 +25,9 @@
 #                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
 #                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
 #                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's,
-#                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200-attn/table.json)
+#                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200-attn/table.json); AB_KV
+#                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
+#                 the A/B over calls
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
@@ -200,9 +202,9 @@ table)
     # interleaved stock/table pairs with provenance (ggml-dispatch-ab/1 records, `ggml-dispatch ab`);
     # the table arm must apply exactly this table
     bench=()
-    for kv in q8_0 f16; do
-        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 2,3,4 -n 32 -d $DEPTHS")
-        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 512 -n 0 -d 16384")
+    for kv in ${AB_KV:-q8_0 f16}; do  # AB_KV / AB_DEPTHS split the A/B over calls
+        bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 2,3,4 -n 32 -d ${AB_DEPTHS:-$DEPTHS}")
+        [ -n "${AB_NO_PP512:-}" ] || bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 512 -n 0 -d 16384")
     done
     models=()
     for m in ${AB_MODELS:-qwen3-seed}; do  # one model per call fits a call's budget: AB_MODELS=llama8b next

@@ -18,7 +18,7 @@
 #               8192) and with 0 (must equal the first), and the crude rule's table
 #   PART=ab     the 16-layer 8B-dimension Q4_K_M model (made here with lab.models + llama-quantize);
 #               three builds (table without cache, table with cache, crude); llama-bench pp2048 at
-#               ubatch 128/256/512 and tg128, arms stock / table / cached / crude through `ggml-dispatch
+#               ubatch AB_UBATCH (default 128,256,512) and tg128, arms stock / table / cached / crude through `ggml-dispatch
 #               ab` (peak VRAM of each run from nvidia-smi, recorded per record), AB_PAIRS pairs
 #               (default 3) of -r AB_REPS (default 2); then the A/B with GGML_CUDA_DISPATCH_CACHE=0 on
 #               the cached build against the table build (budget 0 at run time = the table without cache)
@@ -148,7 +148,7 @@ ab)
         [ -x "$C/bin-$v/llama-bench" ] || { build "$C/table-$v/table.json" "$v" && keep_bin "$v"; }
     done
     AB=$OUT/ab-cache.jsonl
-    bench=(--bench "-ngl 99 -fa on -b 2048 -p 2048 -ub 128,256,512 -n 0" --bench "-ngl 99 -fa on -p 0 -n 128")
+    bench=(--bench "-ngl 99 -fa on -b 2048 -p 2048 -ub ${AB_UBATCH:-128,256,512} -n 0" --bench "-ngl 99 -fa on -p 0 -n 128")
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         ab --arm "stock=$C/bin-plain/llama-bench:off" --arm "table=$C/bin-plain/llama-bench:table" \
         --arm "cached=$C/bin-cached/llama-bench:table" --arm "crude=$C/bin-crude/llama-bench:table" \

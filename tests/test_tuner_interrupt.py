@@ -37,3 +37,22 @@ def test_no_signal_no_interrupt_and_handlers_are_restored() -> None:
     with _signals_raise() as interrupted:
         interrupted()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_failed_case_names_the_assertion_not_a_backtrace_frame() -> None:
+    # ggml's abort handler prints the assertion, then backtrace_symbols_fd frames; the trial's status
+    # must carry the assertion (a frame's address says nothing across builds)
+    from tuner.run import _failure_message
+
+    stderr = "\n".join(
+        [
+            "harness: case MUL_MAT:weight:q4_K:f32:N4096:K4096:B1:M128: check route=cublas/out=f32,compute=f16",
+            "/src/ggml/src/ggml-cuda/ggml-cuda.cu:1620: GGML_ASSERT(ne00 % 2 == 0) failed",
+            "/lib/libggml-base.so.0(ggml_abort+0x15b)[0x7f5d2c1a2b3b]",
+            "/bin/ggml-dispatch-harness(+0x14f15)[0x55ca45686f15]",
+            "#3  0x00007f5d2c1a2b3b in ggml_abort ()",
+        ]
+    )
+    msg = _failure_message(-6, stderr, False, 900.0)
+    assert msg.startswith("killed by SIGABRT during check route=cublas/out=f32,compute=f16: ")
+    assert msg.endswith("GGML_ASSERT(ne00 % 2 == 0) failed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -104,6 +105,9 @@ def _parse_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
+_BACKTRACE: Final = re.compile(r"\([^()]*\+0x[0-9a-f]+\)\s*\[0x[0-9a-f]+\]$|^#\d+\s+0x[0-9a-f]+|^\[0x[0-9a-f]+\]$")
+
+
 def _failure_message(rc: int, stderr: str, timed_out: bool, timeout: float) -> str:
     if timed_out:
         what = f"timeout after {timeout:g} s"
@@ -123,7 +127,11 @@ def _failure_message(rc: int, stderr: str, timed_out: bool, timeout: float) -> s
         ),
         "",
     )
-    last = next((s for s in reversed(lines) if not s.startswith("harness: case ")), "")
+    # the last line that says something: not the harness' own progress, not a backtrace frame (ggml's
+    # abort handler prints the assertion, then frames like "lib.so(+0x14f15)[0x55ca...]")
+    last = next(
+        (s for s in reversed(lines) if not s.startswith("harness: case ") and not _BACKTRACE.search(s)), ""
+    )
     msg = what + (f" during {where}" if where else "") + (f": {last}" if last else "")
     return msg.replace("\n", " ")[:FAILED_MSG_MAX]
 
