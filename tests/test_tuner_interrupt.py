@@ -46,7 +46,8 @@ def test_a_failed_case_names_the_assertion_not_a_backtrace_frame() -> None:
 
     stderr = "\n".join(
         [
-            "harness: case MUL_MAT:weight:q4_K:f32:N4096:K4096:B1:M128: check route=cublas/out=f32,compute=f16",
+            "harness: case MUL_MAT:weight:q4_K:f32:N4096:K4096:B1:M128: "
+            "check route=cublas/out=f32,compute=f16",
             "/src/ggml/src/ggml-cuda/ggml-cuda.cu:1620: GGML_ASSERT(ne00 % 2 == 0) failed",
             "/lib/libggml-base.so.0(ggml_abort+0x15b)[0x7f5d2c1a2b3b]",
             "/bin/ggml-dispatch-harness(+0x14f15)[0x55ca45686f15]",

@@ -105,7 +105,11 @@ def _parse_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
-_BACKTRACE: Final = re.compile(r"\([^()]*\+0x[0-9a-f]+\)\s*\[0x[0-9a-f]+\]$|^#\d+\s+0x[0-9a-f]+|^\[0x[0-9a-f]+\]$")
+_BACKTRACE: Final = re.compile(
+    r"\([^()]*\+0x[0-9a-f]+\)\s*\[0x[0-9a-f]+\]$"  # backtrace_symbols_fd: "lib.so(fn+0x1b)[0x7f...]"
+    r"|^#\d+\s+0x[0-9a-f]+"  # gdb: "#3  0x00007f... in fn ()"
+    r"|^\[0x[0-9a-f]+\]$"
+)
 
 
 def _failure_message(rc: int, stderr: str, timed_out: bool, timeout: float) -> str:
