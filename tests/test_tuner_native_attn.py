@@ -40,11 +40,13 @@ def fa_case(cid: str, **kw: Any) -> dict[str, Any]:
     return d
 
 
-def run(harness: Path, cases: list[dict[str, Any]], tmp: Path) -> dict[str, list[dict[str, Any]]]:
+def run(
+    harness: Path, cases: list[dict[str, Any]], tmp: Path, l2_bytes: int = 100000
+) -> dict[str, list[dict[str, Any]]]:
     f = tmp / "cases.json"
     f.write_text(json.dumps(cases))
     p = subprocess.run(
-        [str(harness), "--cases", str(f), "--threads", "1", "--l2-bytes", "100000", "--trial-ms", "2"],
+        [str(harness), "--cases", str(f), "--threads", "1", "--l2-bytes", str(l2_bytes), "--trial-ms", "2"],
         capture_output=True,
         text=True,
     )
@@ -109,3 +111,13 @@ def test_bad_attention_cases_fail_one_case_each(harness: Path, tmp_path: Path) -
     assert by["type"][0]["status"] == "failed:unknown k_type 'q9_Z' or v_type 'q8_0'"
     assert by["layout"][0]["status"] == "failed:FLASH_ATTN_EXT cases have layout 'attention'"
     assert next(r for r in by["ok"] if r["kind"] == "case")["status"] == "done"
+
+
+def test_a_small_cache_rotated_many_times_fits_its_graph(harness: Path, tmp_path: Path) -> None:
+    # a small KV cache against a large L2 gets many copies, each with its own views and permutes, feeding
+    # few nodes: the graph is sized by what it holds (the H200's q8_0 KV at n_kv 4352 aborted in
+    # ggml_build_forward_expand, GGML_ASSERT(cgraph->n_nodes < cgraph->size), for every candidate)
+    case = fa_case("small", M=1, n_kv=256, routes=["fa_vec"], trials=2)
+    by = run(harness, [case], tmp_path, l2_bytes=4_000_000)
+    end = next(r for r in by["small"] if r["kind"] == "case")
+    assert end["status"] == "done" and end["weight_copies"] > 20

@@ -21,6 +21,7 @@
 #include <functional>
 #include <stdexcept>
 #include <thread>
+#include <unordered_set>
 
 #ifdef TUNER_WITH_CUDART
 #    include <cuda_runtime_api.h>
@@ -928,9 +929,29 @@ void run_case(bench_env & env, const op_case & c) {
     measure_case(env, c, *inst, dispatch_candidates(env.api), t_case0);
 }
 
+// The tensors a graph of y[0..nodes) holds (outputs, the views and permutes of each rotated copy, leafs):
+// the graph's size. A fixed multiple of `nodes` undercounts when many copies feed few nodes (a small KV
+// cache rotated 30x against L2 gives each copy its own views: GGML_ASSERT(cgraph->n_nodes < cgraph->size)).
+static size_t graph_tensors(const std::vector<ggml_tensor *> & y, int nodes) {
+    std::unordered_set<const ggml_tensor *> seen;
+    std::vector<const ggml_tensor *>        todo(y.begin(), y.begin() + nodes);
+    while (!todo.empty()) {
+        const ggml_tensor * t = todo.back();
+        todo.pop_back();
+        if (t == nullptr || !seen.insert(t).second) {
+            continue;
+        }
+        for (const ggml_tensor * s : t->src) {
+            todo.push_back(s);
+        }
+        todo.push_back(t->view_src);
+    }
+    return seen.size();
+}
+
 graph_holder make_graph(const std::vector<ggml_tensor *> & y, int nodes) {
     graph_holder     g;
-    const size_t     size = (size_t) nodes * 2 + 64;
+    const size_t     size = graph_tensors(y, nodes) + 64;
     ggml_init_params p    = { ggml_graph_overhead_custom(size, false), nullptr, true };
     g.ctx.reset(ggml_init(p));
     g.gf = ggml_new_graph_custom(g.ctx.get(), size, false);
