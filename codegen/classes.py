@@ -46,9 +46,8 @@ from codegen.decide import (
     RouteEval,
     Rule,
     ShapeKey,
-    _fails_somewhere,
-    _min_max_regret,
     _runs,
+    grid_labels,
 )
 from ggml_dispatch import registry
 
@@ -225,31 +224,13 @@ def _one_class(
     """One size class's rules (grid M, between grid M) under ``group``'s key; ``required``: shapes that
     must be measured at every grid M (a family class: the type's own)."""
     rules: list[Rule] = []
-    refusals: list[Refusal] = []
     need = params.min_default_shapes
     counts: dict[int, int] = defaultdict(int)
     for s in shapes:
         for m in evals[s]:
             counts[m] += 1
     grid = sorted(m for m, n in counts.items() if n >= need and all(m in evals[r] for r in required))
-    labels: list[tuple[int, str | None]] = []
-    for M in grid:
-        at = [s for s in shapes if M in evals[s]]
-        route = _min_max_regret(evals, at, M)
-        why = _fails_somewhere(evals, at, route, M, M, params, inclusive=True) if route else ""
-        if route is not None and why:
-            refusals.append(Refusal(route, group, M, f"{label} default (min-max regret choice): {why}"))
-            route = None
-        if route is not None and labels and labels[-1][1] == route:
-            gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
-            if gap:
-                refusals.append(
-                    Refusal(route, group, M, f"{label} default cannot join M={labels[-1][0]}..{M}: {gap}")
-                )
-                labels.append((M, None))
-                labels.append((M, route))
-                continue
-        labels.append((M, route))
+    labels, refusals = grid_labels(evals, group, shapes, grid, label, params)
     pieces: list[tuple[str, list[int]]] = []
     for route, run in _runs(labels):
         # split a run where the size extent changes, so each piece extends as far as it may

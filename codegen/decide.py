@@ -499,6 +499,39 @@ def _fails_somewhere(
     return ""
 
 
+def grid_labels(
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    group: ShapeKey,
+    shapes: Sequence[ShapeKey],
+    grid: Sequence[int],
+    what: str,
+    params: Params,
+) -> tuple[list[tuple[int, str | None]], list[Refusal]]:
+    """A default's route at each grid M (None: stock) and its refusals: the min-max regret choice over
+    the shapes measured at M, admitted only where it passes at every one of them; a run of one route may
+    only grow over a gap where it passes at every measured point of every shape (else it restarts)."""
+    labels: list[tuple[int, str | None]] = []
+    refusals: list[Refusal] = []
+    for M in grid:
+        at = [s for s in shapes if M in evals[s]]
+        route = _min_max_regret(evals, at, M)
+        why = _fails_somewhere(evals, at, route, M, M, params, inclusive=True) if route else ""
+        if route is not None and why:
+            refusals.append(Refusal(route, group, M, f"{what} default (min-max regret choice): {why}"))
+            route = None
+        if route is not None and labels and labels[-1][1] == route:
+            gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
+            if gap:
+                refusals.append(
+                    Refusal(route, group, M, f"{what} default cannot join M={labels[-1][0]}..{M}: {gap}")
+                )
+                labels.append((M, None))  # closes the previous run
+                labels.append((M, route))  # and starts a new one at M
+                continue
+        labels.append((M, route))
+    return labels, refusals
+
+
 def _min_max_regret(
     evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], shapes: Sequence[ShapeKey], M: int
 ) -> str | None:
@@ -528,24 +561,8 @@ def _default_rules(
         if len(shapes) < params.min_default_shapes:
             continue
         grid = sorted(set.intersection(*(set(evals[s]) for s in shapes)))
-        labels: list[tuple[int, str | None]] = []
-        for M in grid:
-            route = _min_max_regret(evals, shapes, M)
-            why = _fails_somewhere(evals, shapes, route, M, M, params, inclusive=True) if route else ""
-            if route is not None and why:
-                refusals.append(Refusal(route, group, M, f"type default (min-max regret choice): {why}"))
-                route = None
-            # a run may only grow over a gap where the route passes at every measured point of every shape
-            if route is not None and labels and labels[-1][1] == route:
-                gap = _fails_somewhere(evals, shapes, route, labels[-1][0], M, params, inclusive=False)
-                if gap:
-                    refusals.append(
-                        Refusal(route, group, M, f"type default cannot join M={labels[-1][0]}..{M}: {gap}")
-                    )
-                    labels.append((M, None))  # closes the previous run
-                    labels.append((M, route))  # and starts a new one at M
-                    continue
-            labels.append((M, route))
+        labels, refused = grid_labels(evals, group, shapes, grid, "type", params)
+        refusals += refused
         for route, run in _runs(labels):
             run = sorted(set(run))
             ratios = [
