@@ -240,3 +240,46 @@ def test_merge_takes_the_chosen_shapes_rules_and_fills_their_gaps_from_the_uncac
         (4096, 513, 1024, "cublas", (1024,)),
         (14336, 256, 1024, "cublas", (256, 1024)),
     ]
+
+
+def test_the_committed_cache_tables_fallback_is_the_table_without_the_cache(tmp_path: Path) -> None:
+    """The measured H200 cache table (tables/cuda-sm90-nvidia-h200-cache), its header compiled by gcc: at
+    every census shape and M (the census' and the A/B's), a node whose copy cannot be had (budget 0 at
+    run time, a failed allocation) is routed exactly as the table without the cache (nocache/) routes it,
+    and every other node gets that table's route too."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    folder = Path(__file__).resolve().parent.parent / "tables" / "cuda-sm90-nvidia-h200-cache"
+    t, t0 = tbl.load(folder / "table.json"), tbl.load(folder / "nocache" / "table.json")
+    gpu = tbl.table_gpu(t)
+    points = pd.read_parquet(folder / "census.parquet")[["src0_type", "N", "K", "M"]].drop_duplicates()
+    lines, cached = [], 0
+    for p in points.itertuples():
+        key = schema.ShapeKey("MUL_MAT", "weight", str(p.src0_type), "f32", int(p.N), int(p.K), 1)
+        type0 = schema.ggml_type(key.src0_type).id
+        for M in sorted({int(p.M), 1, 8, 64, 128, 256, 512, 1024, 2048}):
+            main_cfg, plain = tbl.lookup_key(t, gpu, key, M), tbl.lookup_key(t0, gpu, key, M)
+            want = registry.Config.parse(plain).code if plain else 0
+            call = "ggml_dispatch_table_lookup"
+            if main_cfg is not None and cache.is_cached(main_cfg):
+                cached += 1
+                call = "ggml_dispatch_table_cache_fallback"
+            lines.append(f"k[0] = {key.N}; k[1] = {key.K}; ok &= {call}(0, 0, {type0}, 0, k, {M}) == {want};")
+    assert cached > 100  # the cached rules are exercised, not only the uncached ones
+    (tmp_path / "ggml-dispatch-table.h").write_text((folder / "ggml-dispatch-table.h").read_text())
+    prog = tmp_path / "fb.c"
+    prog.write_text(
+        '#include "ggml-dispatch-table.h"\n#include <stdio.h>\n'
+        "int main(void) { int64_t k[5] = {0, 0, 1, 0, 0}; int ok = 1;\n"
+        + "\n".join(lines)
+        + '\nprintf("%d\\n", ok); return ok ? 0 : 1; }\n'
+    )
+    exe = tmp_path / "fb"
+    subprocess.run(
+        [cc, "-std=c11", "-Wall", "-Werror", f"-I{tmp_path}", str(prog), "-o", str(exe)], check=True
+    )
+    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout.strip() == "1"
