@@ -9,9 +9,10 @@
 #   PART=1   model (qwen3moe-a3b-L$LAYERS, Q4_K_M) + trace (llama-bench pp2048 at ubatch 128 and 512, tg128,
 #            with the route trace) -> census with MUL_MAT_ID rows per routing bucket
 #   PART=2   tune (`tune run` on the census' MUL_MAT_ID rows: uniform / skewed / few per point, every
-#            MUL_MAT_ID configuration) + table (`codegen`: routing-0 rules where one configuration passes
-#            in every bucket; the per-bucket winners printed)
-#   PART=3   ab (stock vs the table, pp2048 at ubatch 128 and 512 and tg128, interleaved pairs)
+#            MUL_MAT_ID configuration) + table (`codegen`: routing-0 rules where a configuration is
+#            harmless in every bucket and passes in one; the per-bucket winners printed)
+#   PART=3   ab (stock vs the table, pp2048 at ubatch 128 and 512 and tg128, interleaved pairs); with
+#            TABLE=tables/cuda-sm90-nvidia-h200-moe/table.json right after PART=1 (no sweep)
 #
 # Fails loudly: the first part that fails stops the call with its exit status; nothing is filled in.
 set -uo pipefail
