@@ -16,7 +16,8 @@
 #               (journal); CENSUS_SHAPES="NxK ..." keeps only those weight shapes (e.g. the 8B-dimension
 #               model's, which PART=ab runs); then codegen without a budget, with CACHE_BUDGET MiB (default
 #               8192) and with 0 (must equal the first), and the crude rule's table
-#   PART=ab     the 16-layer 8B-dimension Q4_K_M model (made here with lab.models + llama-quantize);
+#   PART=ab     the 16-layer 8B-dimension Q4_K_M model (made here with lab.models + llama-quantize; AB_MODELS=
+#               "llama8b-L16 qwen27b-L4" adds the qwen3 seed-shape model, whose shapes CENSUS_SHAPES must hold);
 #               three builds (table without cache, table with cache, crude); llama-bench pp2048 at
 #               ubatch AB_UBATCH (default 128,256,512) and tg128, arms stock / table / cached / crude through `ggml-dispatch
 #               ab` (peak VRAM of each run from nvidia-smi, recorded per record), AB_PAIRS pairs
@@ -137,13 +138,26 @@ ab)
     [ -f "$C/table-cached/table.json" ] || die "run PART=tune first"
     M=$W/models
     mkdir -p "$M"
-    if [ ! -f "$M/llama8b-L16.gguf" ]; then
+    quant() {  # name preset layers type [llama-quantize options]; as lab/configs.sh makes them
+        local name=$1 preset=$2 layers=$3 qtype=$4
+        shift 4
+        [ -f "$M/$name.gguf" ] && return 0
         [ -f "$W/smollm2.gguf" ] || python3 -m lab.models clone .carry/smollm2.meta.gguf -o "$W/smollm2.gguf" || die "smollm2 clone"
         [ -x "$B/bin/llama-quantize" ] || build "" quantize
-        python3 -m lab.models dense --preset llama8b --layers 16 --tokenizer-from "$W/smollm2.gguf" -o "$M/llama8b-L16.f16.gguf" &&
-            "$B/bin/llama-quantize" "$M/llama8b-L16.f16.gguf" "$M/llama8b-L16.gguf" Q4_K_M "$(nproc)" >"$C/quantize.log" 2>&1 &&
-            rm -f "$M/llama8b-L16.f16.gguf" || { tail -20 "$C/quantize.log" >&2; die "model"; }
-    fi
+        python3 -m lab.models dense --preset "$preset" --layers "$layers" --tokenizer-from "$W/smollm2.gguf" -o "$M/$name.f16.gguf" &&
+            "$B/bin/llama-quantize" "$@" "$M/$name.f16.gguf" "$M/$name.gguf" "$qtype" "$(nproc)" >"$C/quantize.log" 2>&1 &&
+            rm -f "$M/$name.f16.gguf" || { tail -20 "$C/quantize.log" >&2; die "model $name"; }
+    }
+    models=()
+    for name in ${AB_MODELS:-llama8b-L16}; do  # AB_MODELS="llama8b-L16 qwen27b-L4": the census needs both's shapes
+        case $name in
+        llama8b-L16) quant llama8b-L16 llama8b 16 Q4_K_M ;;
+        qwen27b-L4) quant qwen27b-L4 qwen27b 4 Q5_K_M --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 \
+            --tensor-type attn_v=q8_0 --tensor-type attn_output=q8_0 --tensor-type ffn_down=q6_K --output-tensor-type q6_K ;;
+        *) die "AB_MODELS: llama8b-L16 or qwen27b-L4, not $name" ;;
+        esac
+        models+=(--model "$name=$M/$name.gguf")
+    done
     for v in plain cached crude; do
         [ -x "$C/bin-$v/llama-bench" ] || { build "$C/table-$v/table.json" "$v" && keep_bin "$v"; }
     done
@@ -152,14 +166,14 @@ ab)
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         ab --arm "stock=$C/bin-plain/llama-bench:off" --arm "table=$C/bin-plain/llama-bench:table" \
         --arm "cached=$C/bin-cached/llama-bench:table" --arm "crude=$C/bin-crude/llama-bench:table" \
-        --model "llama8b-L16=$M/llama8b-L16.gguf" "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" \
+        "${models[@]}" "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" \
         --vram --log "$C/ab-runs.log" -o "$AB" 2>&1 | tail -40 | tee "$OUT/ab-cache.log"
     [ "${PIPESTATUS[0]}" = 0 ] || die "A/B stopped (deadline or error); records so far in $AB"
     grep -h "ggml_cuda_dispatch: weight cache" "$C/ab-runs.log" | sort | uniq -c | tee "$OUT/ab-cache-lines.txt"
     # budget 0 at run time: the cached build must run what the table without the cache runs
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         ab --arm "table=$C/bin-plain/llama-bench:table" --arm "cached=$C/bin-cached/llama-bench:table" \
-        --arm-env "cached=GGML_CUDA_DISPATCH_CACHE=0" --model "llama8b-L16=$M/llama8b-L16.gguf" \
+        --arm-env "cached=GGML_CUDA_DISPATCH_CACHE=0" "${models[@]}" \
         --bench "-ngl 99 -fa on -b 2048 -p 2048 -ub 128,512 -n 0" --pairs 2 --reps 2 --vram -o "$OUT/ab-cache-budget0.jsonl" \
         2>&1 | tail -10 | tee "$OUT/ab-cache-budget0.log"
     python3 - "$AB" <<'EOF' | tee "$OUT/ab-cache-summary.txt"
