@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from cli_support import refused, run
+from test_codegen_render import GCC, compile_and_run
 from test_codegen_support import census_row, frame, trials, write_census, write_tuning
 
 from codegen import cache, decide, render
@@ -162,12 +163,6 @@ def test_cli_cache_budget(tmp_path: Path) -> None:
 def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) -> None:
     """gcc compiles the rendered header; a node whose copy cannot be had gets what the table without the
     cache would run (lookup of the budget-less table), the others what the table says."""
-    import shutil
-    import subprocess
-
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
     df, census = _tuning(), _census()
     without, _ = cache.decide_with_cache(df, census, None, P)
     d, plan = cache.decide_with_cache(df, census, 100, P)
@@ -176,7 +171,6 @@ def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) ->
     assert [(r["N"], r["M_lo"], r["M_hi"], r["config"]) for r in t["cache"]["fallback"]] == [
         (4096, 512, 512, "cublas")
     ]
-    (tmp_path / "ggml-dispatch-table.h").write_text(render.render_header(t))
     gpu = tbl.table_gpu(t)
     lines, checked = [], 0
     for N in (4096, 14336):
@@ -192,18 +186,19 @@ def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) ->
                 line += f" ok &= ggml_dispatch_table_cache_fallback(0, 0, 12, 0, k, {M}) == {want_fb};"
             lines.append(line)
     assert checked == 3  # N = 4096 at M = 128, 256 (between measured M) and 512; nothing else cached
-    prog = tmp_path / "fb.c"
-    prog.write_text(
+    assert _all_hold(render.render_header(t), tmp_path, "{0, 4096, 1, 0, 0}", lines)
+
+
+def _all_hold(header: str, tmp_path: Path, k: str, lines: list[str]) -> bool:
+    """The header compiled by gcc with a driver that runs ``lines`` (each ``ok &= <check>;``) over the
+    key slots ``k``: did every check hold?"""
+    driver = (
         '#include "ggml-dispatch-table.h"\n#include <stdio.h>\n'
-        "int main(void) { int64_t k[5] = {0, 4096, 1, 0, 0}; int ok = 1;\n"
+        f"int main(void) {{ int64_t k[5] = {k}; int ok = 1;\n"
         + "\n".join(lines)
-        + '\nprintf("%d\\n", ok); return ok ? 0 : 1; }\n'
+        + '\nprintf("%d\\n", ok); return 0; }\n'
     )
-    exe = tmp_path / "fb"
-    subprocess.run(
-        [cc, "-std=c11", "-Wall", "-Werror", f"-I{tmp_path}", str(prog), "-o", str(exe)], check=True
-    )
-    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout.strip() == "1"
+    return compile_and_run(header, tmp_path, GCC, ".c", driver).strip() == b"1"
 
 
 def test_uncovered_m_ranges_keep_the_uncached_rules() -> None:
@@ -247,12 +242,6 @@ def test_the_committed_cache_tables_fallback_is_the_table_without_the_cache(tmp_
     every census shape and M (the census' and the A/B's), a node whose copy cannot be had (budget 0 at
     run time, a failed allocation) is routed exactly as the table without the cache (nocache/) routes it,
     and every other node gets that table's route too."""
-    import shutil
-    import subprocess
-
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
     folder = Path(__file__).resolve().parent.parent / "tables" / "cuda-sm90-nvidia-h200-cache"
     t, t0 = tbl.load(folder / "table.json"), tbl.load(folder / "nocache" / "table.json")
     gpu = tbl.table_gpu(t)
@@ -270,16 +259,4 @@ def test_the_committed_cache_tables_fallback_is_the_table_without_the_cache(tmp_
                 call = "ggml_dispatch_table_cache_fallback"
             lines.append(f"k[0] = {key.N}; k[1] = {key.K}; ok &= {call}(0, 0, {type0}, 0, k, {M}) == {want};")
     assert cached > 100  # the cached rules are exercised, not only the uncached ones
-    (tmp_path / "ggml-dispatch-table.h").write_text((folder / "ggml-dispatch-table.h").read_text())
-    prog = tmp_path / "fb.c"
-    prog.write_text(
-        '#include "ggml-dispatch-table.h"\n#include <stdio.h>\n'
-        "int main(void) { int64_t k[5] = {0, 0, 1, 0, 0}; int ok = 1;\n"
-        + "\n".join(lines)
-        + '\nprintf("%d\\n", ok); return ok ? 0 : 1; }\n'
-    )
-    exe = tmp_path / "fb"
-    subprocess.run(
-        [cc, "-std=c11", "-Wall", "-Werror", f"-I{tmp_path}", str(prog), "-o", str(exe)], check=True
-    )
-    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout.strip() == "1"
+    assert _all_hold((folder / "ggml-dispatch-table.h").read_text(), tmp_path, "{0, 0, 1, 0, 0}", lines)
