@@ -33,3 +33,21 @@ def test_missing_cmake_names_the_tree(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", str(empty))  # no cmake on PATH
     line = refused(run("tune", "build", "--llama-cpp", tree), code=1)
     assert line == f"ggml-dispatch: error: {tree}: cannot build the harness: cmake is not on PATH"
+
+
+def test_every_harness_source_is_in_its_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the hash keys the harness cache and names the harness version in every tuning row: an op file left
+    # out of it (flash_attn_ext.cpp, mul_mat_id.cpp were) lets a stale binary measure after a change
+    import shutil
+
+    from tuner import build
+
+    copy = tmp_path / "harness"
+    shutil.copytree(build.HARNESS_DIR, copy)
+    monkeypatch.setattr(build, "HARNESS_DIR", copy)
+    names = build.harness_sources()
+    assert {"flash_attn_ext.cpp", "mul_mat_id.cpp", "mul_mat.cpp", "bench.cpp", "CMakeLists.txt"} <= set(names)
+    for name in names:
+        before = build.harness_source_hash()
+        (copy / name).write_bytes((copy / name).read_bytes() + b"\n// changed\n")
+        assert build.harness_source_hash() != before, name

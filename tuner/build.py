@@ -28,15 +28,19 @@ from hook import codes
 
 HARNESS_DIR: Final = Path(__file__).resolve().parent / "harness"
 HARNESS_BIN: Final = "ggml-dispatch-harness"
-HARNESS_SOURCES: Final = (
-    "CMakeLists.txt",
-    "bench.cpp",
-    "bench.h",
-    "main.cpp",
-    "mul_mat.cpp",
-    "op.h",
-    "race.h",
-)
+
+
+def harness_sources(folder: Path | None = None) -> list[str]:
+    """Every file the harness is built from: the folder's CMakeLists.txt, sources and headers (a new op
+    file is in the harness' hash, and so in its cache key and version, without being listed)."""
+    d = folder or HARNESS_DIR
+    return sorted(
+        p.name
+        for p in d.iterdir()
+        if p.is_file() and (p.suffix in (".cpp", ".h") or p.name == "CMakeLists.txt")
+    )
+
+
 NATIVE_DIR: Final = Path(__file__).resolve().parent.parent / "hook" / "native"
 NATIVE_HEADER: Final = NATIVE_DIR / "ggml-dispatch.h"
 GENERATED_DIR: Final = "generated"  # in the build folder: ggml-dispatch-codes.h
@@ -76,7 +80,7 @@ def tree_stamp(tree: Path) -> TreeStamp:
 
 def harness_source_hash() -> str:
     h = hashlib.sha256()
-    for name in HARNESS_SOURCES:
+    for name in harness_sources():
         h.update(name.encode() + b"\0" + (HARNESS_DIR / name).read_bytes() + b"\0")
     h.update(b"native\0" + NATIVE_HEADER.read_bytes())
     h.update(b"codes\0" + codes.render_codes_header().encode())
