@@ -34,7 +34,7 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
@@ -168,9 +168,9 @@ def class_rules(evals: Evals, params: Params) -> tuple[list[Rule], list[Refusal]
 
 
 def family(group: ShapeKey) -> str | None:
-    """The dequantization family of a group's weight type (registry.GgmlType.family), None for an op
-    whose first type is not a weight."""
-    t = registry.GGML_TYPES.get(getattr(group, group.TYPE_FIELDS[0]))
+    """The dequantization family of a group's weight type (registry.GgmlType.family); None for an
+    unquantized weight (f32/f16/bf16 take routes of their own: they are not pooled)."""
+    t = registry.GGML_TYPES.get(group.types[0])
     return t.family if t is not None and t.quantized else None
 
 
@@ -194,7 +194,7 @@ def family_rules(
         kin = [
             s
             for g, shapes in groups.items()
-            if g != group and family(g) == fam and _with_type(g, _type_of(group)) == group
+            if g != group and family(g) == fam and g.with_type0(group.types[0]) == group
             for s in shapes
         ]
         if not kin:
@@ -238,7 +238,7 @@ def _one_class(
         sides = {m: extent(evals, shapes, route, [m], cell, params) for m in run}
         for _, sub in itertools.groupby(run, key=sides.__getitem__):
             pieces.append((route, list(sub)))
-    typed = any(_type_of(s) != _type_of(group) for s in shapes)
+    typed = any(s.types[0] != group.types[0] for s in shapes)
     for route, run in pieces:
         fitted = [s for s in shapes if any(run[0] <= m <= run[-1] for m in evals[s])]
         ratios = [
@@ -259,22 +259,13 @@ def _one_class(
                 shapes=tuple((s.N, s.K) for s in fitted),
                 rule_kind=KIND_DEFAULT,
                 NK=(lo, hi),
-                shape_types=tuple(_type_of(s) for s in fitted) if typed else (),
+                shape_types=tuple(s.types[0] for s in fitted) if typed else (),
             )
         )
     spanned = {g for _, run in pieces for g in itertools.pairwise(run)}
     last = dict(labels)  # grid M -> the class's route there (the last label wins)
     r2, f2 = _gap_rules(evals, group, shapes, grid, spanned, last, cell, label, params, typed)
     return rules + r2, refusals + f2
-
-
-def _type_of(key: ShapeKey) -> str:
-    return str(getattr(key, key.TYPE_FIELDS[0]))
-
-
-def _with_type(key: ShapeKey, type0: str) -> ShapeKey:
-    values: list[Any] = [type0 if f == key.TYPE_FIELDS[0] else getattr(key, f) for f in key.fields()]
-    return type(key)(*values)
 
 
 def _gap_rules(
@@ -363,7 +354,7 @@ def _gap_rules(
                         between=(a, b),
                         ci_low=float(np.min(worst[route][1][lo_i : hi_i + 1])),
                         NK=nk,
-                        shape_types=tuple(_type_of(s) for s in at) if typed else (),
+                        shape_types=tuple(s.types[0] for s in at) if typed else (),
                     )
                 )
     return rules, refusals

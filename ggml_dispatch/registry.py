@@ -559,6 +559,15 @@ class _Key:
     def _replace_ints(self, values: Mapping[str, int]) -> Self:
         return type(self)(*(values.get(f, getattr(self, f)) for f in self.fields()))
 
+    @property
+    def types(self) -> tuple[str, str]:
+        """The key's two ggml type names, whatever the op calls them (src0/src1, k/v)."""
+        return (getattr(self, self.TYPE_FIELDS[0]), getattr(self, self.TYPE_FIELDS[1]))
+
+    def with_type0(self, name: str) -> Self:
+        """The same key with another first type (a weight's type for MUL_MAT)."""
+        return type(self)(*(name if f == self.TYPE_FIELDS[0] else getattr(self, f) for f in self.fields()))
+
     def group(self) -> Self:
         """The per-type default key this shape falls under (itself when the op has no defaults)."""
         return self._replace_ints({f: 0 for f in self.DEFAULT_FIELDS})
@@ -571,8 +580,8 @@ class _Key:
         """(type0 id, type1 id, k[0..KEY_SLOTS-1]) as the C table holds them."""
         ks = [int(getattr(self, f)) for f in self.INT_FIELDS]
         return (
-            GGML_TYPES[getattr(self, self.TYPE_FIELDS[0])].id,
-            GGML_TYPES[getattr(self, self.TYPE_FIELDS[1])].id,
+            GGML_TYPES[self.types[0]].id,
+            GGML_TYPES[self.types[1]].id,
             *ks,
             *([0] * (KEY_SLOTS - len(ks))),
         )
@@ -583,7 +592,7 @@ class _Key:
 
     def label(self) -> str:
         """For people: ``MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1`` (``N=* K=*`` for a default)."""
-        t0, t1 = (getattr(self, f) for f in self.TYPE_FIELDS)
+        t0, t1 = self.types
         parts = [
             f"{f}=*" if self.is_default and f in self.DEFAULT_FIELDS else f"{f}={getattr(self, f)}"
             for f in self.INT_FIELDS
@@ -592,7 +601,7 @@ class _Key:
 
     def id(self) -> str:
         """For case ids and journals: ``MUL_MAT:weight:q4_K:f32:N4096:K4096:B1``."""
-        t0, t1 = (getattr(self, f) for f in self.TYPE_FIELDS)
+        t0, t1 = self.types
         return ":".join([self.op, self.layout, t0, t1, *(f"{f}{getattr(self, f)}" for f in self.INT_FIELDS)])
 
     def seed_text(self) -> str:

@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
             f" {len(med)} | {plain_text} | {best} ({med[best]:.3f}) |"
         )
     ok_points = set(ok.groupby(keys).groups)
-    dead = bad[[tuple(r) not in ok_points for r in bad[keys].itertuples(index=False)]]
+    at_ok = [tuple(r) in ok_points for r in bad[keys].itertuples(index=False)]
+    dead = bad[[not x for x in at_ok]]
     if not dead.empty:
         print(f"\n{dead.groupby(keys).ngroups} points untunable (every candidate wrong or failed):")
         for point, rows in dead.groupby(keys, sort=True):
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> int:
             status = rows["status"].iloc[0]
             point_text = f"{k_type}/{v_type} D{d_k} gqa{gqa} kv{kv} n_kv{n_kv} M {m}"
             print(f"- {point_text}: {len(rows)} rows {what} ({status[:80]})")
-    bad = bad[[tuple(r) in ok_points for r in bad[keys].itertuples(index=False)]]
+    bad = bad[at_ok]
     if not bad.empty:
         print(f"\n{len(bad)} rows wrong or failed at points where other candidates were ok:")
         for (cfg, status), n in bad.groupby(["config", "status"]).size().items():

@@ -149,16 +149,13 @@ def shape_label(key: ShapeKey) -> str:
 
 def shape_slug(key: ShapeKey) -> str:
     ints = "-".join(f"{f[0] if f in ('N', 'K', 'B') else f}{getattr(key, f)}" for f in key.INT_FIELDS)
-    t0, t1 = (getattr(key, f) for f in key.TYPE_FIELDS)
+    t0, t1 = key.types
     raw = f"{key.op}-{key.layout}-{t0}-{t1}-{ints}"
     return safe_name(raw.lower())
 
 
 def type_key(key: ShapeKey) -> tuple[str, str, str, str]:
-    """(op, layout, type0, type1): the key's two ggml types whatever the op names them (src0/src1 of
-    a matmul, k/v of attention)."""
-    t0, t1 = (getattr(key, f) for f in key.TYPE_FIELDS)
-    return (key.op, key.layout, t0, t1)
+    return (key.op, key.layout, *key.types)
 
 
 @dataclass(frozen=True)

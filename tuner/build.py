@@ -28,19 +28,6 @@ from hook import codes
 
 HARNESS_DIR: Final = Path(__file__).resolve().parent / "harness"
 HARNESS_BIN: Final = "ggml-dispatch-harness"
-
-
-def harness_sources(folder: Path | None = None) -> list[str]:
-    """Every file the harness is built from: the folder's CMakeLists.txt, sources and headers (a new op
-    file is in the harness' hash, and so in its cache key and version, without being listed)."""
-    d = folder or HARNESS_DIR
-    return sorted(
-        p.name
-        for p in d.iterdir()
-        if p.is_file() and (p.suffix in (".cpp", ".h") or p.name == "CMakeLists.txt")
-    )
-
-
 NATIVE_DIR: Final = Path(__file__).resolve().parent.parent / "hook" / "native"
 NATIVE_HEADER: Final = NATIVE_DIR / "ggml-dispatch.h"
 GENERATED_DIR: Final = "generated"  # in the build folder: ggml-dispatch-codes.h
@@ -76,6 +63,16 @@ def tree_stamp(tree: Path) -> TreeStamp:
     if commit_file.is_file():
         return TreeStamp(commit_file.read_text(encoding="utf-8").strip().lower(), "", "UPSTREAM_COMMIT")
     return TreeStamp("", "", "none")
+
+
+def harness_sources() -> list[str]:
+    """Every file the harness is built from: its folder's CMakeLists.txt, sources and headers (a new op
+    file is in the harness' hash, and so in its cache key and version, without being listed)."""
+    return sorted(
+        p.name
+        for p in HARNESS_DIR.iterdir()
+        if p.is_file() and (p.suffix in (".cpp", ".h") or p.name == "CMakeLists.txt")
+    )
 
 
 def harness_source_hash() -> str:
