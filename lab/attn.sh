@@ -20,7 +20,9 @@
 #                 parallel blocks, fa_mma ncols1 x ncols2 tiles, sparse gather, stream-k) checked against the
 #                 CPU reference and timed against stock; a summary per point (lab/attn_configs_summary.py,
 #                 fails on a wrong or failed configuration) and codegen -> attn-configs/table/table.json
-#                 (rules carrying configurations); resumable from its journal (call again)
+#                 (rules carrying configurations); resumable from its journal (call again);
+#                 RESUME_FROM=an earlier call's attn-configs.tar.gz continues that sweep on a fresh machine,
+#                 REMEASURE=1 measures its failed cases and those with wrong trials again (tune run --remeasure)
 #   PART=table    install that table, rebuild, and the A/B stock (GGML_CUDA_DISPATCH=off) vs table on both
 #                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
 #                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
@@ -168,13 +170,19 @@ configs)
     need_build
     D=$W/attn-configs
     mkdir -p "$D"
+    if [ -n "${RESUME_FROM:-}" ] && [ ! -f "$D/tuning.parquet.journal.jsonl" ]; then
+        # an earlier session's census and journal (its tarball): the sweep goes on from there
+        tar -xzf "$RESUME_FROM" -C "$W" attn-configs/census.attn.parquet attn-configs/tuning.parquet.journal.jsonl ||
+            die "RESUME_FROM $RESUME_FROM: no attn-configs census and journal in it"
+    fi
     [ -f "$D/census.attn.parquet" ] || filtered_census "$D/census.attn.parquet"
     grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
         die "a table is installed in $TREE: PART=build installs none (the anchor must be stock)"
     [ "$(left)" -gt 180 ] || die "too little time left for a sweep"
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         tune run "$D/census.attn.parquet" --llama-cpp "$TREE" --build-dir "$B" -o "$D/tuning.parquet" \
-        --configs all --coverage "${COVERAGE:-0.99}" --trials "${TRIALS:-5}" --max-seconds "$(( $(left) - 60 ))" 2>&1 |
+        --configs all --coverage "${COVERAGE:-0.99}" --trials "${TRIALS:-5}" --max-seconds "$(( $(left) - 60 ))" \
+        ${REMEASURE:+--remeasure} 2>&1 |
         tail -40 | tee "$OUT/attn-configs.log"
     rc=${PIPESTATUS[0]}
     if [ -f "$D/tuning.parquet" ]; then
@@ -185,10 +193,12 @@ configs)
     fi
     tar -czf "$OUT/attn-configs.tar.gz" -C "$W" attn-configs
     [ "$rc" -eq 0 ] || die "tune run --configs all (rc $rc; call again to resume from the journal)"
-    [ "$src" -eq 0 ] || die "a configuration was wrong or failed, or none ran (see attn-configs.md)"
+    # codegen decides on the measured (ok) rows only; a wrong or failed configuration still fails the part
+    rm -rf "$D/table"
     gd codegen "$D/tuning.parquet" -o "$D/table" -v 2>&1 | tail -60 | tee "$OUT/attn-configs-codegen.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
     tar -czf "$OUT/attn-configs.tar.gz" -C "$W" attn-configs
+    [ "$src" -eq 0 ] || die "a configuration was wrong or failed, or none ran (see attn-configs.md)"
     ;;
 table)
     need_build

@@ -79,3 +79,17 @@ def test_a_later_record_of_a_case_replaces_the_earlier(tmp_path: Path) -> None:
 def test_nan_never_reaches_the_journal(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "j.jsonl", IDENT) as j, pytest.raises(ValueError):
         j.append({**rec("a"), "wall_s": float("nan")})
+
+
+def test_unsound_cases_are_the_failed_and_those_with_a_wrong_trial(tmp_path: Path) -> None:
+    p = tmp_path / "j.jsonl"
+    wrong = rec("c") | {"trials": [{"status": "ok"}, {"status": "wrong"}]}
+    with Journal.open(p, IDENT) as j:
+        for r in (
+            rec("a") | {"trials": [{"status": "ok"}, {"status": "pruned"}]},
+            rec("b", "failed:exit 3"),
+            wrong,
+        ):
+            j.append(r)
+        j.append(rec("b"))  # b measured again: its later record replaces the failed one
+    assert read_journal(p).unsound_ids() == {"c"}

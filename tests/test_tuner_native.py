@@ -290,6 +290,20 @@ def test_sweep_end_to_end(
     p = tune(*sweep, "--trials", "3", env=env)
     assert p.returncode == 0 and "0 cases measured (0 failed), 8 resumed" in p.stderr
     assert len(rows_of(out)) == 8 * len(configs) * 3
+    # --remeasure: a case recorded as failed and one with a wrong trial run again, the rest resume
+    journal = tmp_path / "tuning.parquet.journal.jsonl"
+    lines = [json.loads(x) for x in journal.read_text().splitlines()]
+    lines[1]["status"], lines[1]["trials"] = "failed:killed by SIGABRT", []
+    lines[2]["trials"][0]["status"] = "wrong"
+    journal.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    p = tune(*sweep, "--trials", "3", env=env)
+    assert p.returncode == 0 and "0 cases measured (0 failed), 8 resumed" in p.stderr  # not without the flag
+    p = tune(*sweep, "--trials", "3", "--remeasure", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "remeasuring 2 failed or wrong cases" in p.stderr
+    assert "2 cases measured (0 failed), 6 resumed" in p.stderr
+    assert read_journal(journal).unsound_ids() == set()  # the new records replace the old
+    assert len(rows_of(out)) == 8 * len(configs) * 3
     # another method (here: trials) cannot resume this journal
     p = tune(*sweep, "--trials", "4", env=env)
     assert p.returncode == 2 and "belongs to another sweep (trials = 3" in p.stderr

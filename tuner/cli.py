@@ -214,6 +214,12 @@ def tune() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="append-only journal [default: OUTPUT.journal.jsonl]; re-running resumes from it.",
 )
+@click.option(
+    "--remeasure",
+    is_flag=True,
+    help="measure again the journal's failed cases and those with a trial that failed its numerics "
+    "check (after a fix to the harness); their new records replace the old.",
+)
 @click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
 @click.option(
     "--l2-bytes",
@@ -272,6 +278,7 @@ def run_cmd(
     max_seconds: float | None,
     shard: str,
     journal_path: Path | None,
+    remeasure: bool,
     device: str | None,
     l2_bytes: int | None,
     case_timeout: float,
@@ -395,6 +402,7 @@ def run_cmd(
                 allow_mixed=allow_mixed,
                 selection=selection,
                 routing_kinds=kinds,
+                remeasure=remeasure,
             )
     except SweepInterrupted as e:
         _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")

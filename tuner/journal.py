@@ -28,6 +28,16 @@ class JournalContents:
     def done_ids(self) -> set[str]:
         return {str(c["case"]) for c in self.cases}
 
+    def unsound_ids(self) -> set[str]:
+        """Cases recorded as failed, or with a trial that failed its numerics check (status wrong):
+        what ``tune run --remeasure`` measures again after a fix to the harness or its reference."""
+        return {
+            str(c["case"])
+            for c in self.cases
+            if str(c.get("status", "")).startswith("failed")
+            or any(t.get("status") == "wrong" for t in c.get("trials") or ())
+        }
+
 
 def read_journal(path: str | Path) -> JournalContents:
     """Every complete line; later records of one case replace earlier ones."""

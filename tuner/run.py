@@ -279,9 +279,12 @@ def run_sweep(
     allow_mixed: bool = False,
     selection: Selection | None = None,
     routing_kinds: Sequence[str] = tuple(tmoe.ROUTING_KINDS),
+    remeasure: bool = False,
 ) -> SweepResult:
     """``selection``: the cases, already selected from ``census_path`` (an attention census:
-    tuner.attention); else the matmul census is read and selected here (:func:`select_census`)."""
+    tuner.attention); else the matmul census is read and selected here (:func:`select_census`).
+    ``remeasure``: cases the journal holds as failed or with wrong trials run again (their new
+    records replace the old)."""
     t_start = time.monotonic()
     census_sha = fileio.sha256_file(census_path)
     if selection is None:
@@ -328,6 +331,11 @@ def run_sweep(
     with Journal.open(journal_path, identity) as journal:
         warnings += journal.contents.warnings
         done = journal.contents.done_ids()
+        if remeasure:
+            again = done & journal.contents.unsound_ids()
+            done -= again
+            if again:
+                log(f"remeasuring {len(again)} failed or wrong cases from {journal_path}")
         todo = [c for c in cases if c.id not in done]
         resumed = len(cases) - len(todo)
         if resumed:
