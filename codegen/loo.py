@@ -51,14 +51,17 @@ def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> 
         return "stock"
     rules = table["rules"]
     assert isinstance(rules, list)
+    key = registry.runtime_key(key)  # a MUL_MAT_ID point of any bucket: its routing-0 key
+    fields = key.fields()
     for r in rules:
         if r["op"] != key.op or tbl.rule_config(r) != route or not r["M_lo"] <= M <= r["M_hi"]:
             continue
-        if (r["N"], r["K"]) == (key.N, key.K) or (
-            tbl.is_class(r) and r["NK_lo"] <= key.N * key.K <= r["NK_hi"]
+        rule_key = registry.shape_key(r)
+        if tuple(getattr(rule_key, f) for f in fields) == tuple(getattr(key, f) for f in fields) or (
+            tbl.is_class(r) and r["NK_lo"] <= tbl.key_size(key) <= r["NK_hi"]
         ):
-            return str(tbl.rule_kind(r))
-        if r["N"] == 0 and not tbl.is_class(r):
+            return str(tbl.rule_kind(r))  # any op's exact key, or a size class holding it
+        if rule_key.is_default and not tbl.is_class(r):
             return "type default"
     return "?"
 
@@ -152,9 +155,13 @@ IN_SAMPLE_SLACK = 0.02  # the table's time within 2% of the per-point best
 
 
 def _point(h: Held) -> str:
-    """For people: type, N, K (MUL_MAT_ID: E, U and the routing bucket) and M."""
-    extra = "".join(f" {f}={getattr(h.key, f)}" for f in ("E", "U", "routing") if hasattr(h.key, f))
-    return f"{h.key.src0_type} N={h.key.N} K={h.key.K}{extra} M={h.M}"
+    """For people: the key's types and fields (MUL_MAT: type, N, K; MUL_MAT_ID with E, U and the
+    routing bucket; attention its head dims, GQA and KV bucket) and M."""
+    t0, t1 = h.key.types
+    types = t0 if h.key.op != schema.Op.FLASH_ATTN_EXT.value else f"{t0}/{t1}"
+    skip = {"B"} if h.key.op != schema.Op.FLASH_ATTN_EXT.value else set()
+    fields = " ".join(f"{f}={getattr(h.key, f)}" for f in h.key.INT_FIELDS if f not in skip)
+    return f"{types} {fields} M={h.M}"
 
 
 def report(held: Sequence[Held]) -> list[str]:
@@ -199,7 +206,7 @@ def report(held: Sequence[Held]) -> list[str]:
             if h.predicted != h.measured:
                 ratio = (h.predicted_us or float("nan")) / h.oracle_us
                 lines.append(
-                    f"  {h.key.src0_type} N={h.key.N} K={h.key.K} M={h.M}: "
+                    f"  {_point(h)}: "
                     f"predicted {h.predicted or 'stock'} "
                     f"({h.via}), measured {h.measured or 'stock'}, oracle {h.oracle or 'stock'}; "
                     f"predicted/oracle {ratio:.3f}" + (" HARM" if h.harm else "")

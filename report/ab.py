@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ggml_dispatch import fileio
-from ggml_dispatch.artifacts.ab import ARMS, check_files, parse_lines, read_file
+from ggml_dispatch.artifacts.ab import ARMS, check_files, kv_from_command, parse_lines, read_file
 from ggml_dispatch.errors import InputError
 
 
@@ -63,7 +63,10 @@ class AbRecord:
 
 def _record(r: Any) -> AbRecord:
     peak = r.provenance.peak_vram_mib if r.provenance is not None else None
-    return AbRecord(r.model, r.test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak)
+    test = r.test
+    if r.provenance is not None and " kv " not in test:
+        test += kv_from_command(r.provenance.command)  # written before test names carried the KV types
+    return AbRecord(r.model, test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak)
 
 
 def parse_ab_lines(lines: Iterable[str], path: Path) -> list[tuple[int, AbRecord]]:

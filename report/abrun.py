@@ -45,15 +45,19 @@ class BenchResult:
     build_commit: str
 
 
-def test_name(n_prompt: int, n_gen: int, n_depth: int = 0) -> str:
-    """llama-bench's own test names: pp512, tg128, pp512+tg128, with @dN for a prefilled depth."""
+def test_name(n_prompt: int, n_gen: int, n_depth: int = 0, type_k: str = "f16", type_v: str = "f16") -> str:
+    """llama-bench's own test names: pp512, tg128, pp512+tg128, with @dN for a prefilled depth and the
+    KV cache types when not llama-bench's default f16 (tg32 @ d49152 kv q8_0): one A/B may run a test
+    with several caches."""
     if n_prompt and n_gen:
         name = f"pp{n_prompt}+tg{n_gen}"
     elif n_gen:
         name = f"tg{n_gen}"
     else:
         name = f"pp{n_prompt}"
-    return f"{name} @ d{n_depth}" if n_depth else name
+    if n_depth:
+        name = f"{name} @ d{n_depth}"
+    return name + ab.kv_suffix(type_k, type_v)
 
 
 def _int(obj: Mapping[str, Any], key: str, source: str, lineno: int) -> int:
@@ -92,7 +96,11 @@ def parse_bench_output(text: str, source: str = "<llama-bench>") -> list[BenchRe
         if not isinstance(samples, list) or not all(isinstance(x, int | float) for x in samples):
             raise InputError(source, "expected a list of numbers", line=lineno, field="samples_ts")
         name = test_name(
-            _int(o, "n_prompt", source, lineno), _int(o, "n_gen", source, lineno), int(o.get("n_depth") or 0)
+            _int(o, "n_prompt", source, lineno),
+            _int(o, "n_gen", source, lineno),
+            int(o.get("n_depth") or 0),
+            str(o.get("type_k") or "f16"),
+            str(o.get("type_v") or "f16"),
         )
         out.append(
             BenchResult(

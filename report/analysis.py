@@ -527,6 +527,7 @@ class Workload:
     vs_crude: AbComparison | None  # table/crude
     cached: AbComparison | None = None  # cached/stock: the table with its weight cache
     cached_vs_table: AbComparison | None = None  # cached/table: the same table without the cache
+    cached_vs_crude: AbComparison | None = None  # cached/crude
 
     @property
     def ties_crude(self) -> bool:
@@ -550,6 +551,7 @@ def workloads(comps: Sequence[AbComparison]) -> list[Workload]:
             cs.get(("table", "crude")),
             cs.get(("cached", "stock")),
             cs.get(("cached", "table")),
+            cs.get(("cached", "crude")),
         )
         for (m, t, u), cs in by.items()
     ]

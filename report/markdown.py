@@ -392,7 +392,9 @@ def _section_summary(
                 "`table` arm the same measurements decided without it.",
                 "",
             ]
+        cached_crude = any(w.cached_vs_crude is not None for w in works)
         cached_cols = ["cached/stock", "", "cached/table", ""] if cached else []
+        cached_cols += ["cached/crude", ""] if cached_crude else []
         md += md_table(
             ["workload", "table/stock", "", "table/crude", "", *cached_cols, "predicted matmul"],
             (
@@ -401,6 +403,7 @@ def _section_summary(
                     *_ab_cell(w.table),
                     *_vs_crude_cell(w),
                     *([*_ab_cell(w.cached), *_ab_cell(w.cached_vs_table)] if cached else []),
+                    *(_ab_cell(w.cached_vs_crude) if cached_crude else []),
                     fmt_ratio(predicted.get((w.model, w.test, w.ubatch))),
                 ]
                 for w in works

@@ -7,6 +7,7 @@ that prints what a real llama-bench printed (its stdout from evidence/, a start-
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -294,3 +295,29 @@ def test_table_check_of_a_cached_table_holds_the_cached_arm(tmp_path: Path) -> N
     swapped = [(4, ab.Record("m", "tg128", 512, "cached", 1, 50.0, (), provenance(other)))]
     with pytest.raises(InputError, match=r"ab.jsonl:4: cached arm applied table 0123456789ab"):
         ab.check_records(swapped, p, TABLE_HASH, table_arm="cached")
+
+
+ATTN_TRACE = REPO / "evidence" / "h200-2026-12-01-s6" / "attn" / "attn-trace"
+ATTN_AB = REPO / "tables" / "cuda-sm90-nvidia-h200-attn" / "ab-llama8b-q8_0-f16.jsonl"
+
+
+def test_test_names_carry_the_kv_cache_types_of_a_real_run() -> None:
+    for kv, suffix in (("q8_0", " kv q8_0"), ("f16", "")):
+        path = ATTN_TRACE / f"qwen3-seed-L4-{kv}.bench.jsonl.gz"
+        names = {
+            r.test for r in abrun.parse_bench_output(gzip.decompress(path.read_bytes()).decode(), str(path))
+        }
+        assert names >= {f"tg32 @ d49152{suffix}", f"pp2 @ d16384{suffix}", f"pp512 @ d4096{suffix}"}
+    assert abrun.test_name(2, 0, 0, "q8_0", "f16") == "pp2 kv q8_0/f16"
+    assert ab.kv_from_command(["llama-bench", "--cache-type-k", "q4_0", "-ctv", "q4_0"]) == " kv q4_0"
+    assert ab.kv_from_command(["llama-bench", "-m", "x.gguf"]) == ""
+
+
+def test_records_named_before_the_kv_types_keep_their_caches_apart() -> None:
+    # one A/B file of both caches, its test names without the KV types: the command's -ctk/-ctv say it
+    records, _ = report_ab.load_ab([ATTN_AB])
+    per_test: dict[tuple[str, str], int] = {}
+    for r in records:
+        per_test[(r.test, r.arm)] = per_test.get((r.test, r.arm), 0) + 1
+    assert per_test[("tg32 @ d49152", "table")] == 8 and per_test[("tg32 @ d49152 kv q8_0", "table")] == 8
+    assert len(per_test) == 2 * 2 * 13  # 13 tests (4 at 3 depths + pp512), two caches, two arms

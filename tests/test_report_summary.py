@@ -21,7 +21,8 @@ TIE = (1.02, 0.98, 1.0, 1.01, 0.99)
 MODEL = "llama-8b q4_K_M"
 
 
-def ab_records() -> list[dict[str, Any]]:
+def ab_records(cached: float | None = None) -> list[dict[str, Any]]:
+    """``cached``: add a cached arm at this multiple of stock."""
     recs = []
     for p, s in enumerate(STOCK):
         for test, table, crude in (("pp512", 1.2, 1.2 / TIE[p]), ("pp2048", 1.3, 1.1), ("tg128", 0.97, 1.0)):
@@ -31,16 +32,20 @@ def ab_records() -> list[dict[str, Any]]:
                 {**base, "arm": "table", "tps": s * table},
                 {**base, "arm": "crude", "tps": s * crude},
             ]
+            if cached is not None:
+                recs.append({**base, "arm": "cached", "tps": s * cached})
     return recs
 
 
-def _report(tmp_path: Path, table_rules: list[dict[str, Any]] | None = None) -> str:
+def _report(
+    tmp_path: Path, table_rules: list[dict[str, Any]] | None = None, cached: float | None = None
+) -> str:
     tuning = tmp_path / "tuning.parquet"
     fileio.write_parquet(
         arrow_table(schema.TUNING_COLUMNS, tuning_rows()), tuning, fileio.base_metadata(schema.TUNING_SCHEMA)
     )
     ab = tmp_path / "ab.jsonl"
-    ab.write_text("\n".join(json.dumps(r) for r in ab_records()) + "\n")
+    ab.write_text("\n".join(json.dumps(r) for r in ab_records(cached)) + "\n")
     args = ["report", "--tuning", str(tuning), "--ab", str(ab), "-o", str(tmp_path / "out")]
     if table_rules is not None:
         table = {
@@ -96,3 +101,18 @@ def test_summary_lists_a_table_rule_slower_than_stock(tmp_path: Path) -> None:
     )
     no_loss = _report(tmp_path / "b", [{**Q6, "M_lo": 8, "M_hi": 8, "route": "mmq"}])
     assert "- Per op: no table rule is slower than stock beyond noise at a measured point." in no_loss
+
+
+def test_summary_holds_a_cached_arm_against_stock_the_table_and_the_crude_rule(tmp_path: Path) -> None:
+    summary = _report(tmp_path, cached=2.2)
+    header = next(x for x in summary.splitlines() if x.startswith("| workload |"))
+    assert [c.strip() for c in header.split("|")[2:-1] if c.strip()] == [
+        "table/stock", "table/crude", "cached/stock", "cached/table", "cached/crude", "predicted matmul"
+    ]  # fmt: skip
+    pp2048 = _row(summary, f"{MODEL} pp2048 ub512")
+    assert (
+        pp2048[4] == "2.200 [2.200, 2.200]"
+        and pp2048[6] == f"{2.2 / 1.3:.3f} [{2.2 / 1.3:.3f}, {2.2 / 1.3:.3f}]"
+    )
+    assert pp2048[8:10] == [f"{2.2 / 1.1:.3f} [{2.2 / 1.1:.3f}, {2.2 / 1.1:.3f}]", "gain"]
+    assert "cached/crude" not in _report(tmp_path / "b")  # no cached arm: no such column

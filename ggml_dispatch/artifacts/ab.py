@@ -12,6 +12,7 @@ records (``report.ab``); ``ggml-dispatch ab`` (``report.abrun``) writes them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -42,6 +43,23 @@ _MEASUREMENT: Final = {
 _HEX = re.compile(r"[0-9a-f]+")
 # "table 0123456789ab (NVIDIA H200, cc 900, 132 SMs, 20 rules): applied on CUDA0; refused on CUDA1 (...)"
 _TABLE_LINE = re.compile(r"^table ([0-9a-f]{12}) \((.*?), cc (\d+), (\d+) SMs, (\d+) rules\)(.*)$")
+
+
+def kv_suffix(type_k: str, type_v: str) -> str:
+    if type_k == type_v == "f16":
+        return ""
+    return f" kv {type_k}" if type_k == type_v else f" kv {type_k}/{type_v}"
+
+
+def kv_from_command(command: Sequence[str]) -> str:
+    """The KV-type suffix of a recorded llama-bench command (its -ctk/-ctv, f16 by default): what a
+    record written before test names carried the cache types gets, so its tests stay apart."""
+    types = {"-ctk": "f16", "-ctv": "f16"}
+    for flag, value in itertools.pairwise(command):
+        for long, short in (("--cache-type-k", "-ctk"), ("--cache-type-v", "-ctv")):
+            if flag in (short, long):
+                types[short] = value
+    return kv_suffix(types["-ctk"], types["-ctv"])
 
 
 @dataclass(frozen=True)
