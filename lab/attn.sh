@@ -31,11 +31,15 @@
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
 #                 the A/B over calls
 #
+#   PART=profile  after PART=table: CUPTI kernel timelines of stock and that table, tg32 and pp2 at AB_DEPTHS
+#                 (default 16384) for each AB_KV, one process each (<arm>.tg32@d16384-kvq8_0.ktl + .jsonl),
+#                 packed as attn-profile-<model>.tar.gz for `ggml-dispatch report --profile`; AB_MODELS=llama8b
+#
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|table}"
+: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|table|profile}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -231,6 +235,44 @@ table)
     cp "$AB" "$OUT/" 2>/dev/null
     tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table "${TUNE:-attn-tune}"
     [ "$rc" -eq 0 ] || die "table A/B failed or ran past the deadline (rc $rc; its records so far are in $OUT)"
+    ;;
+profile)
+    # CUPTI kernel timelines (.carry/libkernel_timeline.so) of stock and the table installed by PART=table,
+    # one llama-bench process per arm, test and depth (tg32, pp2), read by `ggml-dispatch report --profile`
+    need_build
+    KT=$REPO/.carry/libkernel_timeline.so
+    [ -f "$KT" ] || die "no $KT (make device-carry builds it)"
+    grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" &&
+        die "no table installed in $TREE: run PART=table first (the table arm needs one)"
+    model=$QWEN
+    [ "${AB_MODELS:-qwen3-seed}" = llama8b ] && model=$L8B
+    P=$W/attn-profile/${AB_MODELS:-qwen3-seed}
+    rm -rf "$P" && mkdir -p "$P"
+    grep -m1 "GGML_DISPATCH_TABLE_TUNING_SHA256" "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" >"$P/README"
+    echo "model ${AB_MODELS:-qwen3-seed} $(basename "$model"), llama-bench -r ${PROFILE_REPS:-2} -fa on" >>"$P/README"
+    for kv in ${AB_KV:-q8_0 f16}; do
+        suffix=$([ "$kv" = f16 ] || echo "-kv$kv")
+        for d in ${AB_DEPTHS:-16384}; do
+            d=${d//,/ }
+            for depth in $d; do
+                for t in tg32 pp2; do
+                    args=(-p 0 -n 32)
+                    [ "$t" = pp2 ] && args=(-p 2 -n 0)
+                    for arm in stock table; do
+                        [ "$(left)" -gt 20 ] || die "deadline: profile incomplete"
+                        mode=table
+                        [ "$arm" = stock ] && mode=off
+                        f=$P/$arm.$t@d$depth$suffix
+                        KERNEL_TIMELINE_OUT=$f.ktl CUDA_INJECTION64_PATH=$KT GGML_CUDA_DISPATCH=$mode \
+                            LD_LIBRARY_PATH=$B/bin:$LD_LIBRARY_PATH:$REPO/.carry timeout "$(left)" "$BENCH" -m "$model" \
+                            -fa on -ctk "$kv" -ctv "$kv" -ngl 99 -r "${PROFILE_REPS:-2}" -o jsonl -d "$depth" "${args[@]}" \
+                            >"$f.jsonl" 2>>"$P/profile.log" || die "profile $arm $t@d$depth $kv failed"
+                    done
+                done
+            done
+        done
+    done
+    tar -czf "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.tar.gz" -C "$P" .
     ;;
 ab-qwen3 | ab-8b)
     need_build

@@ -3,7 +3,8 @@
 A profile is a set of ``<arm>.<test>.ktl`` files (``report/native/kernel_timeline.cpp``: every kernel, memcpy
 and memset the GPU ran in one llama-bench process, GPU timestamps from CUPTI) each with the llama-bench
 JSON Lines output of that same process beside it (``<arm>.<test>.jsonl``). ``<test>`` is the ubatch of
-a pp run (``512``: pp2048 at ubatch 512) or ``tg128``.
+a pp run (``512``: pp2048 at ubatch 512), ``tg128``, or a test at a prefilled depth with its KV cache
+types when not f16 (``tg32@d16384``, ``pp2@d49152-kvq8_0``: lab/attn.sh's profile).
 
 Per run, the kernels' GPU time is split into categories: the matmul routes (mmvq, mmq, mmvf, mmf,
 cuBLAS's own kernels), the conversions the cuBLAS route adds (weight dequantization to f16, the f32->f16
@@ -195,8 +196,21 @@ def arm_deltas(rows: Sequence[Breakdown]) -> list[ArmDelta]:
     return out
 
 
+# a test at a prefilled depth, with its KV cache types when not f16: tg32@d16384, pp2@d49152-kvq8_0
+_DEPTH_TEST: Final = re.compile(r"(pp\d+|tg\d+)@d(\d+)(?:-kv([A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?))?")
+
+
+def _depth_test(test: str) -> re.Match[str] | None:
+    return _DEPTH_TEST.fullmatch(test)
+
+
 def test_case(test: str) -> tuple[str, int | None]:
-    """(llama-bench test, ubatch): ``512`` -> ("pp2048", 512); ``tg128`` -> ("tg128", None)."""
+    """(llama-bench test, ubatch): ``512`` -> ("pp2048", 512); ``tg128`` -> ("tg128", None); a depth test
+    ``pp2@d16384-kvq8_0`` -> the A/B's own name ("pp2 @ d16384 kv q8_0", None)."""
+    m = _depth_test(test)
+    if m is not None:
+        kv = m.group(3)
+        return (f"{m.group(1)} @ d{m.group(2)}" + (f" kv {kv}" if kv else ""), None)
     return (test, None) if test.startswith("tg") else ("pp2048", int(test))
 
 
@@ -206,8 +220,12 @@ def profile_model(note: str) -> str | None:
     return m.group(1) if m else None
 
 
-def test_order(test: str) -> tuple[int, int]:
-    return (1, 0) if test.startswith("tg") else (0, int(test))
+def test_order(test: str) -> tuple[int, int, str]:
+    """pp2048 runs by ubatch, then tg, then the depth tests by depth."""
+    m = _depth_test(test)
+    if m is not None:
+        return (2, int(m.group(2)), test)
+    return (1, 0, test) if test.startswith("tg") else (0, int(test), "")
 
 
 def ordered(rows: Iterable[Breakdown]) -> list[Breakdown]:
@@ -216,6 +234,8 @@ def ordered(rows: Iterable[Breakdown]) -> list[Breakdown]:
 
 
 def test_label(test: str) -> str:
+    if _depth_test(test) is not None:
+        return test_case(test)[0]
     return test if test.startswith("tg") else f"pp2048 ub{test}"
 
 
@@ -226,7 +246,9 @@ class Profile:
     source: str = ""
 
 
-_FILE: Final = re.compile(rf"^(?:.*/)?({'|'.join(ARMS)})\.(\d+|tg\d+)\.(ktl|jsonl)$")
+_FILE: Final = re.compile(
+    rf"^(?:.*/)?({'|'.join(ARMS)})\.(\d+|tg\d+|(?:pp|tg)\d+@d\d+(?:-kv[A-Za-z0-9_]+)?)\.(ktl|jsonl)$"
+)
 
 
 def profile_from_files(files: Mapping[str, tuple[Path, str]], source: str) -> Profile:

@@ -247,3 +247,22 @@ def test_report_carries_per_op_predictions_through_the_measured_share(tmp_path: 
     assert float(run) == pytest.approx(1 / (1 - f + f / s_), abs=2e-3)
     assert s_ > 1.3 and ab.startswith("1.366 [")
     assert rows["tg128"][1] == "1.000" and rows["tg128"][2] == "1.000"
+
+
+def test_depth_tests_are_profiled_under_their_a_b_names(tmp_path: Path) -> None:
+    # real timelines (tg128 of stock and table) filed as lab/attn.sh's profile names them
+    got = _members(("stock.tg128.ktl", "stock.tg128.jsonl", "table.tg128.ktl", "table.tg128.jsonl"))
+    files = {
+        f"{arm}.{test}.{ext}": got[f"{arm}.tg128.{ext}"]
+        for arm in ("stock", "table")
+        for test in ("tg32@d16384-kvq8_0", "pp2@d49152")
+        for ext in ("ktl", "jsonl")
+    }
+    prof = timeline.load_profile(_archive(tmp_path / "p.tar.gz", files))
+    assert [(b.arm, b.test) for b in timeline.ordered(prof.rows)] == [
+        ("stock", "tg32@d16384-kvq8_0"), ("table", "tg32@d16384-kvq8_0"),
+        ("stock", "pp2@d49152"), ("table", "pp2@d49152"),
+    ]  # fmt: skip
+    assert timeline.test_label("tg32@d16384-kvq8_0") == "tg32 @ d16384 kv q8_0"
+    assert timeline.test_case("pp2@d49152") == ("pp2 @ d49152", None)
+    assert [d.test for d in timeline.arm_deltas(prof.rows)] == ["tg32@d16384-kvq8_0", "pp2@d49152"]
