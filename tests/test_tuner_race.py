@@ -73,3 +73,10 @@ def test_the_tile_model_prunes_wider_tiles_with_the_same_column_tile_count(unit:
     assert unit["dom8"] == ["", "", "mmq/j=8,stream_k=on", "mmq/j=8,stream_k=off", "", ""]
     # an ineligible width neither dominates nor is pruned; the smallest eligible width of a count stays
     assert unit["dom100"] == ["", "", "mmq/j=56", ""]
+
+
+def test_the_first_trial_screen_drops_candidates_far_behind_the_best(unit: dict[str, Any]) -> None:
+    # 151 us against a best of 100 (> 1.5x) is screened, naming the best (index 1); 149 is kept, stock
+    # (index 0, the anchor) is never screened, nor a candidate without a first time; 0 or 1 turns it off
+    assert unit["screen"] == [-1, -1, 1, -1, -1]
+    assert unit["screen_off"] == -1 and unit["screen_one"] == -1

@@ -26,6 +26,12 @@ int main() {
     std::printf("{\"dom8\":[\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\"],\"dom100\":[\"%s\",\"%s\",\"%s\",\"%s\"],",
                 d8[0].c_str(), d8[1].c_str(), d8[2].c_str(), d8[3].c_str(), d8[4].c_str(), d8[5].c_str(),
                 d100[0].c_str(), d100[1].c_str(), d100[2].c_str(), d100[3].c_str());
+    // the first-trial screen: 100 is the best; 151 (> 1.5x) goes, 149 stays, stock (index 0) at 200 stays,
+    // a candidate without a time stays; off at 0 and at 1
+    const std::vector<double> first = { 200, 100, 151, 149, NAN };
+    const std::vector<int>    scr   = race_screened(first, 1.5, 0);
+    std::printf("\"screen\":[%d,%d,%d,%d,%d],\"screen_off\":%d,\"screen_one\":%d,", scr[0], scr[1], scr[2],
+                scr[3], scr[4], race_screened(first, 0, 0)[2], race_screened(first, 1.0, 0)[2]);
     std::printf("\"slow\":%d,\"slow_after_2\":%d,\"close\":%d,\"noisy\":%d,\"off\":%d,\"nan_pairs\":%d,"
                 "\"lo\":%.6f,\"hi\":%.6f,\"n\":%d,\"best\":%d,\"t95_1\":%.3f,\"t95_4\":%.3f,\"t95_100\":%.3f}\n",
                 race_prune(slow, best, o), race_prune(slow2, best, o), race_prune(close, best, o),

@@ -360,6 +360,7 @@ json device_header(const bench_env & env) {
         { "drift_max", o.drift_max },
         { "race_min_trials", o.race_min_trials },
         { "race_noise", o.race_noise },
+        { "race_screen", o.race_screen },
         { "ref_cols", o.ref_cols },
         { "threads", o.threads },
         { "seed", o.seed },
@@ -745,7 +746,7 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
     std::vector<double>              anchors((size_t) c.trials, NAN);
     std::vector<std::vector<double>> ok_us(n, std::vector<double>((size_t) c.trials, NAN));
     std::vector<std::string>         pruned(n);  // non-empty: why it is no longer timed
-    const race_opts                  race = { o.race_min_trials, o.race_noise };
+    const race_opts                  race = { o.race_min_trials, o.race_noise, o.race_screen };
     if (race.min_trials > 0 && c.op == ggml_dispatch_op_name(GGML_DISPATCH_OP_MUL_MAT) && c.spec.contains("M")) {
         // the tile model (race.h): a wider mmq tile with the same column-tile count is not timed
         std::vector<std::string> names;
@@ -838,6 +839,23 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
                 ok_us[idx][(size_t) t] = r["us"].get<double>();
             }
             trial_rows[(size_t) t].push_back(r);
+        }
+        if (race.min_trials > 0 && t == 0 && c.trials > 1) {
+            std::vector<double> first(n);
+            for (size_t k = 0; k < n; ++k) {
+                first[k] = pruned[k].empty() ? ok_us[k][0] : NAN;
+            }
+            const std::vector<int> scr = race_screened(first, race.screen, 0);  // stock (k = 0): the anchor
+            for (size_t k = 0; k < n; ++k) {
+                if (scr[k] < 0) {
+                    continue;
+                }
+                char buf[200];
+                snprintf(buf, sizeof(buf), "screen: first trial %.2fx %s's", first[k] / first[(size_t) scr[k]],
+                         cands[(size_t) scr[k]].name.c_str());
+                pruned[k] = buf;
+                log_line("case %s: pruned route=%s (%s)", c.id.c_str(), cands[k].name.c_str(), buf);
+            }
         }
         if (race.min_trials > 0 && t + 1 >= race.min_trials && t + 1 < c.trials) {
             const int best = race_best(ok_us);

@@ -49,6 +49,9 @@ struct harness_opts {
     // ratio best/candidate lies below 1 - race_noise is no longer timed (0 = time every trial)
     int         race_min_trials   = 3;
     double      race_noise        = 0.02;
+    // after trial 0, a candidate more than race_screen times the best first time is not timed again
+    // (race.h race_screened; 0 = off; off with racing off too)
+    double      race_screen       = 1.5;
 };
 
 // What the harness learned about the device under test; printed once as the header line.

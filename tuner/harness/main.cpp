@@ -40,6 +40,8 @@ static void usage(FILE * f) {
             "  --race-min-trials N  racing: prune a candidate slower than the best beyond noise after N\n"
             "                       trials (95%% t-interval of paired ratios; default 3, 0 = off)\n"
             "  --race-noise X       racing margin: the interval must lie below 1 - X (default 0.02)\n"
+            "  --race-screen X      after the first trial, stop timing a candidate more than X times the\n"
+            "                       best first time (default 1.5, 0 = off; off with racing off)\n"
             "  --trial-ms X         timed replays per (route, trial) last about X ms (default 25)\n"
             "  --target-graph-us X  replicate nodes until a graph takes about X us (default 2000)\n"
             "  --min-replays N / --max-replays N / --max-nodes N\n"
@@ -110,6 +112,8 @@ int main(int argc, char ** argv) {
                 o.race_min_trials = std::stoi(need(i));
             } else if (a == "--race-noise") {
                 o.race_noise = std::stod(need(i));
+            } else if (a == "--race-screen") {
+                o.race_screen = std::stod(need(i));
             } else if (a == "--trial-ms") {
                 o.trial_ms = std::stod(need(i));
             } else if (a == "--target-graph-us") {

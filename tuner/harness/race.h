@@ -21,6 +21,7 @@
 struct race_opts {
     int    min_trials = 3;     // pairs needed before a candidate may be pruned; 0 = racing off
     double noise      = 0.02;  // margin below 1 the whole interval must clear
+    double screen     = 1.5;   // first-trial screen: pruned after trial 0 if that many times the best; 0 = off
 };
 
 // Two-sided 95% Student-t quantile for df degrees of freedom (df >= 1).
@@ -102,6 +103,32 @@ inline int race_best(const std::vector<std::vector<double>> & us) {
         }
     }
     return best;
+}
+
+// Pruning by early results (as Triton's prune by early timing): after the first trial, a candidate whose
+// time is more than `screen` times the best first-trial time is not timed again. One trial's noise is a
+// few percent; a 1.5x gap is far outside it, and a candidate that slow never becomes a point's winner, so
+// the race's minimum trials are not spent on it. Returns, per candidate, the index of the best (-1 = keep);
+// `keep` (stock, the anchor) is never screened.
+inline std::vector<int> race_screened(const std::vector<double> & first_us, double screen, size_t keep) {
+    std::vector<int> out(first_us.size(), -1);
+    if (!(screen > 1.0)) {
+        return out;
+    }
+    int    best = -1;
+    double b    = INFINITY;
+    for (size_t k = 0; k < first_us.size(); ++k) {
+        if (std::isfinite(first_us[k]) && first_us[k] > 0 && first_us[k] < b) {
+            b    = first_us[k];
+            best = (int) k;
+        }
+    }
+    for (size_t k = 0; best >= 0 && k < first_us.size(); ++k) {
+        if (k != keep && (int) k != best && std::isfinite(first_us[k]) && first_us[k] > screen * b) {
+            out[k] = best;
+        }
+    }
+    return out;
 }
 
 // Pruning by a model before timing (as Triton's prune_configs_by): an mmq configuration whose column-tile
