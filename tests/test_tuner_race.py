@@ -80,3 +80,15 @@ def test_the_first_trial_screen_drops_candidates_far_behind_the_best(unit: dict[
     # (index 0, the anchor) is never screened, nor a candidate without a first time; 0 or 1 turns it off
     assert unit["screen"] == [-1, -1, 1, -1, -1]
     assert unit["screen_off"] == -1 and unit["screen_one"] == -1
+
+
+def test_a_per_call_candidate_races_only_against_per_call_rivals(unit: dict[str, Any]) -> None:
+    # a table decided without a cache budget needs its per-call candidates measured in full: 280 us is
+    # screened against the per-call best (180, index 2), not against the cached 100; 180 itself is kept
+    assert unit["screen_per_call"] == [-1, -1, -1, 2]
+    assert unit["screen_one_class"] == [-1, -1, 1, 1]  # without the classes the cached 100 screens both
+    assert unit["best_among"] == 2 and unit["best_among_none"] == -1
+
+
+def test_a_trial_that_will_be_marked_drifted_is_not_a_pair(unit: dict[str, Any]) -> None:
+    assert unit["drifted"] == [0, 1, 0, 0, 0]

@@ -32,6 +32,20 @@ int main() {
     const std::vector<int>    scr   = race_screened(first, 1.5, 0);
     std::printf("\"screen\":[%d,%d,%d,%d,%d],\"screen_off\":%d,\"screen_one\":%d,", scr[0], scr[1], scr[2],
                 scr[3], scr[4], race_screened(first, 0, 0)[2], race_screened(first, 1.0, 0)[2]);
+    // a per-call candidate is screened and raced only against the per-call best: cached (index 1) at 100,
+    // per-call at 180 (index 2) and 280 (index 3, > 1.5 x 180), stock (index 0) at 400
+    const std::vector<double> first2 = { 400, 100, 180, 280 };
+    const std::vector<int> scr2 = race_screened(first2, 1.5, 0, { true, false, true, true });
+    const std::vector<int> scr3 = race_screened(first2, 1.5, 0);  // no classes: both against the cached 100
+    std::printf("\"screen_per_call\":[%d,%d,%d,%d],\"screen_one_class\":[%d,%d,%d,%d],", scr2[0], scr2[1], scr2[2],
+                scr2[3], scr3[0], scr3[1], scr3[2], scr3[3]);
+    const std::vector<std::vector<double>> us2 = { { 400, 401 }, { 100, 101 }, { 180, 181 }, { 280, 281 } };
+    std::printf("\"best_among\":%d,\"best_among_none\":%d,", race_best_among(us2, { true, false, true, true }),
+                race_best_among(us2, { false, false, false, false }));
+    // trials 0-3 with anchors 100, 115, 101, 99: trial 1 is 14% off their median (100.5) at drift 0.10; trial 4
+    // (not yet run) is not judged
+    const std::vector<bool> dr = race_drifted({ 100, 115, 101, 99, NAN }, 4, 0.10);
+    std::printf("\"drifted\":[%d,%d,%d,%d,%d],", (int) dr[0], (int) dr[1], (int) dr[2], (int) dr[3], (int) dr[4]);
     std::printf("\"slow\":%d,\"slow_after_2\":%d,\"close\":%d,\"noisy\":%d,\"off\":%d,\"nan_pairs\":%d,"
                 "\"lo\":%.6f,\"hi\":%.6f,\"n\":%d,\"best\":%d,\"t95_1\":%.3f,\"t95_4\":%.3f,\"t95_100\":%.3f}\n",
                 race_prune(slow, best, o), race_prune(slow2, best, o), race_prune(close, best, o),

@@ -747,6 +747,10 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
     std::vector<std::vector<double>> ok_us(n, std::vector<double>((size_t) c.trials, NAN));
     std::vector<std::string>         pruned(n);  // non-empty: why it is no longer timed
     const race_opts                  race = { o.race_min_trials, o.race_noise, o.race_screen };
+    std::vector<bool>                per_call(n);  // runs without the weight cache (race.h race_best_among)
+    for (size_t k = 0; k < n; ++k) {
+        per_call[k] = cands[k].name.find("weight=cached") == std::string::npos;
+    }
     if (race.min_trials > 0 && c.op == ggml_dispatch_op_name(GGML_DISPATCH_OP_MUL_MAT) && c.spec.contains("M")) {
         // the tile model (race.h): a wider mmq tile with the same column-tile count is not timed
         std::vector<std::string> names;
@@ -845,7 +849,7 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             for (size_t k = 0; k < n; ++k) {
                 first[k] = pruned[k].empty() ? ok_us[k][0] : NAN;
             }
-            const std::vector<int> scr = race_screened(first, race.screen, 0);  // stock (k = 0): the anchor
+            const std::vector<int> scr = race_screened(first, race.screen, 0, per_call);  // stock (k = 0): the anchor
             for (size_t k = 0; k < n; ++k) {
                 if (scr[k] < 0) {
                     continue;
@@ -858,12 +862,25 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             }
         }
         if (race.min_trials > 0 && t + 1 >= race.min_trials && t + 1 < c.trials) {
-            const int best = race_best(ok_us);
-            for (size_t k = 1; best >= 0 && k < n; ++k) {  // stock (k = 0) is the anchor: always timed
-                if (k == (size_t) best || !pruned[k].empty() || !race_prune(ok_us[k], ok_us[(size_t) best], race)) {
+            // pairs of trials that will be marked drifted do not count (race_drifted)
+            const std::vector<bool>          drifted = race_drifted(anchors, (size_t) t + 1, c.drift_max);
+            std::vector<std::vector<double>> clean   = ok_us;
+            for (auto & v : clean) {
+                for (size_t u = 0; u < v.size(); ++u) {
+                    if (drifted[u]) {
+                        v[u] = NAN;
+                    }
+                }
+            }
+            const int best_any      = race_best(clean);
+            const int best_per_call = race_best_among(clean, per_call);
+            for (size_t k = 1; k < n; ++k) {  // stock (k = 0) is the anchor: always timed
+                const int best = per_call[k] ? best_per_call : best_any;
+                if (best < 0 || k == (size_t) best || !pruned[k].empty() ||
+                        !race_prune(clean[k], clean[(size_t) best], race)) {
                     continue;
                 }
-                const race_interval ri = race_ratio_interval(ok_us[k], ok_us[(size_t) best]);
+                const race_interval ri = race_ratio_interval(clean[k], clean[(size_t) best]);
                 char                buf[200];
                 snprintf(buf, sizeof(buf), "race: %s/this 95%% CI [%.3f, %.3f] < %.3f after %d trials",
                          cands[(size_t) best].name.c_str(), ri.lo, ri.hi, 1.0 - race.noise, ri.n);

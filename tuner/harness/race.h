@@ -105,27 +105,73 @@ inline int race_best(const std::vector<std::vector<double>> & us) {
     return best;
 }
 
+// The current best among the candidates `among` marks (race_best over those only; -1 if none has a time).
+// A candidate is raced against the best of the candidates a table could hold in its place: one that runs
+// without the weight cache only against those that also do, since a table decided without a cache budget
+// cannot use a cached configuration and needs its per-call rivals measured in full.
+inline int race_best_among(const std::vector<std::vector<double>> & us, const std::vector<bool> & among) {
+    std::vector<std::vector<double>> masked(us.size());
+    for (size_t k = 0; k < us.size(); ++k) {
+        if (among[k]) {
+            masked[k] = us[k];
+        }
+    }
+    return race_best(masked);
+}
+
+// The trials so far whose stock anchor is off the median anchor of those trials by more than drift_max:
+// the sweep marks such a trial drifted at the end and decisions skip it, so racing does not count it as a
+// pair either (a candidate pruned on pairs that are dropped later would be left with too few).
+inline std::vector<bool> race_drifted(const std::vector<double> & anchors, size_t upto, double drift_max) {
+    std::vector<double> v;
+    for (size_t t = 0; t < upto && t < anchors.size(); ++t) {
+        if (std::isfinite(anchors[t]) && anchors[t] > 0) {
+            v.push_back(anchors[t]);
+        }
+    }
+    std::vector<bool> out(anchors.size(), false);
+    if (v.empty()) {
+        return out;
+    }
+    std::sort(v.begin(), v.end());
+    const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    for (size_t t = 0; t < upto && t < anchors.size(); ++t) {
+        out[t] = std::isfinite(anchors[t]) && std::fabs(anchors[t] / med - 1.0) > drift_max;
+    }
+    return out;
+}
+
 // Pruning by early results (as Triton's prune by early timing): after the first trial, a candidate whose
 // time is more than `screen` times the best first-trial time is not timed again. One trial's noise is a
 // few percent; a 1.5x gap is far outside it, and a candidate that slow never becomes a point's winner, so
-// the race's minimum trials are not spent on it. Returns, per candidate, the index of the best (-1 = keep);
-// `keep` (stock, the anchor) is never screened.
-inline std::vector<int> race_screened(const std::vector<double> & first_us, double screen, size_t keep) {
+// the race's minimum trials are not spent on it. As in the race, a candidate with `per_call` set is
+// screened only against the best of those with it set (empty: every candidate is per-call). Returns, per
+// candidate, the index of the best it was screened against (-1 = keep); `keep` (stock) is never screened.
+inline std::vector<int> race_screened(const std::vector<double> & first_us, double screen, size_t keep,
+                                      const std::vector<bool> & per_call = {}) {
     std::vector<int> out(first_us.size(), -1);
     if (!(screen > 1.0)) {
         return out;
     }
-    int    best = -1;
-    double b    = INFINITY;
+    auto pc = [&](size_t k) { return per_call.empty() || per_call[k]; };
+    int    best[2] = { -1, -1 };  // [0]: among all, [1]: among the per-call candidates
+    double b[2]    = { INFINITY, INFINITY };
     for (size_t k = 0; k < first_us.size(); ++k) {
-        if (std::isfinite(first_us[k]) && first_us[k] > 0 && first_us[k] < b) {
-            b    = first_us[k];
-            best = (int) k;
+        if (!(std::isfinite(first_us[k]) && first_us[k] > 0)) {
+            continue;
+        }
+        for (int c = 0; c < 2; ++c) {
+            if ((c == 0 || pc(k)) && first_us[k] < b[c]) {
+                b[c]    = first_us[k];
+                best[c] = (int) k;
+            }
         }
     }
-    for (size_t k = 0; best >= 0 && k < first_us.size(); ++k) {
-        if (k != keep && (int) k != best && std::isfinite(first_us[k]) && first_us[k] > screen * b) {
-            out[k] = best;
+    for (size_t k = 0; k < first_us.size(); ++k) {
+        const int c = pc(k) ? 1 : 0;
+        if (best[c] >= 0 && k != keep && (int) k != best[c] && std::isfinite(first_us[k]) &&
+                first_us[k] > screen * b[c]) {
+            out[k] = best[c];
         }
     }
     return out;
