@@ -31,14 +31,14 @@ def _csv(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def _ints(text: str, what: str = "ubatch") -> tuple[int, ...]:
     try:
         vals = tuple(int(p) for p in text.split(",") if p.strip())
     except ValueError:
         raise click.BadParameter(f"{text!r}: expected comma-separated integers") from None
     if not vals or any(v < 1 or v > 1 << 20 for v in vals):
-        raise click.BadParameter(f"{text!r}: each ubatch must be between 1 and {1 << 20}")
-    return vals
+        raise click.BadParameter(f"{text!r}: each {what} must be between 1 and {1 << 20}")
+    return tuple(dict.fromkeys(vals))
 
 
 def _configured(build: Path) -> bool:
@@ -87,6 +87,19 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     default=",".join(map(str, plan_mod.DEFAULT_UBATCH)),
     show_default=True,
     help="prefill micro-batch sizes (llama-bench -ub).",
+)
+@click.option(
+    "--depth",
+    default=None,
+    help="KV depths, comma-separated (e.g. 4096,16384,49152): adds decode and verify (pp2-4) at each "
+    "prefilled depth and tunes every FlashAttention kernel configuration there.",
+)
+@click.option(
+    "--kv-type",
+    type=click.Choice(plan_mod.KV_TYPES),
+    default="f16",
+    show_default=True,
+    help="the KV cache type of the --depth workload (llama-bench -ctk/-ctv).",
 )
 @click.option(
     "--cuda-arch",
@@ -157,6 +170,8 @@ def autotune_cmd(
     models: tuple[Path, ...],
     workload: str,
     ubatch: str,
+    depth: str | None,
+    kv_type: str,
     cuda_arch: str,
     nvcc: Path | None,
     cuda_home: Path | None,
@@ -178,15 +193,23 @@ def autotune_cmd(
     Stages (each resumable: re-run the same command; each skippable with --skip):
       hook           ggml-dispatch install (no table)
       build          cmake configure + build (CUDA, FlashAttention on), reusing --build-dir
-      trace          llama-bench workloads with GGML_CUDA_ROUTE_TRACE
-      census         ggml-dispatch census ingest
-      tune           ggml-dispatch tune run (resumes from its journal)
+      trace          llama-bench workloads with GGML_CUDA_ROUTE_TRACE (with --depth: decode and
+                     verify at those KV depths too)
+      census         ggml-dispatch census ingest (with --depth: census attention too)
+      tune           ggml-dispatch tune run (resumes from its journal); with --depth a second run
+                     over the attention census (every configuration) and tune merge
       codegen        ggml-dispatch codegen -> table.json + header
       install-table  ggml-dispatch install --table
       rebuild        cmake --build
       ab             stock vs table, interleaved pairs (ggml-dispatch ab)
       report         REPORT.md with the A/B's 95% CIs
     The state is OUT/autotune.state.json; logs and traces are under OUT/.autotune/.
+
+    \b
+    Examples:
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
     try:
         archs = env_mod.parse_archs(cuda_arch)
@@ -247,6 +270,8 @@ def autotune_cmd(
         build_dir=build,
         workloads=_csv(workload, plan_mod.WORKLOADS, "--workload"),
         ubatches=_ints(ubatch),
+        depths=_ints(depth, "depth") if depth is not None else (),
+        kv_type=kv_type,
         cuda_arch=cuda_arch,
         nvcc=compiler,
         jobs=jobs or os.cpu_count() or 2,

@@ -29,6 +29,9 @@ STAGES: Final = (
 )
 GPU_STAGES: Final = ("trace", "tune", "ab")  # the stages that run on the GPU
 WORKLOADS: Final = ("decode", "verify", "prefill")
+# with --depth: decode and verify at prefilled KV depths, the FlashAttention points (census attention)
+DEPTH_WORKLOAD: Final = "depth"
+KV_TYPES: Final = ("f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")  # llama-bench -ctk/-ctv
 DEFAULT_UBATCH: Final = (128, 256, 512, 1024, 2048)
 WORK_DIR: Final = ".autotune"  # traces, logs and the partial A/B inside the output folder
 STATE_FILE: Final = "autotune.state.json"
@@ -74,6 +77,8 @@ class Options:
     pairs: int = 5
     reps: int = 3
     skip: frozenset[str] = frozenset()
+    depths: tuple[int, ...] = ()  # KV depths of the attention workload (none: no attention tuning)
+    kv_type: str = "f16"  # its KV cache type
     tool: tuple[str, ...] = ("ggml-dispatch",)  # how the stage CLIs are called
     generator: tuple[str, ...] = ()  # e.g. ("-G", "Ninja")
     built: bool = False  # the build folder already holds a configured build (reused)
@@ -121,9 +126,13 @@ def unique_names(models: Sequence[Path]) -> list[tuple[str, Path]]:
     return out
 
 
-def bench_args(workload: str, ubatches: Sequence[int]) -> str:
+def bench_args(
+    workload: str, ubatches: Sequence[int], depths: Sequence[int] = (), kv_type: str = "f16"
+) -> str:
     """llama-bench arguments of one workload (FlashAttention on, every layer on the GPU)."""
     common = "-ngl 99 -fa on"
+    if workload == DEPTH_WORKLOAD:  # decode and verify widths 2-4 over a prefilled KV cache
+        return f"{common} -ctk {kv_type} -ctv {kv_type} -p 2,3,4 -n 32 -d {','.join(map(str, depths))}"
     if workload == "decode":
         return f"{common} -p 0 -n 128"
     if workload == "verify":  # speculative verify and small batches
@@ -154,6 +163,8 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     loader = _loader_env(bins, env)
     census = out / "census.parquet"
     tuning = out / "tuning.parquet"
+    attention = work / "attention.parquet"  # the attention census (with --depth)
+    workloads = (*opts.workloads, DEPTH_WORKLOAD) if opts.depths else opts.workloads
     table = out / "table.json"
     stages: list[Stage] = []
 
@@ -195,14 +206,14 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     traces: list[Path] = []
     trace_steps = []
     for name, model in models:
-        for w in opts.workloads:
+        for w in workloads:
             t = work / "traces" / f"{name}.{w}.jsonl"
             traces.append(t)
             argv = (
                 str(bins / "llama-bench"),
                 "-m",
                 str(model),
-                *shlex.split(bench_args(w, opts.ubatches)),
+                *shlex.split(bench_args(w, opts.ubatches, opts.depths, opts.kv_type)),
                 "-r",
                 "1",
                 "-o",
@@ -218,7 +229,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     stages.append(
         Stage(
             "trace",
-            f"route traces of llama-bench: {', '.join(opts.workloads)} on {len(models)} model(s)",
+            f"route traces of llama-bench: {', '.join(workloads)} on {len(models)} model(s)",
             tuple(trace_steps),
             TRACE_MIN_PER_RUN * len(trace_steps),
             tuple(traces),
@@ -249,44 +260,83 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
                 )
             )
         census_steps.append(Step((*tool, "census", "ingest", *map(str, traces), "-o", str(census))))
+    depth_traces = [str(t) for t in traces if t.name.endswith(f".{DEPTH_WORKLOAD}.jsonl")]
+    if depth_traces:
+        census_steps.append(Step((*tool, "census", "attention", *depth_traces, "-o", str(attention))))
     stages.append(
         Stage(
-            "census", "census of the traced shapes", tuple(census_steps), 0.2 * len(census_steps), (census,)
+            "census",
+            "census of the traced shapes" + (" and of their FlashAttention calls" if depth_traces else ""),
+            tuple(census_steps),
+            0.2 * len(census_steps),
+            (census, *((attention,) if depth_traces else ())),
         )
     )
 
-    tune_argv = [
-        *tool,
-        "tune",
-        "run",
-        str(census),
-        "--llama-cpp",
-        str(tree),
-        "--build-dir",
-        str(bins.parent if bins == build / "bin" else bins),
-        "-o",
-        str(tuning),
-        "--journal",
-        str(out / "tuning.journal.jsonl"),
-        "--trials",
-        str(opts.trials),
-        "--coverage",
-        str(opts.coverage),
-    ]
-    if opts.case_timeout is not None:
-        tune_argv += ["--case-timeout", str(opts.case_timeout)]
+    def tune_argv(census_in: Path, tuning_out: Path, journal: Path, *extra: str) -> tuple[str, ...]:
+        argv = [
+            *tool,
+            "tune",
+            "run",
+            str(census_in),
+            "--llama-cpp",
+            str(tree),
+            "--build-dir",
+            str(bins.parent if bins == build / "bin" else bins),
+            "-o",
+            str(tuning_out),
+            "--journal",
+            str(journal),
+            "--trials",
+            str(opts.trials),
+            *extra,
+        ]
+        if opts.case_timeout is not None:
+            argv += ["--case-timeout", str(opts.case_timeout)]
+        if opts.tune_seconds is not None:
+            argv += ["--max-seconds", str(opts.tune_seconds)]
+        return tuple(argv)
+
     if opts.tune_seconds is not None:
-        tune_argv += ["--max-seconds", str(opts.tune_seconds)]
-        tune_min = opts.tune_seconds / 60
+        tune_min = opts.tune_seconds / 60 * (2 if depth_traces else 1)
     else:
         tune_min = len(models) * TUNE_CASES_GUESS_PER_MODEL * opts.trials * TUNE_SECONDS_PER_TRIAL / 60
+    matmul_tuning = work / "tuning-matmul.parquet" if depth_traces else tuning
+    attention_tuning = work / "tuning-attention.parquet"
+    tune_steps = [
+        Step(
+            tune_argv(census, matmul_tuning, out / "tuning.journal.jsonl", "--coverage", str(opts.coverage)),
+            loader,
+        )
+    ]
+    if depth_traces:
+        # every attention point of the depth workload (verify widths weigh little in a traced run's time
+        # but run as often as decode in the workload they stand for), every kernel configuration; the two
+        # sweeps' rows are one tuning file
+        tune_steps += [
+            Step(
+                tune_argv(
+                    attention,
+                    attention_tuning,
+                    out / "tuning-attention.journal.jsonl",
+                    "--coverage",
+                    "1",
+                    "--configs",
+                    "all",
+                ),
+                loader,
+            ),
+            Step((*tool, "tune", "merge", str(matmul_tuning), str(attention_tuning), "-o", str(tuning))),
+        ]
+        tune_min += len(models) * len(opts.depths) * 8 * opts.trials * TUNE_SECONDS_PER_TRIAL / 60
     stages.append(
         Stage(
             "tune",
-            "time every eligible route of the census shapes (resumes from its journal)",
-            (Step(tuple(tune_argv), loader),),
+            "time every eligible route of the census shapes (resumes from its journal)"
+            + ("; then every FlashAttention configuration at the traced depths" if depth_traces else ""),
+            tuple(tune_steps),
             tune_min,
-            (tuning,),
+            (tuning, *((matmul_tuning, attention_tuning) if depth_traces else ())),
         )
     )
     stages.append(
@@ -325,8 +375,8 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     ]
     for name, model in models:
         ab_argv += ["--model", f"{name}={model}"]
-    for w in opts.workloads:
-        ab_argv += ["--bench", bench_args(w, opts.ubatches)]
+    for w in workloads:
+        ab_argv += ["--bench", bench_args(w, opts.ubatches, opts.depths, opts.kv_type)]
     ab_argv += [
         "--pairs",
         str(opts.pairs),
@@ -339,7 +389,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
         "-o",
         str(work / "ab.partial.jsonl"),
     ]
-    ab_runs = 2 * opts.pairs * len(models) * len(opts.workloads)
+    ab_runs = 2 * opts.pairs * len(models) * len(workloads)
     stages.append(
         Stage(
             "ab",

@@ -102,6 +102,22 @@ def test_dry_run_options_shape_the_plan(tree: Path, smollm2: Path, tmp_path: Pat
     assert "--pairs 2 --reps 1" in res.output
 
 
+def test_dry_run_with_depths_tunes_attention_too(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "-o", str(tmp_path / "o")]
+    res = CliRunner().invoke(
+        main, [*args, "--depth", "4096,49152,4096", "--kv-type", "q8_0", "--dry-run"], env=NO_GPU
+    )
+    assert res.exit_code == 0, res.output
+    assert "decode, verify, prefill, depth on 1 model" in res.output
+    assert "-ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d 4096,49152 -r 1" in res.output  # each depth once
+    assert "census attention" in res.output and "--coverage 1 --configs all" in res.output
+    assert "tune merge" in res.output
+    bad = CliRunner().invoke(main, [*args, "--depth", "0", "--dry-run"], env=NO_GPU)
+    assert bad.exit_code == 2 and "each depth must be between 1 and" in bad.output
+    bad = CliRunner().invoke(main, [*args, "--depth", "4096", "--kv-type", "q9", "--dry-run"], env=NO_GPU)
+    assert bad.exit_code == 2 and "--kv-type" in bad.output
+
+
 def test_refuses_without_a_gpu(tree: Path, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     res = CliRunner().invoke(
@@ -346,14 +362,24 @@ def test_a_tune_stopped_by_its_budget_is_reported(tmp_path: Path) -> None:
     assert state["stages"]["tune"]["partial"] is True
 
 
-def test_every_planned_command_parses_with_its_stage_cli(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("depths", [(), (4096, 16384)])
+def test_every_planned_command_parses_with_its_stage_cli(
+    tree: Path, smollm2: Path, tmp_path: Path, depths: tuple[int, ...]
+) -> None:
     """Each ggml-dispatch step of the plan is a valid invocation of that stage's CLI (options and
-    arguments parse; the files earlier stages write are laid down empty first)."""
+    arguments parse; the files earlier stages write are laid down empty first). With --depth the plan
+    adds the depth workload, the attention census, its sweep and the merge."""
     import click
 
     out = tmp_path / "o"
     opts = plan_mod.Options(
-        llama_cpp=tree, models=(smollm2, smollm2), out=out, build_dir=tmp_path / "b", tune_seconds=60.0
+        llama_cpp=tree,
+        models=(smollm2, smollm2),
+        out=out,
+        build_dir=tmp_path / "b",
+        tune_seconds=60.0,
+        depths=depths,
+        kv_type="q8_0",
     )
     stages = plan_mod.plan(opts)
     for s in stages:
@@ -376,7 +402,13 @@ def test_every_planned_command_parses_with_its_stage_cli(tree: Path, smollm2: Pa
             ctx = cmd.make_context(str(name), args)
             assert ctx.params, step.argv
             checked += 1
-    assert checked >= 9  # install x2, census x3, tune, codegen, ab, report
+    # install x2, census x3, tune, codegen, ab, report; with depths census attention, tune run, tune merge
+    assert checked == (9 if not depths else 12)
+    argvs = [" ".join(st.argv) for s in stages for st in s.steps]
+    depth_bench = "-ngl 99 -fa on -ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d 4096,16384"
+    assert sum(depth_bench in a for a in argvs) == (0 if not depths else 3)  # 2 traces and the A/B
+    assert any(" census attention " in a for a in argvs) == bool(depths)
+    assert any(" tune merge " in a and a.endswith(str(out / "tuning.parquet")) for a in argvs) == bool(depths)
 
 
 def test_prebuilt_binaries_need_the_build_stages_skipped(tree: Path, smollm2: Path, tmp_path: Path) -> None:
