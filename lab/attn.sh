@@ -31,9 +31,10 @@
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
 #                 the A/B over calls
 #
-#   PART=profile  after PART=table: CUPTI kernel timelines of stock and that table, tg32 and pp2 at AB_DEPTHS
+#   PART=profile  after PART=table: CUPTI kernel timelines of stock and that table, tg32 and tg96 at AB_DEPTHS
 #                 (default 16384) for each AB_KV, one process each (<arm>.tg32@d16384-kvq8_0.ktl + .jsonl),
-#                 packed as attn-profile-<model>.tar.gz for `ggml-dispatch report --profile`; AB_MODELS=llama8b
+#                 packed as attn-profile-<model>.tar.gz; lab/attn_profile_summary.py turns the tg96 - tg32
+#                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
@@ -238,7 +239,7 @@ table)
     ;;
 profile)
     # CUPTI kernel timelines (.carry/libkernel_timeline.so) of stock and the table installed by PART=table,
-    # one llama-bench process per arm, test and depth (tg32, pp2), read by `ggml-dispatch report --profile`
+    # one llama-bench process per arm, test and depth (tg32, tg96), summed up by lab/attn_profile_summary.py
     need_build
     KT=$REPO/.carry/libkernel_timeline.so
     [ -f "$KT" ] || die "no $KT (make device-carry builds it)"
@@ -255,9 +256,10 @@ profile)
         for d in ${AB_DEPTHS:-16384}; do
             d=${d//,/ }
             for depth in $d; do
-                for t in tg32 pp2; do
-                    args=(-p 0 -n 32)
-                    [ "$t" = pp2 ] && args=(-p 2 -n 0)
+                # tg32 and tg96: their difference is 64 decode tokens without the depth fill
+                # (lab/attn_profile_summary.py)
+                for t in tg32 tg96; do
+                    args=(-p 0 -n "${t#tg}")
                     for arm in stock table; do
                         [ "$(left)" -gt 20 ] || die "deadline: profile incomplete"
                         mode=table
@@ -273,6 +275,7 @@ profile)
         done
     done
     tar -czf "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.tar.gz" -C "$P" .
+    python3 lab/attn_profile_summary.py "$P" | tee "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.md"
     ;;
 ab-qwen3 | ab-8b)
     need_build

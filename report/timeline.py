@@ -4,7 +4,9 @@ A profile is a set of ``<arm>.<test>.ktl`` files (``report/native/kernel_timelin
 and memset the GPU ran in one llama-bench process, GPU timestamps from CUPTI) each with the llama-bench
 JSON Lines output of that same process beside it (``<arm>.<test>.jsonl``). ``<test>`` is the ubatch of
 a pp run (``512``: pp2048 at ubatch 512), ``tg128``, or a test at a prefilled depth with its KV cache
-types when not f16 (``tg32@d16384``, ``pp2@d49152-kvq8_0``: lab/attn.sh's profile).
+types when not f16 (``tg32@d16384``, ``pp2@d49152-kvq8_0``). A depth test's process also holds
+llama-bench's fill of the KV cache before every repetition, so its split here counts the fills;
+lab/attn_profile_summary.py takes the per-token split from two lengths' difference instead.
 
 Per run, the kernels' GPU time is split into categories: the matmul routes (mmvq, mmq, mmvf, mmf,
 cuBLAS's own kernels), the conversions the cuBLAS route adds (weight dequantization to f16, the f32->f16
@@ -95,7 +97,7 @@ def runs_in_timeline(bench: BenchRun) -> float:
     raise ValueError("profiled tests are pp or tg, not both")
 
 
-def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+def union_ns(intervals: Sequence[tuple[int, int]]) -> int:
     total = 0
     covered_to = None  # end of the time already counted
     for start, end in sorted(intervals):
@@ -147,7 +149,7 @@ def breakdown(arm: str, test: str, tl: Timeline, bench: BenchRun) -> Breakdown:
         inside = [(s, e) for s, e in tl.copies if s >= first and e <= last]
         ns["copy"] = sum(e - s for s, e in inside)
         intervals += inside
-    busy = _union_ns(intervals)
+    busy = union_ns(intervals)
     return Breakdown(
         arm,
         test,
