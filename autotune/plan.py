@@ -31,6 +31,7 @@ GPU_STAGES: Final = ("trace", "tune", "ab")  # the stages that run on the GPU
 WORKLOADS: Final = ("decode", "verify", "prefill")
 # with --depth: decode and verify at prefilled KV depths, the FlashAttention points (census attention)
 DEPTH_WORKLOAD: Final = "depth"
+DEPTH_MAX_M: Final = 16  # the attention census keeps calls of at most this many Q columns
 KV_TYPES: Final = ("f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")  # llama-bench -ctk/-ctv
 DEFAULT_UBATCH: Final = (128, 256, 512, 1024, 2048)
 WORK_DIR: Final = ".autotune"  # traces, logs and the partial A/B inside the output folder
@@ -262,7 +263,21 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
         census_steps.append(Step((*tool, "census", "ingest", *map(str, traces), "-o", str(census))))
     depth_traces = [str(t) for t in traces if t.name.endswith(f".{DEPTH_WORKLOAD}.jsonl")]
     if depth_traces:
-        census_steps.append(Step((*tool, "census", "attention", *depth_traces, "-o", str(attention))))
+        # decode and verify points only: the depth fill runs at the ubatch, one point per KV length
+        census_steps.append(
+            Step(
+                (
+                    *tool,
+                    "census",
+                    "attention",
+                    *depth_traces,
+                    "--max-m",
+                    str(DEPTH_MAX_M),
+                    "-o",
+                    str(attention),
+                )
+            )
+        )
     stages.append(
         Stage(
             "census",

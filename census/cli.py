@@ -158,14 +158,25 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
 @census.command("attention")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @output_option("attention census .parquet to write.")
+@click.option(
+    "--max-m",
+    type=click.IntRange(1),
+    default=None,
+    help="keep only calls with at most this many Q columns (decode and verify: a depth run's KV fill "
+    "runs at the ubatch, one point per KV length on the way).",
+)
 @allow_mixed_option("accept traces of several upstream commits (stamped as a list).")
-def attention_cmd(traces: tuple[Path, ...], output: Path, allow_mixed: bool) -> None:
+def attention_cmd(traces: tuple[Path, ...], output: Path, max_m: int | None, allow_mixed: bool) -> None:
     """FLASH_ATTN_EXT calls of route traces -> the attention census.
 
     One row per GPU, attention shape key (K/V types, head dims D_K/D_V, GQA ratio, KV-length bucket
     kv), Q columns M, exact KV length, flags (mask, sinks, softcap, ALiBi) and stock kernel, with calls
     and est_us (roofline from bytes and FLOPs, K/V conversions of TILE/MMA included). Matmul records
     are left to `census ingest`.
+
+    \b
+    Example:
+      ggml-dispatch census attention decode-d16384.jsonl --max-m 16 -o attention.parquet
     """
     fileio.check_output(output, traces)
     agg = aggregate.Aggregator()
@@ -178,6 +189,10 @@ def attention_cmd(traces: tuple[Path, ...], output: Path, allow_mixed: bool) -> 
         for w in f.warnings:
             _warn(show.safe(w))
     rows = attention.attention_rows(agg.tallies)
+    if max_m is not None:
+        kept = [r for r in rows if r["M"] <= max_m]
+        _info(f"--max-m {max_m}: {len(kept)} of {len(rows)} attention points kept")
+        rows = kept
     table = attention.write(rows, output, {str(f.path): f.sha256 for f in reports}, traces[-1])
     total = sum(x["est_us"] for x in rows) or 1.0
     for row in rows[:20]:

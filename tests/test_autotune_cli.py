@@ -110,7 +110,8 @@ def test_dry_run_with_depths_tunes_attention_too(tree: Path, smollm2: Path, tmp_
     assert res.exit_code == 0, res.output
     assert "decode, verify, prefill, depth on 1 model" in res.output
     assert "-ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d 4096,49152 -r 1" in res.output  # each depth once
-    assert "census attention" in res.output and "--coverage 1 --configs all" in res.output
+    assert "census attention" in res.output and "--max-m 16" in res.output
+    assert "--coverage 1 --configs all" in res.output
     assert "tune merge" in res.output
     bad = CliRunner().invoke(main, [*args, "--depth", "0", "--dry-run"], env=NO_GPU)
     assert bad.exit_code == 2 and "each depth must be between 1 and" in bad.output

@@ -498,3 +498,25 @@ def test_declared_attention_needs_head_counts(make_gguf: MakeGguf, tmp_path: Pat
     out = tmp_path / "d.parquet"
     res = cli("census", "from-gguf", g, "--m", "1", "--n-kv", "256", "-o", out)
     _assert_failed_cleanly(res, out, "attention rows need scalar head_count")
+
+
+# a real depth trace: llama-bench -p 2,3,4,512 -n 32 -d 4096,16384,49152 -fa on -ctk q8_0 on the H200
+# (lab/attn.sh PART=trace, sixth session): decode and verify, pp512, and the KV fill at every depth
+DEPTH_TRACE = REPO / "evidence" / "h200-2026-12-01-s6" / "attn" / "attn-trace" / "qwen3-seed-L4-q8_0.jsonl.gz"
+
+
+def test_census_attention_max_m_keeps_decode_and_verify(tmp_path: Path) -> None:
+    from tuner.attention import read_attention_census
+
+    full = cli("census", "attention", DEPTH_TRACE, "-o", tmp_path / "all.parquet")
+    assert full.exit_code == 0, full.output
+    rows = read_attention_census(tmp_path / "all.parquet")
+    small = cli("census", "attention", DEPTH_TRACE, "--max-m", "8", "-o", tmp_path / "dv.parquet")
+    assert small.exit_code == 0, small.output
+    kept = read_attention_census(tmp_path / "dv.parquet")
+    want = [r for r in rows if r["M"] <= 8]
+    assert {r["M"] for r in rows} == {1, 2, 3, 4, 512} and len(want) < len(rows) / 4  # the fill dominates
+    assert [(r["M"], r["n_kv"], r["calls"]) for r in kept] == [(r["M"], r["n_kv"], r["calls"]) for r in want]
+    assert f"--max-m 8: {len(want)} of {len(rows)} attention points kept" in small.output
+    bad = cli("census", "attention", DEPTH_TRACE, "--max-m", "0", "-o", tmp_path / "x.parquet")
+    assert bad.exit_code == 2 and not (tmp_path / "x.parquet").exists()
