@@ -36,13 +36,12 @@ class Process:
 
 
 def _process(ktl: str, jsonl: str, where: Path) -> Process:
-    tl = timeline.parse_ktl(ktl.splitlines(), where)
-    ms = dict.fromkeys(timeline.CATEGORIES, 0.0)
-    for start, end, cat in tl.kernels:
-        ms[cat] += (end - start) / 1e6
-    ms["copy"] = sum(e - s for s, e in tl.copies) / 1e6
-    busy = timeline.union_ns([(s, e) for s, e, _ in tl.kernels] + list(tl.copies)) / 1e6
-    return Process(ms, busy, parse_bench(jsonl.splitlines(), where))
+    """The whole process's time: report.timeline's split of it, per run, times its runs."""
+    b = timeline.breakdown(
+        "", "", timeline.parse_ktl(ktl.splitlines(), where), parse_bench(jsonl.splitlines(), where)
+    )
+    runs = timeline.runs_in_timeline(b.bench)
+    return Process({c: ms * runs for c, ms in b.ms.items()}, b.busy_ms * runs, b.bench)
 
 
 def read(path: Path) -> dict[tuple[str, str, int], Process]:

@@ -97,7 +97,7 @@ def runs_in_timeline(bench: BenchRun) -> float:
     raise ValueError("profiled tests are pp or tg, not both")
 
 
-def union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
     total = 0
     covered_to = None  # end of the time already counted
     for start, end in sorted(intervals):
@@ -149,7 +149,7 @@ def breakdown(arm: str, test: str, tl: Timeline, bench: BenchRun) -> Breakdown:
         inside = [(s, e) for s, e in tl.copies if s >= first and e <= last]
         ns["copy"] = sum(e - s for s, e in inside)
         intervals += inside
-    busy = union_ns(intervals)
+    busy = _union_ns(intervals)
     return Breakdown(
         arm,
         test,
