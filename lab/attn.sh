@@ -31,7 +31,8 @@
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
 #                 the A/B over calls
 #
-#   PART=profile  after PART=table: CUPTI kernel timelines of stock and that table, tg32 and tg96 at AB_DEPTHS
+#   PART=profile  after PART=table, or TABLE=a committed table.json installed first: CUPTI kernel timelines
+#                 of stock and that table, tg32 and tg96 at AB_DEPTHS
 #                 (default 16384) for each AB_KV, one process each (<arm>.tg32@d16384-kvq8_0.ktl + .jsonl),
 #                 packed as attn-profile-<model>.tar.gz; lab/attn_profile_summary.py turns the tg96 - tg32
 #                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b
@@ -243,8 +244,13 @@ profile)
     need_build
     KT=$REPO/.carry/libkernel_timeline.so
     [ -f "$KT" ] || die "no $KT (make device-carry builds it)"
+    if [ -n "${TABLE:-}" ]; then  # a committed table, installed here (PART=table installs its own otherwise)
+        gd install --llama-cpp "$TREE" --table "$TABLE" >&2 || die "install of $TABLE"
+        timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
+            { tail -20 "$W/attn-rebuild.log"; die "rebuild with $TABLE"; }
+    fi
     grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" &&
-        die "no table installed in $TREE: run PART=table first (the table arm needs one)"
+        die "no table installed in $TREE: run PART=table first or give TABLE= (the table arm needs one)"
     model=$QWEN
     [ "${AB_MODELS:-qwen3-seed}" = llama8b ] && model=$L8B
     P=$W/attn-profile/${AB_MODELS:-qwen3-seed}
