@@ -57,7 +57,9 @@ def _table(commit: str) -> dict[str, Any]:
     key = {"op": "FLASH_ATTN_EXT", "layout": "attention", "k_type": "q8_0", "v_type": "q8_0"}
     shape = {"D_K": 256, "D_V": 256, "gqa": 6, "kv": 65536}
     t["rules"] = [
-        key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"}
+        key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
+        # a second rule of the same kind, at a KV bucket no case reaches: what the first-use warm-up launches
+        key | shape | {"kv": 8192, "M_lo": 1, "M_hi": 1, "route": "fa_mma", "config": "fa_mma/ncols1=1,ncols2=8"},
     ]
     return t
 
@@ -389,7 +391,7 @@ def test_override_sizes_scratch_for_every_kernel(drivers: dict[str, Path]) -> No
 
 
 def test_table_rule_applies_to_its_key_and_sizes_scratch_exactly(drivers: dict[str, Path]) -> None:
-    out = run(drivers["table"], {})
+    out = run(drivers["table"], {"GGML_CUDA_DISPATCH_WARMUP": "off"})  # one launch per node
     runs = {n: c["run"] for n, c in out["cases"].items()}
     # the rule: q8_0/q8_0, D 256/256, GQA 6, KV bucket 65536 (n_kv 32769..65536), M 1..2
     assert runs == STOCK | {"q8_0 D256 gqa6 M2 kv49152": "fa_mma"}
@@ -398,6 +400,28 @@ def test_table_rule_applies_to_its_key_and_sizes_scratch_exactly(drivers: dict[s
     for name, case in out["cases"].items():
         _scratch_ok(name, case, size_all=False)
     assert "table " in out["stderr"] and "applied on CUDA0" in out["stderr"]
+
+
+def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers: dict[str, Path]) -> None:
+    """CUDA loads a kernel at its first launch (milliseconds): the table's other configurations of a node's kind
+    launch once before the first such node's own launch, so the kernel a deep step picks is loaded by then."""
+    out = run(drivers["table"], {"GLUE_WARM": "1"})
+    w = out["warm"]
+    # on a VEC node of the kind: the MMA rules need f16 copies of K/V its scratch does not hold, so they wait
+    assert w["mma_scratch"] > w["vec_scratch"]  # the allocation: the output, and for MMA the f16 copies
+    assert w["vec_node"] == 0 and w["vec_launches"] == ""
+    assert w["in_capture"] == 0  # a launch under capture would run in every replay
+    # the first MMA node: the other rule's instance (1x8), then its own (16x2); the second time only its own
+    assert w["first"] == "1x8,16x2"
+    assert w["again"] == "16x2"
+    off = run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})["warm"]
+    assert off["first"] == "16x2" and off["vec_node"] == 0
+    assert "no first-use warm-up" in run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})[
+        "stderr"
+    ]
+    # stock and forced dispatch never warm up
+    forced = run(drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": "force:fa_mma/ncols1=16,ncols2=2"})
+    assert forced["warm"]["first"] == "16x2" and forced["warm"]["again"] == "16x2"
 
 
 def test_trace_of_attention_calls_reads_into_flash_attn_rows(

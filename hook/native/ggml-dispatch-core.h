@@ -365,6 +365,8 @@ class recorder {
     }
 
     bool trace_on() const { return trace_on_; }
+    // True between eval_begin and the next eval_begin of a CUDA-graph capture on this thread.
+    static bool capturing() { return tl_capture() != nullptr; }
 
     // Writes every key with a count since the last flush and zeroes the counts.
     void flush() {

@@ -18,8 +18,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <array>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #if defined(_WIN32)
 #    include <process.h>
@@ -60,6 +64,7 @@ struct dispatch_state {
     mode        m            = MODE_OFF;
     int         force_config = 0;
     bool        table_applies[GGML_CUDA_MAX_DEVICES] = {};
+    bool        warm_up      = true;  // GGML_CUDA_DISPATCH_WARMUP=off: no first-use warm-up
     moe_stats   moe;  // MUL_MAT_ID tokens per expert, while the trace is on
 };
 
@@ -286,6 +291,13 @@ static void init_once() {
         }
         if (info.device_count == 0) {
             line += ": no device";
+        }
+    }
+
+    if (const char * w = env_or_null("GGML_CUDA_DISPATCH_WARMUP"); w != nullptr && (std::strcmp(w, "off") == 0 || std::strcmp(w, "0") == 0)) {
+        st.warm_up = false;
+        if (st.m == MODE_TABLE) {
+            line += "; no first-use warm-up (GGML_CUDA_DISPATCH_WARMUP=off)";
         }
     }
 
@@ -768,6 +780,78 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
         st.rec.note(o, nullptr);
     }
     return run_config;
+}
+
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+namespace {
+// (device, K type, V type, D_K, D_V, GQA ratio, configuration) that have run: warmed up or launched
+using fa_warm_key = std::array<int64_t, 7>;
+struct fa_warm_state {
+    std::mutex            mu;
+    std::set<fa_warm_key> ran;
+};
+static fa_warm_state & fa_warm() {
+    static fa_warm_state * s = new fa_warm_state();
+    return *s;
+}
+}  // namespace
+#endif
+
+int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, int chosen,
+                                          ggml_cuda_dispatch_fattn_warm_t warm, void * user) {
+    const dispatch_state & st = state();
+    if (st.m != MODE_TABLE || !st.warm_up || device < 0 || device >= GGML_CUDA_MAX_DEVICES ||
+            !st.table_applies[device] || recorder::capturing()) {
+        return 0;  // a launch under capture would be replayed with every step
+    }
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+    const ggml_tensor * Q   = dst->src[0];
+    const ggml_tensor * K   = dst->src[1];
+    const ggml_tensor * V   = dst->src[2];
+    const int64_t       gqa = K->ne[2] > 0 ? Q->ne[2] / K->ne[2] : 0;
+    auto key = [&](int config) {
+        return fa_warm_key{device, (int64_t) K->type, (int64_t) V->type, K->ne[0], V->ne[0], gqa, config};
+    };
+    std::vector<int> pending;
+    {
+        std::lock_guard<std::mutex> lock(fa_warm().mu);
+        if (chosen != 0) {
+            fa_warm().ran.insert(key(chosen));  // its own launch follows
+        }
+        for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
+            const ggml_dispatch_table_rule & r = ggml_dispatch_table_rules[i];
+            if (r.op != GGML_DISPATCH_OP_FLASH_ATTN_EXT || r.layout != GGML_DISPATCH_LAYOUT_ATTENTION ||
+                    r.type0 != (int32_t) K->type || r.type1 != (int32_t) V->type ||
+                    r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_K] != K->ne[0] ||
+                    r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_V] != V->ne[0] ||
+                    r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_GQA] != gqa || r.config == 0 ||
+                    fa_warm().ran.count(key(r.config)) != 0 ||
+                    std::find(pending.begin(), pending.end(), r.config) != pending.end()) {
+                continue;
+            }
+            pending.push_back(r.config);
+        }
+    }
+    int launched = 0;
+    for (const int config : pending) {
+        if (warm(config, user)) {
+            launched++;
+            std::lock_guard<std::mutex> lock(fa_warm().mu);
+            fa_warm().ran.insert(key(config));
+        }
+    }
+    if (launched > 0) {
+        GGML_LOG_DEBUG("ggml_cuda_dispatch: first-use warm-up of %d FlashAttention configuration(s) on %s%d\n", launched,
+                       GGML_CUDA_NAME, device);
+    }
+    return launched;
+#else
+    GGML_UNUSED(dst);
+    GGML_UNUSED(chosen);
+    GGML_UNUSED(warm);
+    GGML_UNUSED(user);
+    return 0;
+#endif
 }
 
 bool ggml_cuda_dispatch_fattn_size_all() {

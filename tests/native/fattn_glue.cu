@@ -62,6 +62,7 @@ static struct {
     int  DKQ = 0, DV = 0, ncols1 = 0, ncols2 = 0;
     bool sparse = false, refused = false;
     long calls  = 0;
+    std::string launches;  // every instance reached, in order: "16x2,1x8"
 } g_mma;
 
 extern "C" void glue_mma_case(int DKQ, int DV, int ncols1, int ncols2, void * ctx, ggml_tensor * dst) {
@@ -78,6 +79,7 @@ extern "C" void glue_mma_case(int DKQ, int DV, int ncols1, int ncols2, void * ct
                     ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, ncols1, ncols2);
     g_mma.refused = ggml_dispatch_params_current().refused != 0;
     g_mma.calls++;
+    g_mma.launches += (g_mma.launches.empty() ? "" : ",") + std::to_string(ncols1) + "x" + std::to_string(ncols2);
 }
 
 alignas(64) static unsigned char g_ctx_bytes[sizeof(ggml_backend_cuda_context)];  // never constructed: no GPU
@@ -204,6 +206,30 @@ static void mma_grid() {
                 configs.size(), points, checked, eligible, stock_checked, mismatch, refused, sparse_ran, pairs.c_str());
 }
 
+// The first-use warm-up (GLUE_WARM): which of the table's configurations launch before a node's own, on a node
+// whose scratch cannot hold their f16 copies (none), under a CUDA-graph capture (none), on the first MMA node
+// of the rule's kind and on the same node again. Prints {"warm":{...}}.
+static void warm_up_cases(ggml_context * ctx) {
+    ggml_tensor * vec_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 4096, 1, 20);  // stock VEC: no f16 scratch
+    ggml_tensor * mma_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 49152, 2, 21);  // the table's MMA rule
+    g_mma = {};
+    ggml_cuda_fattn_warm_node vec = {&glue_ctx(), vec_node, ggml_cuda_fattn_dispatch_scratch(vec_node, BEST_FATTN_KERNEL_VEC)};
+    const int on_vec = ggml_cuda_dispatch_warm_up_flash_attn(0, vec_node, 0, ggml_cuda_fattn_dispatch_warm_one, &vec);
+    const std::string vec_launches = g_mma.launches;
+    ggml_cuda_dispatch_eval_begin(&glue_ctx(), mma_node, /*use_cuda_graph =*/ true, /*update_required =*/ true);
+    ggml_cuda_fattn_warm_node cap = {&glue_ctx(), mma_node, ggml_cuda_fattn_dispatch_scratch(mma_node, BEST_FATTN_KERNEL_MMA_F16)};
+    const int in_capture = ggml_cuda_dispatch_warm_up_flash_attn(0, mma_node, 0, ggml_cuda_fattn_dispatch_warm_one, &cap);
+    ggml_cuda_dispatch_eval_end();
+    g_mma = {};
+    ggml_cuda_flash_attn_ext(glue_ctx(), mma_node);
+    const std::string first = g_mma.launches;
+    g_mma = {};
+    ggml_cuda_flash_attn_ext(glue_ctx(), mma_node);
+    std::printf("{\"warm\":{\"vec_node\":%d,\"vec_launches\":\"%s\",\"in_capture\":%d,\"first\":\"%s\",\"again\":\"%s\","
+                "\"vec_scratch\":%zu,\"mma_scratch\":%zu}}\n",
+                on_vec, vec_launches.c_str(), in_capture, first.c_str(), g_mma.launches.c_str(), vec.scratch, cap.scratch);
+}
+
 int main() {
     g_info.device_count               = 1;
     g_info.physical_device_count      = 1;
@@ -223,6 +249,11 @@ int main() {
 
     ggml_init_params params = {ggml_tensor_overhead() * 256, nullptr, true};
     ggml_context *   ctx    = ggml_init(params);
+    if (std::getenv("GLUE_WARM")) {
+        warm_up_cases(ctx);
+        ggml_free(ctx);
+        return 0;
+    }
     struct {
         const char *  name;
         ggml_tensor * node;
