@@ -58,8 +58,9 @@ def _table(commit: str) -> dict[str, Any]:
     shape = {"D_K": 256, "D_V": 256, "gqa": 6, "kv": 65536}
     t["rules"] = [
         key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
-        # a second rule of the same kind, at a KV bucket no case reaches: what the first-use warm-up launches
+        # two more rules of the same kind, at KV buckets no case reaches: what the first-use warm-up launches
         key | shape | {"kv": 8192, "M_lo": 1, "M_hi": 1, "route": "fa_mma", "config": "fa_mma/ncols1=1,ncols2=8"},
+        key | shape | {"kv": 32768, "M_lo": 3, "M_hi": 3, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
     ]
     return t
 
@@ -411,8 +412,10 @@ def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers
     assert w["mma_scratch"] > w["vec_scratch"]  # the allocation: the output, and for MMA the f16 copies
     assert w["vec_node"] == 0 and w["vec_launches"] == ""
     assert w["in_capture"] == 0  # a launch under capture would run in every replay
-    # the first MMA node: the other rule's instance (1x8), then its own (16x2); the second time only its own
-    assert w["first"] == "1x8,16x2"
+    # the first MMA node (3 Q columns at KV length 32768, a rule of 16x2): stock's instance there (4x8, which a
+    # deeper node without a rule runs), the other rule's (1x8; the kv65536 rule is 16x2 too), then its own;
+    # the second time only its own
+    assert w["first"] == "4x8,1x8,16x2"
     assert w["again"] == "16x2"
     off = run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})["warm"]
     assert off["first"] == "16x2" and off["vec_node"] == 0

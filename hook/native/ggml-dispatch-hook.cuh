@@ -54,9 +54,11 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
 // launch (lazy loading, milliseconds each), so a kernel the table picks only at some depth would load inside
 // the first step that reaches it. For a node about to run `chosen`, `warm(config, user)` is asked to launch,
 // on this node, each configuration the table names for nodes of its kind (K/V types, head dims, GQA ratio;
-// every KV bucket and Q width) that has not run on this device yet; it answers whether it did (a
-// configuration the node's scratch cannot hold waits for a node that can). Only in table mode, outside
-// CUDA-graph capture, and not with GGML_CUDA_DISPATCH_WARMUP=off. Returns how many it launched.
+// every KV bucket and Q width) that has not run on this device yet, and config 0, stock's kernel on this
+// node, where the table displaces it at a Q width stock has not run yet (a deeper node the table leaves to
+// stock runs it); it answers whether it did (a configuration the node's scratch cannot hold waits for a node
+// that can). Only in table mode, outside CUDA-graph capture, and not with GGML_CUDA_DISPATCH_WARMUP=off.
+// Returns how many it launched.
 typedef bool (*ggml_cuda_dispatch_fattn_warm_t)(int config, void * user);
 int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, int chosen,
                                           ggml_cuda_dispatch_fattn_warm_t warm, void * user);

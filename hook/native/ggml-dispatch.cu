@@ -16,6 +16,7 @@
 #include "ggml-dispatch-cache-impl.cuh"
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -812,11 +813,15 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
     auto key = [&](int config) {
         return fa_warm_key{device, (int64_t) K->type, (int64_t) V->type, K->ne[0], V->ne[0], gqa, config};
     };
+    // stock's kernel at this Q width is warmed as "-M": where the table displaces it here (at the warm-up's
+    // short KV length, say), a deeper node the table leaves to stock would otherwise load it mid-step
+    const int        stock_at_m = (int) -std::min<int64_t>(Q->ne[1], INT32_MAX);
     std::vector<int> pending;
     {
         std::lock_guard<std::mutex> lock(fa_warm().mu);
-        if (chosen != 0) {
-            fa_warm().ran.insert(key(chosen));  // its own launch follows
+        fa_warm().ran.insert(key(chosen != 0 ? chosen : stock_at_m));  // its own launch follows
+        if (chosen != 0 && fa_warm().ran.count(key(stock_at_m)) == 0) {
+            pending.push_back(0);
         }
         for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
             const ggml_dispatch_table_rule & r = ggml_dispatch_table_rules[i];
@@ -837,7 +842,7 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
         if (warm(config, user)) {
             launched++;
             std::lock_guard<std::mutex> lock(fa_warm().mu);
-            fa_warm().ran.insert(key(config));
+            fa_warm().ran.insert(key(config != 0 ? config : stock_at_m));
         }
     }
     if (launched > 0) {

@@ -208,10 +208,12 @@ static void mma_grid() {
 
 // The first-use warm-up (GLUE_WARM): which of the table's configurations launch before a node's own, on a node
 // whose scratch cannot hold their f16 copies (none), under a CUDA-graph capture (none), on the first MMA node
-// of the rule's kind and on the same node again. Prints {"warm":{...}}.
+// of the rules' kind (stock's kernel it displaces, the other rules', then its own) and on the same node again.
+// Prints {"warm":{...}}.
 static void warm_up_cases(ggml_context * ctx) {
     ggml_tensor * vec_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 4096, 1, 20);  // stock VEC: no f16 scratch
-    ggml_tensor * mma_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 49152, 2, 21);  // the table's MMA rule
+    // a rule at KV bucket 32768 displaces stock's MMA (4x8 for 3 Q columns) with 16x2
+    ggml_tensor * mma_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 32768, 3, 21);
     g_mma = {};
     ggml_cuda_fattn_warm_node vec = {&glue_ctx(), vec_node, ggml_cuda_fattn_dispatch_scratch(vec_node, BEST_FATTN_KERNEL_VEC)};
     const int on_vec = ggml_cuda_dispatch_warm_up_flash_attn(0, vec_node, 0, ggml_cuda_fattn_dispatch_warm_one, &vec);
