@@ -29,7 +29,8 @@
 #                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's,
 #                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200-attn/table.json); AB_KV
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
-#                 the A/B over calls
+#                 the A/B over calls; AB_NOWARM=1 adds an arm "nowarm", the table without the first-use
+#                 warm-up (GGML_CUDA_DISPATCH_WARMUP=off)
 #
 #   PART=profile  after PART=table, or TABLE=a committed table.json installed first: CUPTI kernel timelines
 #                 of stock and that table, tg32 and tg96 at AB_DEPTHS
@@ -229,8 +230,11 @@ table)
     done
     AB=$D/ab-${AB_MODELS:-qwen3-seed}-$(date +%s).jsonl
     AB=${AB// /+}
+    arms=(--arm "stock=$BENCH:off" --arm "table=$BENCH:table")
+    # AB_NOWARM=1: a third arm, the same table without the first-use warm-up (GGML_CUDA_DISPATCH_WARMUP=off)
+    [ -n "${AB_NOWARM:-}" ] && arms+=(--arm "nowarm=$BENCH:table" --arm-env "nowarm=GGML_CUDA_DISPATCH_WARMUP=off")
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
-        ab --arm "stock=$BENCH:off" --arm "table=$BENCH:table" "${models[@]}" \
+        ab "${arms[@]}" "${models[@]}" \
         "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" --expect-table "$T" \
         --log "$D/ab-runs.log" -o "$AB" 2>&1 | tail -20 | tee "$OUT/attn-table-ab.log"
     rc=${PIPESTATUS[0]}

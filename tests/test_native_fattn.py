@@ -59,8 +59,12 @@ def _table(commit: str) -> dict[str, Any]:
     t["rules"] = [
         key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
         # two more rules of the same kind, at KV buckets no case reaches: what the first-use warm-up launches
-        key | shape | {"kv": 8192, "M_lo": 1, "M_hi": 1, "route": "fa_mma", "config": "fa_mma/ncols1=1,ncols2=8"},
-        key | shape | {"kv": 32768, "M_lo": 3, "M_hi": 3, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
+        key
+        | shape
+        | {"kv": 8192, "M_lo": 1, "M_hi": 1, "route": "fa_mma", "config": "fa_mma/ncols1=1,ncols2=8"},
+        key
+        | shape
+        | {"kv": 32768, "M_lo": 3, "M_hi": 3, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
     ]
     return t
 
@@ -404,26 +408,30 @@ def test_table_rule_applies_to_its_key_and_sizes_scratch_exactly(drivers: dict[s
 
 
 def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers: dict[str, Path]) -> None:
-    """CUDA loads a kernel at its first launch (milliseconds): the table's other configurations of a node's kind
-    launch once before the first such node's own launch, so the kernel a deep step picks is loaded by then."""
+    """CUDA loads a kernel at its first launch (milliseconds): the table's other configurations of a node's
+    kind launch once before the first such node's own launch, so the kernel a deep step picks is loaded
+    by then."""
     out = run(drivers["table"], {"GLUE_WARM": "1"})
     w = out["warm"]
     # on a VEC node of the kind: the MMA rules need f16 copies of K/V its scratch does not hold, so they wait
     assert w["mma_scratch"] > w["vec_scratch"]  # the allocation: the output, and for MMA the f16 copies
     assert w["vec_node"] == 0 and w["vec_launches"] == ""
     assert w["in_capture"] == 0  # a launch under capture would run in every replay
-    # the first MMA node (3 Q columns at KV length 32768, a rule of 16x2): stock's instance there (4x8, which a
-    # deeper node without a rule runs), the other rule's (1x8; the kv65536 rule is 16x2 too), then its own;
-    # the second time only its own
+    # the first MMA node (3 Q columns at KV length 32768, a rule of 16x2): stock's instance there (4x8,
+    # which a deeper node without a rule runs), the other rule's (1x8; the kv65536 rule is 16x2 too), then
+    # its own; the second time only its own
     assert w["first"] == "4x8,1x8,16x2"
     assert w["again"] == "16x2"
     off = run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})["warm"]
     assert off["first"] == "16x2" and off["vec_node"] == 0
-    assert "no first-use warm-up" in run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})[
-        "stderr"
-    ]
+    assert (
+        "no first-use warm-up"
+        in run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})["stderr"]
+    )
     # stock and forced dispatch never warm up
-    forced = run(drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": "force:fa_mma/ncols1=16,ncols2=2"})
+    forced = run(
+        drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": "force:fa_mma/ncols1=16,ncols2=2"}
+    )
     assert forced["warm"]["first"] == "16x2" and forced["warm"]["again"] == "16x2"
 
 

@@ -298,7 +298,7 @@ def test_table_check_of_a_cached_table_holds_the_cached_arm(tmp_path: Path) -> N
 
 
 ATTN_TRACE = REPO / "evidence" / "h200-2026-12-01-s6" / "attn" / "attn-trace"
-ATTN_AB = REPO / "tables" / "cuda-sm90-nvidia-h200-attn" / "ab-llama8b-q8_0-f16.jsonl"
+ATTN_AB = REPO / "evidence" / "h200-2026-12-01-s7" / "attn" / "table-d86e5132" / "ab-llama8b-q8_0-f16.jsonl"
 
 
 def test_test_names_carry_the_kv_cache_types_of_a_real_run() -> None:

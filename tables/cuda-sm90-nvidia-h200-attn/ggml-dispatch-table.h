@@ -21,15 +21,15 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
-#define GGML_DISPATCH_TABLE_RULE_COUNT 16
-#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 16
+#define GGML_DISPATCH_TABLE_RULE_COUNT 31
+#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 31
 #define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 0
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
-#define GGML_DISPATCH_TABLE_TUNING_SHA256 "03a382a4779c14450ed3e2f13cfd48bb5359804cc383ba92e135ed6ff95d0a17"
+#define GGML_DISPATCH_TABLE_TUNING_SHA256 "e3688882b54da53b1acd21dffd79b48786ca911544d9304fdd8227ccee473f38"
 /* weight cache (cublas/weight=cached): bytes of persistent f16 copies the table was chosen for */
 #define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 
@@ -39,7 +39,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "d86e51324c48ce64a95b58ec38f81618de3bf07d87a2b5fe7260bf3dd6a19a46";
+static const char ggml_dispatch_table_hash[] = "e7810ce102dc7a45379d856133cb0c014b880bd5a85afbdb63e5544f92f35b35";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -61,19 +61,34 @@ struct ggml_dispatch_table_rule {
 /* Sorted by (op, layout, type0, type1, k[0..], M_lo); M ranges of one key never overlap. */
 static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_KEY_RULE_COUNT] = {
     /* op, layout, type0, type1, { k }, M_lo, M_hi, config */
+    { 2, 1, 1, 1, { 128, 128, 4, 256, 0 }, 2, 2, 7 }, /* measured */
+    { 2, 1, 1, 1, { 128, 128, 4, 256, 0 }, 3, 4, 172296 }, /* measured */
     { 2, 1, 1, 1, { 128, 128, 4, 8192, 0 }, 1, 1, 7 }, /* measured */
+    { 2, 1, 1, 1, { 128, 128, 4, 8192, 0 }, 4, 4, 104968 }, /* measured */
     { 2, 1, 1, 1, { 128, 128, 4, 32768, 0 }, 1, 1, 106760 }, /* measured */
     { 2, 1, 1, 1, { 128, 128, 4, 65536, 0 }, 1, 1, 106760 }, /* measured */
+    { 2, 1, 1, 1, { 256, 256, 6, 256, 0 }, 1, 2, 7 }, /* measured */
+    { 2, 1, 1, 1, { 256, 256, 6, 256, 0 }, 3, 4, 103176 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 8192, 0 }, 1, 1, 107016 }, /* measured */
+    { 2, 1, 1, 1, { 256, 256, 6, 8192, 0 }, 3, 4, 103176 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 16384, 0 }, 512, 512, 103944 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 32768, 0 }, 512, 512, 103944 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 3, 3, 518 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 4, 4, 6 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 1, 1, 7 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 1, 1, 104968 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 2, 2, 104968 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 1, 2, 104968 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 1, 1, 106760 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 2, 2, 104968 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 1, 2, 7 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 3, 3, 103176 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 4, 4, 104968 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 1, 1, 107016 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 2, 2, 8 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 3, 4, 107016 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 16384, 0 }, 512, 512, 103944 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 1, 1, 106760 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 2, 2, 8 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 512, 512, 103944 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 65536, 0 }, 1, 1, 106760 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 65536, 0 }, 2, 2, 107016 }, /* measured */

@@ -1,0 +1,106 @@
+"""lab/ab_first_rep.py and lab/first_use_gaps.py: one-off costs in the first repetition of an A/B and the
+GPU idle before kernels' first launches. The A/B is the committed attention table's real one; the
+timeline is written here in the kernel-timeline format (real ones need a GPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from lab import ab_first_rep, first_use_gaps
+
+REPO = Path(__file__).resolve().parent.parent
+AB = REPO / "tables" / "cuda-sm90-nvidia-h200-attn" / "ab-llama8b-q8_0-f16.jsonl"
+
+
+def test_first_repetition_carries_the_committed_ab_losses() -> None:
+    pairs = ab_first_rep.pairs([AB])
+    assert len(pairs[("llama8b", "pp3 @ d4096")]) == 8
+    rows = {
+        ln.split(" | ")[1]: ln for ln in ab_first_rep.render(pairs).splitlines() if ln.startswith("| llama8b")
+    }
+    cells = rows["pp3 @ d4096"].split(" | ")
+    mean, first, later = cells[3], cells[4], cells[5]
+    assert "**loss**" in mean and "**loss**" in first and "loss" not in later
+    assert float(first.split()[0]) < 0.3 < 0.95 < float(later.split()[0])
+    assert "gain" in rows["tg32 @ d49152 kv q8_0"].split(" | ")[5]
+
+
+def test_pairs_need_both_arms_and_two_repetitions(tmp_path: Path) -> None:
+    records = [json.loads(ln) for ln in AB.read_text().splitlines()]
+    first_pair = [r for r in records if r["pair"] == 1 and r["test"] == "pp3 @ d4096"]
+    lines = first_pair[:1] + [r for r in first_pair if r["arm"] != first_pair[0]["arm"]][:1]
+    assert {r["arm"] for r in lines} == {"stock", "table"}
+    p0 = tmp_path / "pair.jsonl"
+    p0.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert len(ab_first_rep.pairs([p0])[("llama8b", "pp3 @ d4096")]) == 1
+    one_rep = [dict(r, samples_tps=r["samples_tps"][:1]) for r in lines]
+    p = tmp_path / "ab.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in one_rep))
+    assert ab_first_rep.pairs([p]) == {}
+    res = subprocess.run(
+        [sys.executable, str(REPO / "lab" / "ab_first_rep.py"), str(p)], capture_output=True, text=True
+    )
+    assert res.returncode == 1 and "no stock/table pairs" in res.stderr and "Traceback" not in res.stderr
+    p.write_text('{"arm": "table"}\n')
+    res = subprocess.run(
+        [sys.executable, str(REPO / "lab" / "ab_first_rep.py"), str(p)], capture_output=True, text=True
+    )
+    assert res.returncode == 1 and "ab.jsonl" in res.stderr and "Traceback" not in res.stderr
+
+
+def _ktl(records: list[str], closed: bool = True) -> str:
+    return (
+        "\n".join(
+            ["# kernel-timeline/1", "N 0 kernel_a", "N 1 kernel_b", *records, *(["D 0"] if closed else [])]
+        )
+        + "\n"
+    )
+
+
+def test_gaps_before_first_launches_only(tmp_path: Path) -> None:
+    ms = 1_000_000
+    text = _ktl(
+        [
+            f"K {1 * ms} {2 * ms} 7 0 0",  # a, first launch (nothing before it)
+            f"K {5 * ms} {6 * ms} 7 0 1",  # b, first launch after 3 ms idle: listed
+            f"C {6 * ms} {7 * ms}",  # a copy keeps the GPU busy
+            f"K {7 * ms + ms // 2} {8 * ms} 7 0 1",  # b again after 0.5 ms
+            f"K {20 * ms} {21 * ms} 7 0 0",  # a again after 12 ms: not a first launch
+        ]
+    )
+    assert first_use_gaps.first_use_gaps(text, tmp_path / "x.ktl", 1.0) == [(3.0, "kernel_b")]
+    assert first_use_gaps.first_use_gaps(text, tmp_path / "x.ktl", 5.0) == []
+    f = tmp_path / "stock.tg32.ktl"
+    f.write_text(text)
+    res = subprocess.run(
+        [sys.executable, str(REPO / "lab" / "first_use_gaps.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0 and "| stock.tg32.ktl | 1 | 3.0 | kernel_b (3.00) |" in res.stdout
+    f.write_text(_ktl([f"K {ms} {2 * ms} 7 0 0"], closed=False))
+    res = subprocess.run(
+        [sys.executable, str(REPO / "lab" / "first_use_gaps.py"), str(f)], capture_output=True, text=True
+    )
+    assert res.returncode == 1 and "truncated" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_chain_bounds_packs_and_stops_at_a_failed_step(tmp_path: Path) -> None:
+    step = tmp_path / "step.sh"
+    step.write_text(
+        'echo "deadline $DEADLINE part $PART"; echo "# $PART" > "$OUT/r.md"; [ "$PART" != bad ]\n'
+    )
+    out = tmp_path / "out"
+    res = subprocess.run(
+        ["bash", str(REPO / "lab" / "chain.sh"), f"PART=a {step}", f"PART=bad {step}", f"PART=c {step}"],
+        capture_output=True,
+        text=True,
+        env={"OUT": str(out), "CALL_S": "100", "PATH": "/usr/bin:/bin"},
+    )
+    assert res.returncode == 1
+    assert sorted(p.name for p in out.iterdir()) == ["1-step-a.tar.gz", "2-step-bad.tar.gz", "steps.txt"]
+    assert "# a" in res.stdout and "# bad" in res.stdout and "# c" not in res.stdout
+    assert "step 2 rc=1" in (out / "steps.txt").read_text()
