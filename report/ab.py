@@ -59,6 +59,9 @@ class AbRecord:
     tps: float
     run: str = ""  # which A/B file: runs of different files are never paired
     peak_vram_mib: float | None = None  # the run's peak GPU memory (ggml_dispatch.artifacts.ab)
+    # the mean of repetitions 2.. (llama-bench's samples); None with fewer than 2. Repetition 1 is the
+    # first time the test's shapes run at their depth in the process: one-off costs land there alone
+    later_tps: float | None = None
 
 
 def _record(r: Any) -> AbRecord:
@@ -66,7 +69,8 @@ def _record(r: Any) -> AbRecord:
     test = r.test
     if r.provenance is not None and " kv " not in test:
         test += kv_from_command(r.provenance.command)  # written before test names carried the KV types
-    return AbRecord(r.model, test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak)
+    later = sum(r.samples_tps[1:]) / (len(r.samples_tps) - 1) if len(r.samples_tps) >= 2 else None
+    return AbRecord(r.model, test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak, later_tps=later)
 
 
 def parse_ab_lines(lines: Iterable[str], path: Path) -> list[tuple[int, AbRecord]]:

@@ -220,6 +220,7 @@ class AbComparison:
     ratio: Ratio
     unpaired: int  # runs of either arm without a partner in the other
     pairs: tuple[tuple[int, float], ...]  # (pair id, arm/baseline) for every complete pair
+    later: Ratio | None = None  # the same over repetitions 2.. only (AbRecord.later_tps); None: not recorded
 
 
 def _good(x: Any) -> bool:
@@ -459,10 +460,14 @@ def ab_model_label(r: AbRecord) -> str:
 def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[AbComparison]:
     """Per (model, test, ubatch): table/stock, crude/stock and table/crude, paired by ``pair``."""
     groups: dict[tuple[str, str, int], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    later: dict[tuple[str, str, int], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
         groups[(ab_model_label(r), r.test, r.ubatch)][r.arm][r.pair] = r.tps
+        if r.later_tps is not None:
+            later[(ab_model_label(r), r.test, r.ubatch)][r.arm][r.pair] = r.later_tps
     out: list[AbComparison] = []
-    for (model, test, ubatch), arms in sorted(groups.items()):
+    for key, arms in sorted(groups.items()):
+        model, test, ubatch = key
         for arm, base in AB_COMPARISONS:
             if arm not in arms or base not in arms:
                 continue
@@ -470,7 +475,10 @@ def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[A
             ratio = paired_ratio([arms[arm][p] for p in common], [arms[base][p] for p in common], params)
             unpaired = len(set(arms[arm]) ^ set(arms[base]))
             pairs = tuple((p, arms[arm][p] / arms[base][p]) for p in common)
-            out.append(AbComparison(model, test, ubatch, arm, base, ratio, unpaired, pairs))
+            la, lb = later[key].get(arm, {}), later[key].get(base, {})
+            lp = sorted(set(la) & set(lb))
+            lr = paired_ratio([la[p] for p in lp], [lb[p] for p in lp], params) if lp else None
+            out.append(AbComparison(model, test, ubatch, arm, base, ratio, unpaired, pairs, lr))
     return out
 
 

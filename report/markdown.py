@@ -426,6 +426,17 @@ def _section_summary(
                             for c in losses)
                 + "."
             )  # fmt: skip
+            first_only = [c for c in losses if c.later is not None and c.later.lo is not None
+                          and not c.later.below]  # fmt: skip
+            if first_only:
+                md.append(
+                    f"- {len(first_only)} of these {len(losses)} losses are in repetition 1 alone: over "
+                    "repetitions 2.. the same pairs are not slower beyond noise ("
+                    + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
+                                for c in first_only if c.later is not None)
+                    + "). Repetition 1 is the first time a test's shapes run at their depth in the process, "
+                    "where one-off costs land (CUDA loads a kernel at its first launch)."
+                )  # fmt: skip
         else:
             md.append("- Losses beyond noise (CI upper end < 1): none end to end.")
     else:

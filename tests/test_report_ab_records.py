@@ -7,6 +7,7 @@ that prints what a real llama-bench printed (its stdout from evidence/, a start-
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -16,12 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from codegen import decide
 from codegen import table as table_mod
 from ggml_dispatch.artifacts import ab
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from report import ab as report_ab
-from report import abrun
+from report import abrun, analysis
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"
@@ -321,3 +323,21 @@ def test_records_named_before_the_kv_types_keep_their_caches_apart() -> None:
         per_test[(r.test, r.arm)] = per_test.get((r.test, r.arm), 0) + 1
     assert per_test[("tg32 @ d49152", "table")] == 8 and per_test[("tg32 @ d49152 kv q8_0", "table")] == 8
     assert len(per_test) == 2 * 2 * 13  # 13 tests (4 at 3 depths + pp512), two caches, two arms
+
+
+ATTN_TABLE = REPO / "tables" / "cuda-sm90-nvidia-h200-attn"
+
+
+def test_losses_of_the_first_repetition_alone_are_told_apart() -> None:
+    # the committed attention A/B: pp3 @ d4096 on the 8B model loses 0.79 over llama-bench's means of 3
+    # repetitions; repetitions 2-3 alone are within noise (the one-off cost is in repetition 1)
+    records, _ = report_ab.load_ab([ATTN_TABLE / "ab-llama8b-q8_0-f16.jsonl"])
+    assert all(r.later_tps is not None for r in records)
+    comps = {(c.test, c.arm): c for c in analysis.ab_comparisons(records, decide.Params())}
+    pp3 = comps[("pp3 @ d4096", "table")]
+    assert pp3.ratio.below and pp3.later is not None and not pp3.later.below and pp3.later.point > 0.95
+    tg = comps[("tg32 @ d49152 kv q8_0", "table")]
+    assert tg.later is not None and tg.later.above and tg.ratio.above
+    # a legacy record without samples: no repetitions-2.. ratio
+    one = [dataclasses.replace(r, later_tps=None) for r in records]
+    assert all(c.later is None for c in analysis.ab_comparisons(one, decide.Params()))
