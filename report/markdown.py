@@ -366,6 +366,35 @@ def _ab_label(c: AbComparison) -> str:
     return f"{md_escape(c.model)} {md_escape(c.test)} ub{c.ubatch} {c.arm}/{c.baseline}"
 
 
+def repetition_notes(comps: Sequence[AbComparison]) -> list[str]:
+    """The A/B's losses that repetition 1 alone carries, and its gains that repetitions 2.. alone do not
+    show (AbComparison.later): repetition 1 is the first time a test's shapes run at their depth in the
+    process, where one-off costs land."""
+    md: list[str] = []
+    losses = [c for c in comps if c.ratio.below]
+    first_only = [c for c in losses if c.later is not None and c.later.lo is not None and not c.later.below]
+    if first_only:
+        md.append(
+            f"- {len(first_only)} of these {len(losses)} losses are in repetition 1 alone: over "
+            "repetitions 2.. the same pairs are not slower beyond noise ("
+            + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
+                        for c in first_only if c.later is not None)
+            + "). Repetition 1 is the first time a test's shapes run at their depth in the process, "
+            "where one-off costs land (CUDA loads a kernel at its first launch)."
+        )  # fmt: skip
+    gains = [c for c in comps if c.ratio.above]
+    first_gains = [c for c in gains if c.later is not None and c.later.lo is not None and not c.later.above]
+    if first_gains:
+        md.append(
+            "- Gains beyond noise over the means that repetitions 2.. alone do not show: "
+            f"{len(first_gains)} of {len(gains)} ("
+            + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
+                        for c in first_gains if c.later is not None)
+            + ")."
+        )  # fmt: skip
+    return md
+
+
 def _section_summary(
     inputs: Inputs,
     tuning: TuningAnalysis,
@@ -426,19 +455,9 @@ def _section_summary(
                             for c in losses)
                 + "."
             )  # fmt: skip
-            first_only = [c for c in losses if c.later is not None and c.later.lo is not None
-                          and not c.later.below]  # fmt: skip
-            if first_only:
-                md.append(
-                    f"- {len(first_only)} of these {len(losses)} losses are in repetition 1 alone: over "
-                    "repetitions 2.. the same pairs are not slower beyond noise ("
-                    + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
-                                for c in first_only if c.later is not None)
-                    + "). Repetition 1 is the first time a test's shapes run at their depth in the process, "
-                    "where one-off costs land (CUDA loads a kernel at its first launch)."
-                )  # fmt: skip
         else:
             md.append("- Losses beyond noise (CI upper end < 1): none end to end.")
+        md += repetition_notes(comps)
     else:
         md += ["No A/B runs (--ab): nothing was measured end to end.", ""]
     if inputs.table is not None:

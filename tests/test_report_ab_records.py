@@ -23,7 +23,7 @@ from ggml_dispatch.artifacts import ab
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from report import ab as report_ab
-from report import abrun, analysis
+from report import abrun, analysis, markdown
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"
@@ -341,3 +341,16 @@ def test_losses_of_the_first_repetition_alone_are_told_apart() -> None:
     # a legacy record without samples: no repetitions-2.. ratio
     one = [dataclasses.replace(r, later_tps=None) for r in records]
     assert all(c.later is None for c in analysis.ab_comparisons(one, decide.Params()))
+
+
+def test_report_summary_names_what_repetition_1_alone_carries() -> None:
+    t = ATTN_TABLE
+    ab_files = [t / f"ab-{n}.jsonl" for n in ("qwen3-seed-q8_0", "qwen3-seed-f16", "llama8b-q8_0-f16")]
+    records, _ = report_ab.load_ab(ab_files)
+    notes = markdown.repetition_notes(analysis.ab_comparisons(records, decide.Params()))
+    line = next(ln for ln in notes if "losses are in repetition 1 alone" in ln)
+    assert line.startswith("- 5 of these 7 losses") and "pp3 @ d4096 ub512 table/stock 1.031" in line
+    assert "pp3 @ d16384 kv q8_0" not in line  # still slower over repetitions 2-3
+    gains = next(ln for ln in notes if "repetitions 2.. alone do not show" in ln)
+    assert "1 of 12" in gains and "pp512 @ d16384 ub512" in gains
+    assert (t / "REPORT.md").read_text().count(line) == 1  # the committed report says it
