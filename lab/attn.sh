@@ -36,7 +36,9 @@
 #                 of stock and that table, tg32 and tg96 at AB_DEPTHS
 #                 (default 16384) for each AB_KV, one process each (<arm>.tg32@d16384-kvq8_0.ktl + .jsonl),
 #                 packed as attn-profile-<model>.tar.gz; lab/attn_profile_summary.py turns the tg96 - tg32
-#                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b
+#                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b;
+#                 PROFILE_PP="3 4" adds pp3/pp4 processes; lab/first_use_gaps.py lists each process's
+#                 GPU idle before first launches (appended to the summary)
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
@@ -268,8 +270,9 @@ profile)
             for depth in $d; do
                 # tg32 and tg96: their difference is 64 decode tokens without the depth fill
                 # (lab/attn_profile_summary.py)
-                for t in tg32 tg96; do
-                    args=(-p 0 -n "${t#tg}")
+                # PROFILE_PP="3 4": pp3 and pp4 processes too, for lab/first_use_gaps.py (not in the summary)
+                for t in tg32 tg96 ${PROFILE_PP:+$(printf 'pp%s ' $PROFILE_PP)}; do
+                    if [ "${t#pp}" != "$t" ]; then args=(-p "${t#pp}" -n 0); else args=(-p 0 -n "${t#tg}"); fi
                     for arm in stock table; do
                         [ "$(left)" -gt 20 ] || die "deadline: profile incomplete"
                         mode=table
@@ -286,6 +289,8 @@ profile)
     done
     tar -czf "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.tar.gz" -C "$P" .
     python3 lab/attn_profile_summary.py "$P" | tee "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.md"
+    # the GPU idle before kernels' first launches in each process (CUDA's lazy loading)
+    python3 lab/first_use_gaps.py "$P" >>"$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.md"
     ;;
 ab-qwen3 | ab-8b)
     need_build
