@@ -215,11 +215,11 @@ static void warm_up_cases(ggml_context * ctx) {
     // a rule at KV bucket 32768 displaces stock's MMA (4x8 for 3 Q columns) with 16x2
     ggml_tensor * mma_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 32768, 3, 21);
     g_mma = {};
-    ggml_cuda_fattn_warm_node vec = {&glue_ctx(), vec_node, ggml_cuda_fattn_dispatch_scratch(vec_node, BEST_FATTN_KERNEL_VEC)};
+    ggml_cuda_fattn_warm_node vec = {&glue_ctx(), vec_node, BEST_FATTN_KERNEL_VEC};
     const int on_vec = ggml_cuda_dispatch_warm_up_flash_attn(0, vec_node, 0, ggml_cuda_fattn_dispatch_warm_one, &vec);
     const std::string vec_launches = g_mma.launches;
     ggml_cuda_dispatch_eval_begin(&glue_ctx(), mma_node, /*use_cuda_graph =*/ true, /*update_required =*/ true);
-    ggml_cuda_fattn_warm_node cap = {&glue_ctx(), mma_node, ggml_cuda_fattn_dispatch_scratch(mma_node, BEST_FATTN_KERNEL_MMA_F16)};
+    ggml_cuda_fattn_warm_node cap = {&glue_ctx(), mma_node, BEST_FATTN_KERNEL_MMA_F16};
     const int in_capture = ggml_cuda_dispatch_warm_up_flash_attn(0, mma_node, 0, ggml_cuda_fattn_dispatch_warm_one, &cap);
     ggml_cuda_dispatch_eval_end();
     g_mma = {};
@@ -229,7 +229,8 @@ static void warm_up_cases(ggml_context * ctx) {
     ggml_cuda_flash_attn_ext(glue_ctx(), mma_node);
     std::printf("{\"warm\":{\"vec_node\":%d,\"vec_launches\":\"%s\",\"in_capture\":%d,\"first\":\"%s\",\"again\":\"%s\","
                 "\"vec_scratch\":%zu,\"mma_scratch\":%zu}}\n",
-                on_vec, vec_launches.c_str(), in_capture, first.c_str(), g_mma.launches.c_str(), vec.scratch, cap.scratch);
+                on_vec, vec_launches.c_str(), in_capture, first.c_str(), g_mma.launches.c_str(),
+                ggml_cuda_fattn_dispatch_scratch(vec_node, vec.runs), ggml_cuda_fattn_dispatch_scratch(mma_node, cap.runs));
 }
 
 int main() {
