@@ -22,7 +22,8 @@
 #               ubatch AB_UBATCH (default 128,256,512) and tg128, arms stock / table / cached / crude through `ggml-dispatch
 #               ab` (peak VRAM of each run from nvidia-smi, recorded per record), AB_PAIRS pairs
 #               (default 3) of -r AB_REPS (default 2); then the A/B with GGML_CUDA_DISPATCH_CACHE=0 on
-#               the cached build against the table build (budget 0 at run time = the table without cache)
+#               the cached build against the table build (budget 0 at run time = the table without cache;
+#               AB_BUDGET0=0 skips it). AB_PREP_ONLY=1 stops after the models and builds
 #   PART=profile CUPTI kernel timelines (.carry/libkernel_timeline.so) of stock / table / cached at pp2048
 #               ubatch 128/256/512 and tg128: where the time went (`ggml-dispatch report --profile`)
 set -uo pipefail
@@ -161,6 +162,8 @@ ab)
     for v in plain cached crude; do
         [ -x "$C/bin-$v/llama-bench" ] || { build "$C/table-$v/table.json" "$v" && keep_bin "$v"; }
     done
+    # AB_PREP_ONLY=1: models and builds only, so that a later call on the warm machine spends its time on the A/B
+    [ -z "${AB_PREP_ONLY:-}" ] || { echo "part ab: models and builds ready (AB_PREP_ONLY) in $(($(date +%s) - START)) s"; exit 0; }
     AB=$OUT/ab-cache.jsonl
     bench=(--bench "-ngl 99 -fa on -b 2048 -p 2048 -ub ${AB_UBATCH:-128,256,512} -n 0" --bench "-ngl 99 -fa on -p 0 -n 128")
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
@@ -170,8 +173,8 @@ ab)
         --vram --log "$C/ab-runs.log" -o "$AB" 2>&1 | tail -40 | tee "$OUT/ab-cache.log"
     [ "${PIPESTATUS[0]}" = 0 ] || die "A/B stopped (deadline or error); records so far in $AB"
     grep -h "ggml_cuda_dispatch: weight cache" "$C/ab-runs.log" | sort | uniq -c | tee "$OUT/ab-cache-lines.txt"
-    # budget 0 at run time: the cached build must run what the table without the cache runs
-    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+    # budget 0 at run time: the cached build must run what the table without the cache runs (AB_BUDGET0=0 skips it)
+    [ "${AB_BUDGET0:-1}" = 0 ] || timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         ab --arm "table=$C/bin-plain/llama-bench:table" --arm "cached=$C/bin-cached/llama-bench:table" \
         --arm-env "cached=GGML_CUDA_DISPATCH_CACHE=0" "${models[@]}" \
         --bench "-ngl 99 -fa on -b 2048 -p 2048 -ub 128,512 -n 0" --pairs 2 --reps 2 --vram -o "$OUT/ab-cache-budget0.jsonl" \

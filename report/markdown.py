@@ -374,8 +374,12 @@ def repetition_notes(comps: Sequence[AbComparison]) -> list[str]:
     losses = [c for c in comps if c.ratio.below]
     first_only = [c for c in losses if c.later is not None and c.later.lo is not None and not c.later.below]
     if first_only:
+        if len(first_only) < len(losses):
+            which = f"{len(first_only)} of these {len(losses)} losses are"
+        else:
+            which = "This loss is" if len(losses) == 1 else f"All {len(losses)} of these losses are"
         md.append(
-            f"- {len(first_only)} of these {len(losses)} losses are in repetition 1 alone: over "
+            f"- {which} in repetition 1 alone: over "
             "repetitions 2.. the same pairs are not slower beyond noise ("
             + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
                         for c in first_only if c.later is not None)

@@ -1,6 +1,7 @@
 """lab/ab_first_rep.py and lab/first_use_gaps.py: one-off costs in the first repetition of an A/B and the
-GPU idle before kernels' first launches. The A/B is the committed attention table's real one; the
-timeline is written here in the kernel-timeline format (real ones need a GPU)."""
+GPU idle before kernels' first launches. The A/B is a real one of the committed attention table (the eighth
+session's, on the build with the first warm-up); the timeline is written here in the kernel-timeline format
+(real ones need a GPU)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from lab import ab_first_rep, first_use_gaps
 
 REPO = Path(__file__).resolve().parent.parent
-AB = REPO / "tables" / "cuda-sm90-nvidia-h200-attn" / "ab-llama8b-q8_0-f16.jsonl"
+AB = REPO / "evidence" / "h200-2026-12-01-s8" / "attn" / "ab-warmup-v1" / "ab-llama8b-q8_0-f16.jsonl"
 
 
 def test_first_repetition_carries_the_committed_ab_losses() -> None:

@@ -326,12 +326,13 @@ def test_records_named_before_the_kv_types_keep_their_caches_apart() -> None:
 
 
 ATTN_TABLE = REPO / "tables" / "cuda-sm90-nvidia-h200-attn"
+ATTN_AB_V1 = REPO / "evidence" / "h200-2026-12-01-s8" / "attn" / "ab-warmup-v1"  # the eighth session's A/B
 
 
 def test_losses_of_the_first_repetition_alone_are_told_apart() -> None:
-    # the committed attention A/B: pp3 @ d4096 on the 8B model loses 0.79 over llama-bench's means of 3
-    # repetitions; repetitions 2-3 alone are within noise (the one-off cost is in repetition 1)
-    records, _ = report_ab.load_ab([ATTN_TABLE / "ab-llama8b-q8_0-f16.jsonl"])
+    # the eighth session's attention A/B: pp3 @ d4096 on the 8B model loses 0.79 over llama-bench's means of
+    # 3 repetitions; repetitions 2-3 alone are within noise (the one-off cost is in repetition 1)
+    records, _ = report_ab.load_ab([ATTN_AB_V1 / "ab-llama8b-q8_0-f16.jsonl"])
     assert all(r.later_tps is not None for r in records)
     comps = {(c.test, c.arm): c for c in analysis.ab_comparisons(records, decide.Params())}
     pp3 = comps[("pp3 @ d4096", "table")]
@@ -343,14 +344,25 @@ def test_losses_of_the_first_repetition_alone_are_told_apart() -> None:
     assert all(c.later is None for c in analysis.ab_comparisons(one, decide.Params()))
 
 
+AB_NAMES = ("qwen3-seed-q8_0", "qwen3-seed-f16", "llama8b-q8_0-f16")
+
+
 def test_report_summary_names_what_repetition_1_alone_carries() -> None:
-    t = ATTN_TABLE
-    ab_files = [t / f"ab-{n}.jsonl" for n in ("qwen3-seed-q8_0", "qwen3-seed-f16", "llama8b-q8_0-f16")]
-    records, _ = report_ab.load_ab(ab_files)
+    records, _ = report_ab.load_ab([ATTN_AB_V1 / f"ab-{n}.jsonl" for n in AB_NAMES])
     notes = markdown.repetition_notes(analysis.ab_comparisons(records, decide.Params()))
     line = next(ln for ln in notes if "losses are in repetition 1 alone" in ln)
     assert line.startswith("- 5 of these 7 losses") and "pp3 @ d4096 ub512 table/stock 1.031" in line
     assert "pp3 @ d16384 kv q8_0" not in line  # still slower over repetitions 2-3
     gains = next(ln for ln in notes if "repetitions 2.. alone do not show" in ln)
     assert "1 of 12" in gains and "pp512 @ d16384 ub512" in gains
-    assert (t / "REPORT.md").read_text().count(line) == 1  # the committed report says it
+
+
+def test_the_committed_attention_report_says_what_its_records_show() -> None:
+    records, _ = report_ab.load_ab([ATTN_TABLE / f"ab-{n}.jsonl" for n in AB_NAMES])
+    notes = markdown.repetition_notes(analysis.ab_comparisons(records, decide.Params()))
+    # this session's A/B (the build that also warms stock's displaced kernels) has one loss, pp3 @ d4096
+    # kv q8_0 on the 8B model, and it is in repetition 1 alone
+    one = "- This loss is in repetition 1 alone"
+    assert any(ln.startswith(one) and "pp3 @ d4096 kv q8_0" in ln for ln in notes)
+    report = (ATTN_TABLE / "REPORT.md").read_text()
+    assert all(report.count(ln) == 1 for ln in notes)

@@ -21,15 +21,15 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
-#define GGML_DISPATCH_TABLE_RULE_COUNT 13
-#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 12
-#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 1
+#define GGML_DISPATCH_TABLE_RULE_COUNT 27
+#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 19
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 8
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
-#define GGML_DISPATCH_TABLE_TUNING_SHA256 "52431956fc01037a4fba455eef465e7dbc6ed774d87057a141e21cf75429c140"
+#define GGML_DISPATCH_TABLE_TUNING_SHA256 "4a96edd44b0c5d167d49a4883da6de56ea243ee491c9e4ccca783471ad1572b0"
 /* weight cache (cublas/weight=cached): bytes of persistent f16 copies the table was chosen for */
 #define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 
@@ -39,7 +39,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "cb6e2182b6d64f56962ded3a362532917b4cfdc9b7bd831245638132f50575ab";
+static const char ggml_dispatch_table_hash[] = "a3a306a4002f7d53e3c722591749265ec8164572b9d616b01e316d0f411b77d6";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -61,18 +61,25 @@ struct ggml_dispatch_table_rule {
 /* Sorted by (op, layout, type0, type1, k[0..], M_lo); M ranges of one key never overlap. */
 static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_KEY_RULE_COUNT] = {
     /* op, layout, type0, type1, { k }, M_lo, M_hi, config */
-    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 2048, 2048, 1541 }, /* default */
-    { 0, 0, 12, 0, { 1024, 4096, 1, 0, 0 }, 64, 2048, 1541 }, /* measured */
+    { 0, 0, 8, 0, { 5120, 6144, 1, 0, 0 }, 256, 4096, 1541 }, /* measured */
+    { 0, 0, 8, 0, { 6144, 5120, 1, 0, 0 }, 256, 256, 1541 }, /* measured */
+    { 0, 0, 8, 0, { 6144, 5120, 1, 0, 0 }, 1024, 4096, 1541 }, /* measured */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 256, 4096, 1541 }, /* default */
+    { 0, 0, 12, 0, { 1024, 4096, 1, 0, 0 }, 64, 4096, 1541 }, /* measured */
     { 0, 0, 12, 0, { 4096, 4096, 1, 0, 0 }, 256, 4096, 1541 }, /* measured */
-    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 1024, 2048, 1541 }, /* measured */
-    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 2049, 2811, 1541 }, /* interpolated */
-    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 2812, 4095, 5 }, /* interpolated */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 256, 2048, 1541 }, /* measured */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 2049, 3437, 1541 }, /* interpolated */
+    { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 3438, 4095, 5 }, /* interpolated */
     { 0, 0, 12, 0, { 4096, 14336, 1, 0, 0 }, 4096, 4096, 5 }, /* measured */
-    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 2048, 4096, 1541 }, /* measured */
+    { 0, 0, 12, 0, { 14336, 4096, 1, 0, 0 }, 256, 4096, 1541 }, /* measured */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 512, 4096, 1541 }, /* measured */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 190, 255, 1541 }, /* interpolated */
     { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 256, 2048, 1541 }, /* measured */
-    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 2049, 3026, 1541 }, /* interpolated */
-    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 3027, 4095, 5 }, /* interpolated */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 2049, 3787, 1541 }, /* interpolated */
+    { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 3788, 4095, 5 }, /* interpolated */
     { 0, 0, 14, 0, { 4096, 14336, 1, 0, 0 }, 4096, 4096, 5 }, /* measured */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 201, 255, 1541 }, /* interpolated */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 256, 4096, 1541 }, /* measured */
 };
 
 /* Does rule r order before the query key with M_hi < M (the binary search predicate)? */
@@ -125,7 +132,14 @@ struct ggml_dispatch_table_class_rule {
 /* Size-class defaults: (default key, N*K range, M range) boxes that never overlap; a short linear scan. */
 static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rules[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT] = {
     /* op, layout, type0, type1, { k }, NK_lo, NK_hi, M_lo, M_hi, config */
-    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 2048, 4096, 1541 }, /* default */
+    { 0, 0, 8, 0, { 0, 0, 1, 0, 0 }, 31457280, 31457280, 256, 256, 1541 }, /* default */
+    { 0, 0, 8, 0, { 0, 0, 1, 0, 0 }, 31457280, 31457280, 1024, 4096, 1541 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 58720256, 256, 256, 1541 }, /* default */
+    { 0, 0, 12, 0, { 0, 0, 1, 0, 0 }, 8388609, 234881024, 512, 4096, 1541 }, /* default */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 8388609, 356515840, 512, 4096, 1541 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 89128960, 201, 208, 1541 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 209, 255, 1541 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 15693649, 356515840, 256, 4096, 1541 }, /* default */
 };
 
 /* kd: the query's per-type default key; NK: the product of the default slots of the query's key. */
