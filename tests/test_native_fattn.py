@@ -428,6 +428,17 @@ def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers
         "no first-use warm-up"
         in run(drivers["table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH_WARMUP": "off"})["stderr"]
     )
+    # a short node (KV 256, stock VEC, no rule): the table's allocation holds the f16 copies there, so the MMA
+    # configurations of the kind launch on it (1x8 and 16x2, in the header's rule order), so a deep step finds
+    # them loaded; a deep VEC node's allocation stays what VEC needs
+    short = run(drivers["table"], {"GLUE_WARM": "short"})["short"]
+    assert short["launches"] == "1x8,16x2"
+    assert short["alloc"] == short["mma_scratch"] > short["vec_scratch"]
+    assert short["deep_alloc"] == short["deep_vec_scratch"]
+    cold = run(drivers["table"], {"GLUE_WARM": "short", "GGML_CUDA_DISPATCH_WARMUP": "off"})["short"]
+    assert cold["launches"] == "" and cold["alloc"] == cold["vec_scratch"]  # no warm-up: no copies either
+    stock = run(drivers["table"], {"GLUE_WARM": "short", "GGML_CUDA_DISPATCH": "off"})["short"]
+    assert stock["launches"] == "" and stock["alloc"] == stock["vec_scratch"]  # stock stays exactly stock
     # stock and forced dispatch never warm up
     forced = run(
         drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": "force:fa_mma/ncols1=16,ncols2=2"}

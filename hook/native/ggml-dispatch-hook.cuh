@@ -63,6 +63,14 @@ typedef bool (*ggml_cuda_dispatch_fattn_warm_t)(int config, void * user);
 int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, int chosen,
                                           ggml_cuda_dispatch_fattn_warm_t warm, void * user);
 
+// True where the first-use warm-up may launch a kernel that converts K/V to f16 on a node whose own kernel does
+// not (stock's MMA for a Q width where the table runs VEC, say): in table mode with the warm-up on, a table with
+// FlashAttention rules, and a KV length of at most GGML_DISPATCH_FA_WARM_COPIES_MAX_KV. The scratch of such a
+// node then holds the f16 copies (at most 1024 x D x KV heads x 2 x 2 bytes: 4 MiB at D 256 and 4 KV heads).
+// Deeper nodes keep the scratch their own kernel needs, so a long context costs no memory for the warm-up.
+#define GGML_DISPATCH_FA_WARM_COPIES_MAX_KV 1024
+bool ggml_cuda_dispatch_fattn_warm_copies(int device, int64_t n_kv);
+
 // True when an attention kernel can change after the graph was allocated (a route override was set, or a
 // FlashAttention route is forced): the scratch then holds the f16 copies of K and V for every kernel.
 bool ggml_cuda_dispatch_fattn_size_all();

@@ -859,6 +859,22 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
 #endif
 }
 
+bool ggml_cuda_dispatch_fattn_warm_copies(int device, int64_t n_kv) {
+    const dispatch_state & st = state();
+    if (st.m != MODE_TABLE || !st.warm_up || device < 0 || device >= GGML_CUDA_MAX_DEVICES ||
+            !st.table_applies[device] || n_kv > GGML_DISPATCH_FA_WARM_COPIES_MAX_KV) {
+        return false;
+    }
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+    for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
+        if (ggml_dispatch_table_rules[i].op == GGML_DISPATCH_OP_FLASH_ATTN_EXT) {
+            return true;
+        }
+    }
+#endif
+    return false;
+}
+
 bool ggml_cuda_dispatch_fattn_size_all() {
     const dispatch_state & st = state();
     if (st.m == MODE_OFF) {

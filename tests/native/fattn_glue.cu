@@ -233,6 +233,25 @@ static void warm_up_cases(ggml_context * ctx) {
                 ggml_cuda_fattn_dispatch_scratch(vec_node, vec.runs), ggml_cuda_fattn_dispatch_scratch(mma_node, cap.runs));
 }
 
+// The warm-up on a short node (GLUE_WARM=short, a fresh process): at KV length 256 (llama-bench's warm-up, a
+// server's first short request) stock runs VEC and the table has no rule, yet in table mode the allocation holds
+// the f16 copies, so the table's MMA configurations of the kind launch there; a deep VEC node's allocation does
+// not grow. Prints {"short":{...}}.
+static void warm_up_short(ggml_context * ctx) {
+    ggml_tensor * short_node = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 256, 1, 22);
+    ggml_tensor * deep_node  = attention(ctx, GGML_TYPE_Q8_0, 256, 4, 24, 4096, 1, 23);
+    g_mma = {};
+    ggml_cuda_fattn_warm_node w = {&glue_ctx(), short_node, BEST_FATTN_KERNEL_VEC};  // stock's VEC runs there
+    ggml_cuda_dispatch_warm_up_flash_attn(0, short_node, 0, ggml_cuda_fattn_dispatch_warm_one, &w);
+    std::printf("{\"short\":{\"launches\":\"%s\",\"alloc\":%zu,\"vec_scratch\":%zu,\"mma_scratch\":%zu,"
+                "\"deep_alloc\":%zu,\"deep_vec_scratch\":%zu}}\n",
+                g_mma.launches.c_str(), ggml_cuda_flash_attn_ext_get_alloc_size(0, short_node),
+                ggml_cuda_fattn_dispatch_scratch(short_node, BEST_FATTN_KERNEL_VEC),
+                ggml_cuda_fattn_dispatch_scratch(short_node, BEST_FATTN_KERNEL_MMA_F16),
+                ggml_cuda_flash_attn_ext_get_alloc_size(0, deep_node),
+                ggml_cuda_fattn_dispatch_scratch(deep_node, BEST_FATTN_KERNEL_VEC));
+}
+
 int main() {
     g_info.device_count               = 1;
     g_info.physical_device_count      = 1;
@@ -252,8 +271,12 @@ int main() {
 
     ggml_init_params params = {ggml_tensor_overhead() * 256, nullptr, true};
     ggml_context *   ctx    = ggml_init(params);
-    if (std::getenv("GLUE_WARM")) {
-        warm_up_cases(ctx);
+    if (const char * warm = std::getenv("GLUE_WARM")) {
+        if (std::strcmp(warm, "short") == 0) {
+            warm_up_short(ctx);
+        } else {
+            warm_up_cases(ctx);
+        }
         ggml_free(ctx);
         return 0;
     }
