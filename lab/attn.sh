@@ -29,8 +29,9 @@
 #                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's,
 #                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200-attn/table.json); AB_KV
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
-#                 the A/B over calls; AB_NOWARM=1 adds an arm "nowarm", the table without the first-use
-#                 warm-up (GGML_CUDA_DISPATCH_WARMUP=off)
+#                 the A/B over calls; AB_NOWARM=1 runs the table arm without the first-use warm-up
+#                 (GGML_CUDA_DISPATCH_WARMUP=off, which its records' environment names; file ab-<model>-nowarm-*):
+#                 against the same call's A/B with it, each paired with its own stock runs
 #
 #   PART=profile  after PART=table, or TABLE=a committed table.json installed first: CUPTI kernel timelines
 #                 of stock and that table, tg32 and tg96 at AB_DEPTHS
@@ -230,18 +231,20 @@ table)
         case $m in qwen3-seed) models+=(--model "qwen3-seed=$QWEN") ;; llama8b) models+=(--model "llama8b=$L8B") ;;
         *) die "AB_MODELS: qwen3-seed or llama8b, not $m" ;; esac
     done
-    AB=$D/ab-${AB_MODELS:-qwen3-seed}-$(date +%s).jsonl
+    AB=$D/ab-${AB_MODELS:-qwen3-seed}${AB_NOWARM:+-nowarm}-$(date +%s).jsonl
     AB=${AB// /+}
     arms=(--arm "stock=$BENCH:off" --arm "table=$BENCH:table")
-    # AB_NOWARM=1: a third arm, the same table without the first-use warm-up (GGML_CUDA_DISPATCH_WARMUP=off)
-    [ -n "${AB_NOWARM:-}" ] && arms+=(--arm "nowarm=$BENCH:table" --arm-env "nowarm=GGML_CUDA_DISPATCH_WARMUP=off")
+    # AB_NOWARM=1: the table arm without the first-use warm-up (the A/B's arms are stock/table/crude/cached)
+    [ -n "${AB_NOWARM:-}" ] && arms+=(--arm-env "table=GGML_CUDA_DISPATCH_WARMUP=off")
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         ab "${arms[@]}" "${models[@]}" \
         "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" --expect-table "$T" \
         --log "$D/ab-runs.log" -o "$AB" 2>&1 | tail -20 | tee "$OUT/attn-table-ab.log"
     rc=${PIPESTATUS[0]}
     cp "$AB" "$OUT/" 2>/dev/null
-    tar -czf "$OUT/attn-table.tar.gz" -C "$W" attn-table "${TUNE:-attn-tune}"
+    packed=(attn-table)
+    [ -d "$W/${TUNE:-attn-tune}" ] && packed+=("${TUNE:-attn-tune}")  # none with TABLE=
+    tar -czf "$OUT/attn-table.tar.gz" -C "$W" "${packed[@]}"
     [ "$rc" -eq 0 ] || die "table A/B failed or ran past the deadline (rc $rc; its records so far are in $OUT)"
     ;;
 profile)
