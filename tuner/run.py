@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -148,6 +148,23 @@ class ChildResult:
     case_info: dict[str, Any]
     stderr_tail: list[str]
     wall_s: float
+    crashed_on: str | None = None  # a failed child: the candidate it was checking or timing (None: stock)
+
+
+# the candidate a child was on when it died: the harness logs "case <id>: check route=<c>" before checking a
+# candidate against the CPU backend and "case <id>: trial <t> route=<c>" before timing it
+_ON_CANDIDATE: Final = re.compile(r"^harness: case \S+: (?:check|trial \d+) route=(\S+)\s*$")
+CRASH_RETRIES: Final = 3  # candidates a case may lose to crashes before the case itself fails
+
+
+def crashed_candidate(stderr: str, case: Case) -> str | None:
+    """The candidate configuration a killed child was checking or timing (None: stock, or unknown)."""
+    for line in reversed(stderr.splitlines()):
+        m = _ON_CANDIDATE.match(line.strip())
+        if m:
+            name = m.group(1)
+            return name if name in case.routes else None  # stock, the anchor, is never a candidate
+    return None
 
 
 def run_harness_case(
@@ -158,7 +175,45 @@ def run_harness_case(
     timeout: float,
     register: Callable[[subprocess.Popen[str] | None], None] = lambda p: None,
 ) -> ChildResult:
-    """One harness child for one case. Never raises for what the child does; the status says."""
+    """One case: a harness child, and where the child dies (a signal, an abort) while checking or timing a
+    candidate configuration, the case again without it, up to CRASH_RETRIES times. The candidate that took
+    the child down gets failed rows naming the failure, like a candidate the check refuses: a crash of ggml
+    under one configuration (an assert in a cuBLAS path, say) then costs that configuration, not the other
+    candidates of the point. Never raises for what the child does; the status says."""
+    lost: list[tuple[str, str]] = []  # (candidate, failure) in the order they crashed
+    wall = 0.0
+    current = case
+    while True:
+        r = _run_child(harness, current, harness_args=harness_args, timeout=timeout, register=register)
+        wall += r.wall_s
+        crashed = r.crashed_on
+        if crashed is None or len(lost) >= CRASH_RETRIES:
+            break
+        lost.append((crashed, r.status))
+        current = replace(current, routes=tuple(c for c in current.routes if c != crashed))
+    if not lost:
+        return r
+    if r.status != "done":  # still failing: the case fails as the last child did, naming what was lost
+        return replace(r, wall_s=wall)
+    rows = [
+        {"kind": "trial", "case": case.id, "route": name, "trial": t, "us": None, "replays": 0, "nodes": 0,
+         "nmse": None, "route_ran": "", "status": status, "reason": status[len(schema.FAILED_PREFIX):]}
+        for name, status in lost
+        for t in range(case.trials)
+    ]  # fmt: skip
+    info = {**r.case_info, "crashed": {name: status for name, status in lost}}
+    return replace(r, trials=[*r.trials, *rows], case_info=info, wall_s=wall)
+
+
+def _run_child(
+    harness: Path,
+    case: Case,
+    *,
+    harness_args: Sequence[str],
+    timeout: float,
+    register: Callable[[subprocess.Popen[str] | None], None],
+) -> ChildResult:
+    """One harness child for one case."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ggml-dispatch-case-") as tmp:
         spec_path = Path(tmp) / "case.json"
@@ -194,7 +249,9 @@ def run_harness_case(
         msg = _failure_message(proc.returncode, err, timed_out, timeout)
         if not timed_out and proc.returncode == 0 and end is None:
             msg = "the harness ended without a result for the case"
-        return ChildResult(schema.FAILED_PREFIX + msg, header, [], {}, tail, wall)
+        # a child killed by a signal (an abort, a fault) on a candidate; a timeout may be the machine's
+        on = crashed_candidate(err, case) if proc.returncode < 0 and not timed_out else None
+        return ChildResult(schema.FAILED_PREFIX + msg, header, [], {}, tail, wall, on)
     status = str(end.get("status", ""))
     if status != "done":
         if not status.startswith(schema.FAILED_PREFIX):
