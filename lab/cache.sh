@@ -24,12 +24,16 @@
 #               (default 3) of -r AB_REPS (default 2); then the A/B with GGML_CUDA_DISPATCH_CACHE=0 on
 #               the cached build against the table build (budget 0 at run time = the table without cache;
 #               AB_BUDGET0=0 skips it). AB_PREP_ONLY=1 stops after the models and builds
+#   PART=sanitize one case that the H200 sweeps lost to GGML_ASSERT(stat == cudaSuccess) after cudaGraphExecUpdate
+#               (SANITIZE_CASE="type N K M", default "q4_K 4096 4096 128"; cuBLAS f32 and f16 output per call
+#               and from the cached copy) run by the harness alone, then under compute-sanitizer memcheck:
+#               whether an earlier kernel faults (an error cudaGraphExecUpdate would then return) or not
 #   PART=profile CUPTI kernel timelines (.carry/libkernel_timeline.so) of stock / table / cached at pp2048
 #               ubatch 128/256/512 and tg128: where the time went (`ggml-dispatch report --profile`)
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=probe|tune|ab|profile}"
+: "${OUT:?set OUT}" "${PART:?set PART=probe|tune|ab|sanitize|profile}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -192,6 +196,23 @@ for k in sorted(acc):
     v = vram.get(k)
     print(*k, f"median {statistics.median(acc[k]):.1f} t/s", f"peak VRAM {max(v):.0f} MiB" if v else "peak VRAM n/a")
 EOF
+    ;;
+sanitize)
+    build "" sanitize
+    H=$(gd tune build --llama-cpp "$TREE" --build-dir "$B" 2>"$C/harness-build.log" | tail -1)
+    [ -x "$H" ] || { tail -20 "$C/harness-build.log" >&2; die "no harness"; }
+    read -r ST SN SK SM <<<"${SANITIZE_CASE:-q4_K 4096 4096 128}"
+    printf '[{"case": "MUL_MAT:weight:%s:f32:N%s:K%s:B1:M%s", "op": "MUL_MAT", "layout": "weight", "src0_type": "%s", "src1_type": "f32", "M": %s, "N": %s, "K": %s, "B": 1, "trials": 3, "nmse_max": 0.0005, "routes": ["cublas/out=f32,compute=f16", "cublas/out=f16,compute=f16", "cublas/out=f32,compute=f16,weight=cached"]}]\n' \
+        "$ST" "$SN" "$SK" "$SM" "$ST" "$SM" "$SN" "$SK" >"$C/sanitize-case.json"
+    cp "$C/sanitize-case.json" "$OUT/"
+    LD_LIBRARY_PATH=$B/bin:$LD_LIBRARY_PATH timeout "$(left)" "$H" --cases "$C/sanitize-case.json" \
+        >"$OUT/sanitize-plain.jsonl" 2>"$OUT/sanitize-plain.log"
+    echo "harness alone: rc=$?" | tee "$OUT/sanitize-summary.txt"
+    tail -5 "$OUT/sanitize-plain.log" | tee -a "$OUT/sanitize-summary.txt"
+    LD_LIBRARY_PATH=$B/bin:$LD_LIBRARY_PATH timeout "$(left)" compute-sanitizer --tool memcheck --print-limit 20 \
+        "$H" --cases "$C/sanitize-case.json" >"$OUT/sanitize-memcheck.jsonl" 2>"$OUT/sanitize-memcheck.log"
+    echo "under memcheck: rc=$?" | tee -a "$OUT/sanitize-summary.txt"
+    grep -E "Invalid|ERROR SUMMARY|GGML_ASSERT|Address" "$OUT/sanitize-memcheck.log" | head -20 | tee -a "$OUT/sanitize-summary.txt"
     ;;
 profile)
     # CUPTI kernel timelines (report/native/kernel_timeline.cpp) of one llama-bench process per arm and test,
