@@ -92,6 +92,9 @@ for step in $STEPS; do
         if [ ! -f "$R/table.json" ]; then
             gd codegen "$R/tuning.parquet" --census "$C/census.parquet" -o "$R" 2>&1 | tail -5 | tee -a "$OUT/configs.log"
         fi
+        # issue #11: where no configuration is involved, the decisions should match the route-only table
+        gd diff "$C/table.json" "$R/table.json" --json >"$R/diff-route-only-table.json" 2>&1 || true
+        gd diff "$C/table.json" "$R/table.json" 2>&1 | tail -40 | tee -a "$OUT/configs.log"
         [ -f "$W/crude/table.json" ] || gd codegen-crude -o "$W/crude" 2>&1 | tail -2
         for arm in table crude; do
             [ -x "$W/bin-$arm/llama-bench" ] && continue
