@@ -89,7 +89,9 @@ def test_unsound_cases_are_the_failed_and_those_with_a_wrong_trial(tmp_path: Pat
             rec("a") | {"trials": [{"status": "ok"}, {"status": "pruned"}]},
             rec("b", "failed:exit 3"),
             wrong,
+            # a candidate that killed the child: the case was measured again without it (tuner.run)
+            rec("d") | {"trials": [{"status": "ok"}, {"status": "failed:killed by SIGABRT"}]},
         ):
             j.append(r)
         j.append(rec("b"))  # b measured again: its later record replaces the failed one
-    assert read_journal(p).unsound_ids() == {"c"}
+    assert read_journal(p).unsound_ids() == {"c", "d"}

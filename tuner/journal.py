@@ -29,13 +29,17 @@ class JournalContents:
         return {str(c["case"]) for c in self.cases}
 
     def unsound_ids(self) -> set[str]:
-        """Cases recorded as failed, or with a trial that failed its numerics check (status wrong):
-        what ``tune run --remeasure`` measures again after a fix to the harness or its reference."""
+        """Cases recorded as failed, or with a trial that failed its numerics check (status wrong) or whose
+        candidate took the child down (status failed:..., the case measured again without it): what
+        ``tune run --remeasure`` measures again after a fix to the harness, its reference or ggml."""
         return {
             str(c["case"])
             for c in self.cases
             if str(c.get("status", "")).startswith("failed")
-            or any(t.get("status") == "wrong" for t in c.get("trials") or ())
+            or any(
+                t.get("status") == "wrong" or str(t.get("status", "")).startswith("failed")
+                for t in c.get("trials") or ()
+            )
         }
 
 
