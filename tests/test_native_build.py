@@ -756,6 +756,35 @@ def test_glue_table_applies_only_on_its_gpu(glue: dict[str, Path], tmp_path: Pat
 
 
 @needs_nvcc
+def test_glue_graph_update_errors_instantiate_again_only_where_the_dispatch_decides(
+    glue: dict[str, Path],
+) -> None:
+    """An error from cudaGraphExecUpdate other than the update failure (the H200 harness met one under cuBLAS
+    configurations): where a table applies, a configuration is forced or an override was set, the graph is
+    instantiated again, with a warning naming the error; stock keeps ggml's assert."""
+    cases = {
+        "table": (glue["table"], {}),
+        "forced": (glue["no_table"], {"GGML_CUDA_DISPATCH": "force:cublas"}),
+        "override": (glue["no_table"], {"GLUE_OVERRIDE": "4"}),
+    }
+    for name, (exe, env) in cases.items():
+        out, log = run_glue(exe, env)
+        assert out["graph_update"] == {"not_supported": True, "invalid_value": True, "success": False}, name
+        assert (
+            "cudaGraphExecUpdate returned cudaErrorNotSupported" in log
+            and "instantiating the graph again" in log
+        )
+    for name, (exe, env) in {
+        "no table": (glue["no_table"], {}),
+        "off": (glue["table"], {"GGML_CUDA_DISPATCH": "off"}),
+        "another GPU": (glue["table"], {"GLUE_GPU_NAME": "NVIDIA H100 80GB HBM3"}),
+    }.items():
+        out, log = run_glue(exe, env)
+        assert out["graph_update"] == {"not_supported": False, "invalid_value": False, "success": False}, name
+        assert "cudaGraphExecUpdate returned" not in log
+
+
+@needs_nvcc
 def test_glue_trace_is_accepted_by_census_ingest(glue: dict[str, Path], tmp_path: Path) -> None:
     from click.testing import CliRunner
 

@@ -71,6 +71,14 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
 #define GGML_DISPATCH_FA_WARM_COPIES_MAX_KV 1024
 bool ggml_cuda_dispatch_fattn_warm_copies(int device, int64_t n_kv);
 
+// cudaGraphExecUpdate returned `stat`, an error other than the update failure ggml handles: true (and a
+// warning naming the error, the first few times) where the dispatch decides kernels (a table that applies on
+// `device`, a forced configuration, an override), so the caller instantiates the graph again as it does after
+// an update failure instead of aborting. On the H200 the tuning harness met such an error under cuBLAS
+// configurations (GGML_ASSERT(stat == cudaSuccess) after cudaGraphExecUpdate). A sticky error (a kernel's
+// fault) still aborts, at the instantiation, now with its name. Stock (no table, off) keeps the assert.
+bool ggml_cuda_dispatch_graph_update_error(int device, cudaError_t stat);
+
 // True when an attention kernel can change after the graph was allocated (a route override was set, or a
 // FlashAttention route is forced): the scratch then holds the f16 copies of K and V for every kernel.
 bool ggml_cuda_dispatch_fattn_size_all();

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <mutex>
 #include <set>
@@ -857,6 +858,21 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
     GGML_UNUSED(user);
     return 0;
 #endif
+}
+
+bool ggml_cuda_dispatch_graph_update_error(int device, cudaError_t stat) {
+    const dispatch_state & st = state();
+    const bool table_here = st.m == MODE_TABLE && device >= 0 && device < GGML_CUDA_MAX_DEVICES &&
+                            st.table_applies[device] && GGML_DISPATCH_TABLE_RULE_COUNT > 0;
+    if (stat == cudaSuccess || !(table_here || st.m == MODE_FORCE || st.rec.override_seen())) {
+        return false;
+    }
+    static std::atomic<int> logged{0};
+    if (logged.fetch_add(1) < 4) {
+        GGML_LOG_WARN("ggml_cuda_dispatch: cudaGraphExecUpdate returned %s (%s) on %s%d: instantiating the graph again\n",
+                      cudaGetErrorName(stat), cudaGetErrorString(stat), GGML_CUDA_NAME, device);
+    }
+    return true;
 }
 
 bool ggml_cuda_dispatch_fattn_warm_copies(int device, int64_t n_kv) {

@@ -87,6 +87,12 @@ int main() {
     }
     ggml_cuda_dispatch_init();
     std::printf("{\"active\":%s}\n", ggml_cuda_dispatch_active ? "true" : "false");
+    // an error from cudaGraphExecUpdate other than the update failure: instantiate again where the dispatch
+    // decides kernels (printed for two codes), never for success
+    std::printf("{\"graph_update\":{\"not_supported\":%s,\"invalid_value\":%s,\"success\":%s}}\n",
+                ggml_cuda_dispatch_graph_update_error(0, cudaErrorNotSupported) ? "true" : "false",
+                ggml_cuda_dispatch_graph_update_error(0, cudaErrorInvalidValue) ? "true" : "false",
+                ggml_cuda_dispatch_graph_update_error(0, cudaSuccess) ? "true" : "false");
 
     // tensors as llama.cpp builds them (names included), allocated in a CPU buffer
     ggml_init_params params = {ggml_tensor_overhead() * 64 + ggml_graph_overhead(), nullptr, true};
