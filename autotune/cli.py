@@ -133,7 +133,8 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     "--tune-seconds",
     type=click.FloatRange(1, 1e7),
     default=None,
-    help="stop starting tuning cases after this many seconds (re-run to continue).",
+    help="stop starting tuning cases after this many seconds, in each sweep: the matmul one and, with "
+    "--depth, the attention one (re-run to continue).",
 )
 @click.option(
     "--case-timeout",
