@@ -343,7 +343,8 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
             ),
             Step((*tool, "tune", "merge", str(matmul_tuning), str(attention_tuning), "-o", str(tuning))),
         ]
-        tune_min += len(models) * len(opts.depths) * 8 * opts.trials * TUNE_SECONDS_PER_TRIAL / 60
+        if opts.tune_seconds is None:  # else each sweep's bound is in tune_min already
+            tune_min += len(models) * len(opts.depths) * 8 * opts.trials * TUNE_SECONDS_PER_TRIAL / 60
     stages.append(
         Stage(
             "tune",

@@ -383,6 +383,9 @@ def test_every_planned_command_parses_with_its_stage_cli(
         kv_type="q8_0",
     )
     stages = plan_mod.plan(opts)
+    # the announced tune time: --tune-seconds bounds each sweep (the matmul one, and the attention one)
+    tune = next(s for s in stages if s.name == "tune")
+    assert tune.minutes == pytest.approx(60.0 / 60 * (2 if depths else 1))
     for s in stages:
         for p in s.outputs:
             p.parent.mkdir(parents=True, exist_ok=True)
