@@ -799,11 +799,30 @@ static fa_warm_state & fa_warm() {
 }  // namespace
 #endif
 
+// Table mode with the compiled table applying on `device` (its GPU matched at start-up).
+static bool table_decides(const dispatch_state & st, int device) {
+    return st.m == MODE_TABLE && device >= 0 && device < GGML_CUDA_MAX_DEVICES && st.table_applies[device];
+}
+
+// Whether the compiled table has FlashAttention rules (a property of the header: computed once).
+static bool table_has_flash_attn_rules() {
+    static const bool has = [] {
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+        for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
+            if (ggml_dispatch_table_rules[i].op == GGML_DISPATCH_OP_FLASH_ATTN_EXT) {
+                return true;
+            }
+        }
+#endif
+        return false;
+    }();
+    return has;
+}
+
 int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, int chosen,
                                           ggml_cuda_dispatch_fattn_warm_t warm, void * user) {
     const dispatch_state & st = state();
-    if (st.m != MODE_TABLE || !st.warm_up || device < 0 || device >= GGML_CUDA_MAX_DEVICES ||
-            !st.table_applies[device] || recorder::capturing()) {
+    if (!table_decides(st, device) || !st.warm_up || recorder::capturing()) {
         return 0;  // a launch under capture would be replayed with every step
     }
 #if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
@@ -862,8 +881,7 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
 
 bool ggml_cuda_dispatch_graph_update_error(int device, cudaError_t stat) {
     const dispatch_state & st = state();
-    const bool table_here = st.m == MODE_TABLE && device >= 0 && device < GGML_CUDA_MAX_DEVICES &&
-                            st.table_applies[device] && GGML_DISPATCH_TABLE_RULE_COUNT > 0;
+    const bool table_here = table_decides(st, device) && GGML_DISPATCH_TABLE_RULE_COUNT > 0;
     if (stat == cudaSuccess || !(table_here || st.m == MODE_FORCE || st.rec.override_seen())) {
         return false;
     }
@@ -877,18 +895,8 @@ bool ggml_cuda_dispatch_graph_update_error(int device, cudaError_t stat) {
 
 bool ggml_cuda_dispatch_fattn_warm_copies(int device, int64_t n_kv) {
     const dispatch_state & st = state();
-    if (st.m != MODE_TABLE || !st.warm_up || device < 0 || device >= GGML_CUDA_MAX_DEVICES ||
-            !st.table_applies[device] || n_kv > GGML_DISPATCH_FA_WARM_COPIES_MAX_KV) {
-        return false;
-    }
-#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
-    for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
-        if (ggml_dispatch_table_rules[i].op == GGML_DISPATCH_OP_FLASH_ATTN_EXT) {
-            return true;
-        }
-    }
-#endif
-    return false;
+    return table_decides(st, device) && st.warm_up && n_kv <= GGML_DISPATCH_FA_WARM_COPIES_MAX_KV &&
+           table_has_flash_attn_rules();
 }
 
 bool ggml_cuda_dispatch_fattn_size_all() {
