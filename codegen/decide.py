@@ -11,7 +11,10 @@ The rule, from DESIGN.md ("Decision, table.json and the C header"), as implement
   statistic is the **median of the per-trial ratios**; its 95% CI is a percentile bootstrap over trials
   (pairs resampled together; 2000 resamples; a fixed seed derived from the point and route, so a
   decision never depends on which other points are in the file).
-* The winner is the candidate with the lowest median ``us``. It *passes* (may replace stock) when it has
+* The winner is the *contender* with the lowest median ``us``: a candidate that the tuner's race did not
+  stop (status ``pruned`` in later trials: it lost a paired comparison beyond noise) and that never
+  failed the numerics check at the point (``wrong`` in any trial: its output depends on state, so it is
+  not trusted in the trials it passed either). It *passes* (may replace stock) when it has
   at least ``min_trials`` paired ok trials, its ratio is >= 1 + theta and the CI's lower end is > 1.
   "Slower than stock beyond noise" is the CI's upper end < 1.
 * Reference rows (``source = reference``, one sample, no CI) pass only when ratio >= 1 +
@@ -121,6 +124,16 @@ class RouteEval:
     reference: bool
     is_anchor: bool = False  # reference rows: this sample is the stock anchor itself (stock's own route)
     ratios: tuple[float, ...] = ()  # the per-trial paired ratios (what the bootstraps resample)
+
+    @property
+    def raced_out(self) -> bool:
+        """A racing tuner stopped timing it: slower than the point's best beyond noise, in paired trials."""
+        return any(s == schema.TrialStatus.PRUNED.value for s, _ in self.statuses)
+
+    @property
+    def numerics_failed(self) -> bool:
+        """Its output was off the CPU backend's beyond the declared NMSE in at least one trial here."""
+        return any(s == schema.TrialStatus.WRONG.value for s, _ in self.statuses)
 
 
 @dataclass(frozen=True)
@@ -343,6 +356,9 @@ def verdict(ev: RouteEval, params: Params) -> Verdict:
     if ev.n_ok == 0:
         what = ", ".join(f"{s} x{n}" for s, n in ev.statuses) or "none"
         return Verdict(False, f"no ok trial ({what})")
+    if ev.numerics_failed:
+        n = dict(ev.statuses)[schema.TrialStatus.WRONG.value]
+        return Verdict(False, f"wrong in {n} trial(s): off the CPU backend beyond the NMSE threshold")
     if ev.n_paired == 0 or ev.ratio is None:
         return Verdict(False, "no stock anchor in its ok trials")
     need = required_ratio(ev, params)
@@ -378,9 +394,22 @@ def slower_beyond_noise(ev: RouteEval, params: Params) -> bool:
     return ev.ci_high is not None and ev.ci_high < 1.0
 
 
+def contenders(evals: Mapping[str, RouteEval]) -> dict[str, RouteEval]:
+    """The routes that may be a point's best: those with ok trials that the race did not stop and that
+    were never wrong there.
+
+    A raced-out route lost a paired comparison beyond noise to a route timed in every trial; its median
+    over its few early trials is not comparable with medians over all of them (a GPU's state drifts
+    within a case), so it never wins on that median. Without a race (or if every route with ok trials
+    was stopped, which a race never does) every route with ok trials that was never wrong contends."""
+    timed = {r: ev for r, ev in evals.items() if ev.median_us is not None and not ev.numerics_failed}
+    full = {r: ev for r, ev in timed.items() if not ev.raced_out}
+    return full or timed
+
+
 def winner(evals: Mapping[str, RouteEval]) -> str | None:
-    """Lowest median among the routes with ok trials; ties go to the lower route code."""
-    cands = [(ev.median_us, _order(r), r) for r, ev in evals.items() if ev.median_us is not None]
+    """Lowest median among the contenders; ties go to the lower route code."""
+    cands = [(ev.median_us, _order(r), r) for r, ev in contenders(evals).items()]
     return min(cands)[2] if cands else None
 
 
@@ -436,8 +465,10 @@ def _point_refusals(key: ShapeKey, M: int, point: Mapping[str, RouteEval], param
     for route, ev in sorted(point.items()):
         if route == chosen:
             continue
-        if ev.n_ok == 0 or route == w or ev.is_anchor:
+        if ev.n_ok == 0 or route == w or ev.is_anchor or ev.numerics_failed:
             reason = verdict(ev, params).reason
+        elif ev.raced_out and w is not None and not point[w].raced_out:
+            reason = f"stopped by the race: slower than the best beyond noise (median {ev.median_us:.2f} us)"
         else:
             wev = point[w] if w else None
             assert wev is not None and wev.median_us is not None and ev.median_us is not None

@@ -3,7 +3,8 @@
 * Interpolation: for every shape and every measured M with measured neighbours on both sides, drop
   that M's rows, build the rules from the rest (that shape's rows; no class defaults), look M up, and
   compare the route with what the dropped measurements say: the measured decision there (the passing
-  winner, else stock) and the oracle (the fastest measured route, stock included).
+  winner, else stock) and the oracle (the fastest measured route, stock included; a route the tuner's
+  race stopped is not a contender, `decide.contenders`).
 * Size classes: for every shape of a type with at least three measured shapes, drop the shape, build
   the rules from the type's other shapes, and look up each of its measured M (only defaults can answer).
 
@@ -75,9 +76,13 @@ def _score(
     point = full.evals[key][M]
     stock_us = full.stock_us[key][M]
     medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}
-    best = min(medians, key=lambda r: medians[r]) if medians else None
-    oracle = best if best is not None and medians[best] < stock_us else None
-    oracle_us = min(stock_us, *medians.values()) if medians else stock_us
+    # the per-point best among the routes the race left standing (decide.contenders)
+    best_of = {
+        r: float(ev.median_us) for r, ev in decide.contenders(point).items() if ev.median_us is not None
+    }
+    best = min(best_of, key=lambda r: best_of[r]) if best_of else None
+    oracle = best if best is not None and best_of[best] < stock_us else None
+    oracle_us = min(stock_us, *best_of.values()) if best_of else stock_us
     pred_us = stock_us if route is None else medians.get(route)
     harm = route is not None and route in point and decide.slower_beyond_noise(point[route], params)
     return Held(

@@ -25,8 +25,9 @@
 #               the cached build against the table build (budget 0 at run time = the table without cache;
 #               AB_BUDGET0=0 skips it). AB_PREP_ONLY=1 stops after the models and builds
 #   PART=sanitize one case that the H200 sweeps lost to GGML_ASSERT(stat == cudaSuccess) after cudaGraphExecUpdate
-#               (SANITIZE_CASE="type N K M", default "q4_K 4096 4096 128"; cuBLAS f32 and f16 output per call
-#               and from the cached copy) run by the harness alone, then under compute-sanitizer memcheck:
+#               (SANITIZE_CASE="type N K M", default "q4_K 4096 4096 128"; SANITIZE_ROUTES, default cuBLAS f32
+#               and f16 output per call and from the cached copy; SANITIZE_TRIALS, default 3) run by the
+#               harness alone, then under compute-sanitizer memcheck:
 #               whether an earlier kernel faults (an error cudaGraphExecUpdate would then return) or not
 #   PART=profile CUPTI kernel timelines (.carry/libkernel_timeline.so) of stock / table / cached at pp2048
 #               ubatch 128/256/512 and tg128: where the time went (`ggml-dispatch report --profile`)
@@ -202,8 +203,10 @@ sanitize)
     H=$(gd tune build --llama-cpp "$TREE" --build-dir "$B" 2>"$C/harness-build.log" | tail -1)
     [ -x "$H" ] || { tail -20 "$C/harness-build.log" >&2; die "no harness"; }
     read -r ST SN SK SM <<<"${SANITIZE_CASE:-q4_K 4096 4096 128}"
-    printf '[{"case": "MUL_MAT:weight:%s:f32:N%s:K%s:B1:M%s", "op": "MUL_MAT", "layout": "weight", "src0_type": "%s", "src1_type": "f32", "M": %s, "N": %s, "K": %s, "B": 1, "trials": 3, "nmse_max": 0.0005, "routes": ["cublas/out=f32,compute=f16", "cublas/out=f16,compute=f16", "cublas/out=f32,compute=f16,weight=cached"]}]\n' \
-        "$ST" "$SN" "$SK" "$SM" "$ST" "$SM" "$SN" "$SK" >"$C/sanitize-case.json"
+    routes=${SANITIZE_ROUTES:-cublas/out=f32,compute=f16 cublas/out=f16,compute=f16 cublas/out=f32,compute=f16,weight=cached}
+    routes_json=$(printf '"%s", ' $routes)
+    printf '[{"case": "MUL_MAT:weight:%s:f32:N%s:K%s:B1:M%s", "op": "MUL_MAT", "layout": "weight", "src0_type": "%s", "src1_type": "f32", "M": %s, "N": %s, "K": %s, "B": 1, "trials": %s, "nmse_max": 0.0005, "routes": [%s]}]\n' \
+        "$ST" "$SN" "$SK" "$SM" "$ST" "$SM" "$SN" "$SK" "${SANITIZE_TRIALS:-3}" "${routes_json%, }" >"$C/sanitize-case.json"
     cp "$C/sanitize-case.json" "$OUT/"
     LD_LIBRARY_PATH=$B/bin:$LD_LIBRARY_PATH timeout "$(left)" "$H" --cases "$C/sanitize-case.json" \
         >"$OUT/sanitize-plain.jsonl" 2>"$OUT/sanitize-plain.log"

@@ -245,3 +245,44 @@ def test_missing_columns() -> None:
     df = frame(trials(speed={"mmq": 1.0}, M=1)).drop(columns=["anchor_us"])
     with pytest.raises(InputError, match="anchor_us: missing column"):
         decide.decide(df, P)
+
+
+def test_a_raced_out_route_never_wins_on_its_early_median() -> None:
+    # the H200 configurations sweep, q4_1 N=1536 K=576 M=32: mmq/j=8 lost the race to cublas over its
+    # first three trials (8.62 vs 8.10 us), then cublas slowed to 9.65 us in the later trials; on medians
+    # the stopped route looked fastest and, with too few trials, left the point to stock
+    rows = []
+    for t in range(7):
+        rows.append(tuning_row(route="cublas", M=32, us=8.1 if t < 3 else 9.65, anchor_us=12.0, trial=t))
+        early = t < 3
+        rows.append(
+            tuning_row(
+                route="mmq",
+                M=32,
+                us=8.62 if early else float("nan"),
+                anchor_us=12.0,
+                trial=t,
+                status="ok" if early else "pruned",
+            )
+        )
+    d = decide.decide(frame(rows), P)
+    assert _rules(d) == [(4096, 4096, 32, 32, "cublas")]
+    assert decide.winner(d.evals[KEY][32]) == "cublas"
+    # without the race's verdict (no pruned rows) the lower median wins as before
+    plain = [r for r in rows if r["status"] == "ok"]
+    assert decide.winner(decide.decide(frame(plain), P).evals[KEY][32]) == "mmq"
+
+
+def test_a_route_wrong_in_any_trial_is_never_chosen() -> None:
+    # the H200 configurations sweep, q4_1 N=1536 K=576: mmq/j=8,stream_k=on failed the NMSE check in
+    # trials 0-2 and passed in 3-6; its passing trials do not make it trustworthy
+    rows = []
+    for t in range(7):
+        rows.append(tuning_row(route="cublas", M=32, us=9.0, anchor_us=12.0, trial=t))
+        rows.append(
+            tuning_row(route="mmq", M=32, us=6.0, anchor_us=12.0, trial=t, status="wrong" if t < 3 else "ok")
+        )
+    d = decide.decide(frame(rows), P)
+    assert _rules(d) == [(4096, 4096, 32, 32, "cublas")]
+    (why,) = [f.reason for f in d.refusals if f.route == "mmq"]
+    assert why.startswith("wrong in 3 trial(s)")

@@ -233,9 +233,10 @@ def test_mixed_gpu_models_are_refused_unless_allowed(
     p = tune(*args)
     assert p.returncode == 2, p.stderr
     journal = f"{out}.journal.jsonl"
-    assert f"ggml-dispatch: error: {journal}: gpu_name: cases come from 2 GPUs (Intel" in p.stderr
+    # the probe is the CPU backend: its name is this machine's processor (Intel on CI, AMD elsewhere)
+    assert f"ggml-dispatch: error: {journal}: gpu_name: cases come from 2 GPUs (" in p.stderr
     assert "Other GPU cc 0 0 SMs (case " in p.stderr and "q8_0:f32:N32:K64:B1:M" in p.stderr
-    assert "Intel(R) Xeon(R) Processor cc 0 0 SMs (the probe)" in p.stderr
+    assert " cc 0 0 SMs (the probe)" in p.stderr
     assert "pass --allow-mixed" in p.stderr and not out.exists()
     # the journal keeps what was measured; without --allow-mixed a re-run is refused before any case
     p = tune(*args)

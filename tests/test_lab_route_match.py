@@ -1,0 +1,53 @@
+"""lab/route_match.py and lab/stock_wrong.py on the tenth session's recorded H200 sweep (real rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab import route_match, stock_wrong
+
+ROOT = Path(__file__).resolve().parents[1]
+S10 = ROOT / "evidence/h200-2026-12-02-s10/configs"
+
+
+def test_classify() -> None:
+    assert route_match.classify("cublas", "cublas") == "same"
+    assert route_match.classify("stock", "stock") == "same"
+    assert route_match.classify("cublas", "cublas/out=f32,compute=f16") == "config"
+    assert route_match.classify("mmq", "cublas/out=f32,compute=bf16") == "displaced"
+    assert route_match.classify("cublas", "stock") == "plain differs"
+    assert route_match.classify("cublas", "mmq") == "plain differs"
+
+
+def test_the_configurations_table_matches_the_route_only_table_where_no_configuration_is_involved(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc = route_match.main(
+        [
+            "--old",
+            str(ROOT / "tables/cuda-sm90-nvidia-h200/table.json"),
+            "--new",
+            str(S10 / "table/table.json"),
+            "--tuning",
+            str(S10 / "tuning.parquet"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "171 MUL_MAT points" in out
+    assert "| plain differs | 0 |" in out and "| same | 97 |" in out
+    # against itself every point is the same
+    route_match.main(["--old", str(S10 / "table/table.json"), "--new", str(S10 / "table/table.json"),
+                      "--tuning", str(S10 / "tuning.parquet")])  # fmt: skip
+    assert "| same | 171 |" in capsys.readouterr().out
+
+
+def test_stock_wrong_lists_the_five_q4_1_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    assert stock_wrong.main([str(S10 / "tuning.journal.jsonl.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "5 case(s)." in out
+    assert "| MUL_MAT:weight:q4_1:f32:N1536:K576:B1:M32 | GPU-ae8024d7 | 0,1,2 of 7 | 0.0715 |" in out
+    body = out.split("\n", 1)[1]  # after the title, which names the path as given
+    assert (S10 / "STOCK-WRONG.md").read_text().split("\n", 1)[1] == body
