@@ -273,3 +273,17 @@ def test_a_file_without_the_config_column_reads_with_nulls(tmp_path: Path) -> No
     back, _ = results.read_tuning(tmp_path / "old.parquet")
     assert back.num_rows == table.num_rows and set(back["config"].to_pylist()) == {None}
     assert back.schema.field("config").type == pa.string()
+
+
+def test_a_trial_whose_stock_run_was_wrong_has_no_anchor() -> None:
+    # the H200 configurations sweep: stock itself failed the CPU check in some trials (lab/stock_wrong.py)
+    rec = done_record(8)
+    rec["trials"].append(
+        {"kind": "trial", "case": rec["case"], "route": "stock", "trial": 1, "us": 9.0, "anchor_us": 9.0,
+         "nmse": 0.07, "route_ran": "mmvq", "status": "wrong", "reason": "nmse 0.07 > 0.0005"}
+    )  # fmt: skip
+    rows = results.rows_of_record(rec)
+    assert {r["route"] for r in rows} == {"mmvf", "mmf", "mmvq", "mmq", "cublas"}  # stock is still no row
+    assert all(r["anchor_us"] is None for r in rows if r["trial"] == 1)
+    assert all(r["anchor_us"] is not None for r in rows if r["trial"] != 1)
+    assert all(r["anchor_us"] is not None for r in results.rows_of_record(done_record(8)) if r["trial"] == 1)

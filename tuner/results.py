@@ -105,12 +105,19 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
             if cfg is not None
         ]
     out = []
+    # a trial whose stock run failed the numerics check has no anchor: that time is not stock's computation
+    # (on the H200 such runs were also 8-12% slower), so its rows pair with nothing
+    stock_wrong = {
+        int(line["trial"])
+        for line in rec.get("trials", [])
+        if line.get("route") == "stock" and line.get("status") == schema.TrialStatus.WRONG.value
+    }
     for line in rec.get("trials", []):
         cfg = candidate_config(line.get("route"))
         if cfg is None:
             continue  # stock's own rows: carried as anchor_us
         us = _num(line.get("us"))
-        anchor = _num(line.get("anchor_us"))
+        anchor = None if int(line["trial"]) in stock_wrong else _num(line.get("anchor_us"))
         status = str(line["status"])
         if status == schema.TrialStatus.OK.value and (us is None or us <= 0):
             # an ok row needs a time (the tuning reader refuses one without): record what came instead
