@@ -7,6 +7,8 @@
 # Needs .carry/llama.cpp.tar.xz and .carry/smollm2.meta.gguf (`make llama-tarball device-integration-carry`).
 # State lives under build/cfg/ and every step skips what is already there, so a call stopped by its
 # DEADLINE (seconds after the start, default 560) is continued by the next call on the still-warm machine.
+# On a new machine, carry the last call's journal as build/cfg-carry/tuning.journal.jsonl.gz (gzip of
+# result/tuning.journal.jsonl from its configs-result.tar.gz) and run STEPS="build tune": the sweep resumes.
 #
 #   OUT=<dir> STEPS="build models tune table ab" [DEADLINE=560] [AB_PAIRS=8] [AB_REPS=3] lab/configs.sh
 #
@@ -78,6 +80,11 @@ for step in $STEPS; do
             --output-tensor-type q6_K
         ;;
     tune)
+        # a journal carried from an earlier machine (carry build/cfg-carry/): the sweep resumes from it
+        if [ ! -f "$R/tuning.journal.jsonl" ] && [ -f build/cfg-carry/tuning.journal.jsonl.gz ]; then
+            gunzip -c build/cfg-carry/tuning.journal.jsonl.gz >"$R/tuning.journal.jsonl"
+            log "tune: resuming from the carried journal ($(wc -l <"$R/tuning.journal.jsonl") lines)"
+        fi
         # the harness' stock anchor must be stock: the tree carries the hook without a table here
         t0=$(date +%s)
         timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
