@@ -287,3 +287,16 @@ def test_a_trial_whose_stock_run_was_wrong_has_no_anchor() -> None:
     assert all(r["anchor_us"] is None for r in rows if r["trial"] == 1)
     assert all(r["anchor_us"] is not None for r in rows if r["trial"] != 1)
     assert all(r["anchor_us"] is not None for r in results.rows_of_record(done_record(8)) if r["trial"] == 1)
+
+
+def test_a_sweep_with_stock_wrong_warns_once_naming_the_cases() -> None:
+    rec = done_record(8)
+    assert results.stock_wrong_warning([rec]) is None
+    for t in (0, 2):
+        rec["trials"].append(
+            {"kind": "trial", "case": rec["case"], "route": "stock", "trial": t, "us": 9.0, "anchor_us": 9.0,
+             "nmse": 0.07, "route_ran": "mmvq", "status": "wrong"}
+        )  # fmt: skip
+    assert results.stock_wrong_trials(rec) == [0, 2]
+    w = results.stock_wrong_warning([done_record(16), rec])
+    assert w is not None and "in 2 trials of 1 cases" in w and f"{rec['case']} (trials 0,2)" in w

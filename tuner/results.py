@@ -66,6 +66,31 @@ def candidate_config(name: Any) -> registry.Config | None:
         return None
 
 
+def stock_wrong_trials(rec: Mapping[str, Any]) -> list[int]:
+    """The trials of a case record in which stock's own run failed the numerics check."""
+    return sorted(
+        {
+            int(line["trial"])
+            for line in rec.get("trials", [])
+            if line.get("route") == "stock" and line.get("status") == schema.TrialStatus.WRONG.value
+        }
+    )
+
+
+def stock_wrong_warning(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """One line naming the cases where stock itself was wrong (their trials pair with nothing), or None."""
+    hit = [(str(r["case"]), stock_wrong_trials(r)) for r in records]
+    hit = [(c, t) for c, t in hit if t]
+    if not hit:
+        return None
+    first = ", ".join(f"{c} (trials {','.join(map(str, t))})" for c, t in hit[:3])
+    more = f" and {len(hit) - 3} more" if len(hit) > 3 else ""
+    return (
+        f"warning: stock itself failed the numerics check in {sum(len(t) for _, t in hit)} trials of "
+        f"{len(hit)} cases: {first}{more}; those trials have no stock anchor (lab/stock_wrong.py lists them)"
+    )
+
+
 def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The tuning rows of one journal case record (done or failed)."""
     spec = rec["spec"]
@@ -107,11 +132,7 @@ def rows_of_record(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     # a trial whose stock run failed the numerics check has no anchor: that time is not stock's computation
     # (on the H200 such runs were also 8-12% slower), so its rows pair with nothing
-    stock_wrong = {
-        int(line["trial"])
-        for line in rec.get("trials", [])
-        if line.get("route") == "stock" and line.get("status") == schema.TrialStatus.WRONG.value
-    }
+    stock_wrong = set(stock_wrong_trials(rec))
     for line in rec.get("trials", []):
         cfg = candidate_config(line.get("route"))
         if cfg is None:

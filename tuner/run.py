@@ -451,6 +451,8 @@ def run_sweep(
                 interrupted()
             interrupted()
         records = list(journal.contents.cases)
+    if (w := results.stock_wrong_warning(records)) is not None:
+        warnings.append(w)
 
     settings = dict(settings or {})
     settings.update(
