@@ -1,9 +1,13 @@
-"""Cases of a tune journal where stock's own run failed the numerics check, trial by trial.
+"""Cases of a tune journal where stock's own run failed the numerics check, trial by trial, and how much a
+candidate's time depends on the candidate that ran before it.
 
 Stock (the anchor, ``GGML_CUDA_DISPATCH`` off) is checked against the CPU backend in every trial like
 every candidate. A stock that is wrong in some trials and right in others is a state of the harness or
 the GPU, not of the kernel: this lists those cases, what else was wrong in the same trials, and the
 anchor's time in wrong and right trials.
+
+The second part takes, per case and candidate, the median time after each predecessor (the run order
+within a trial, from the rows' ``t_end_s``; ok and drifted rows) and reports max/min over predecessors.
 
     python lab/stock_wrong.py evidence/h200-2026-12-02-s10/configs/tuning.journal.jsonl.gz
 
@@ -14,9 +18,59 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
+
+
+def predecessor_spread(rec: dict[str, Any]) -> Iterator[tuple[float, str, dict[str, float]]]:
+    """(max/min of the per-predecessor medians, candidate, {predecessor: median us}) per candidate that
+    ran after more than one predecessor in this case."""
+    by: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in sorted({int(r["trial"]) for r in rec["trials"]}):
+        ran = sorted(
+            (
+                r
+                for r in rec["trials"]
+                if r["trial"] == t and r.get("t_end_s") and r["status"] in ("ok", "drifted")
+            ),
+            key=lambda r: r["t_end_s"],
+        )
+        for prev, cur in itertools.pairwise(ran):
+            by[cur["route"]][prev["route"]].append(float(cur["us"]))
+    for route, groups in by.items():
+        if len(groups) > 1:
+            meds = {p: statistics.median(v) for p, v in groups.items()}
+            yield max(meds.values()) / min(meds.values()), route, meds
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+def print_predecessors(recs: Iterable[dict[str, Any]], top: int = 8) -> None:
+    rows = [(sp, rec["case"], route, meds) for rec in recs for sp, route, meds in predecessor_spread(rec)]
+    rows.sort(key=lambda r: -r[0])
+    print("\n## A candidate's time after each predecessor\n")
+    if not rows:
+        print("No candidate ran after more than one predecessor.")
+        return
+    sp = [r[0] for r in rows]
+    print(
+        f"{len(rows)} (case, candidate) pairs ran after more than one predecessor. "
+        "The max/min of their medians: "
+        f"median {_quantile(sp, 0.5):.3f}, p90 {_quantile(sp, 0.9):.3f}, max {max(sp):.3f}; "
+        f"{sum(x > 1.05 for x in sp)} above 1.05, {sum(x > 1.10 for x in sp)} above 1.10.\n"
+    )
+    print("| max/min | case | candidate | median us after each predecessor |\n|---|---|---|---|")
+    for x, case, route, meds in rows[:top]:
+        after = ", ".join(f"{p}: {m:.2f}" for p, m in sorted(meds.items(), key=lambda kv: kv[1]))
+        print(f"| {x:.3f} | {case} | {route} | {after} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,26 +83,25 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     n = 0
     with opener(a.journal, "rt") as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("kind") != "case":
-                continue
-            stock = [r for r in rec["trials"] if r["route"] == "stock"]
-            bad = sorted(r["trial"] for r in stock if r["status"] == "wrong")
-            if not bad:
-                continue
-            n += 1
-            good = [r["us"] for r in stock if r["status"] == "ok" and r["us"]]
-            wrong_us = [r["us"] for r in stock if r["status"] == "wrong" and r["us"]]
-            also = sorted({r["route"] for r in rec["trials"] if r["status"] == "wrong"} - {"stock"})
-            nmse = max(r["nmse"] for r in stock if r["status"] == "wrong")
-            gpu = str(rec.get("header", {}).get("gpu_uuid", "?"))[:12]
-            right = f"{statistics.median(good):.2f}" if good else "none"
-            print(
-                f"| {rec['case']} | {gpu} | {','.join(map(str, bad))} of {len(stock)} | {nmse:.4f} | "
-                f"{statistics.median(wrong_us):.2f} / {right} | {', '.join(also) or 'none'} |"
-            )
+        recs = [r for r in (json.loads(line) for line in f) if r.get("kind") == "case"]
+    for rec in recs:
+        stock = [r for r in rec["trials"] if r["route"] == "stock"]
+        bad = sorted(r["trial"] for r in stock if r["status"] == "wrong")
+        if not bad:
+            continue
+        n += 1
+        good = [r["us"] for r in stock if r["status"] == "ok" and r["us"]]
+        wrong_us = [r["us"] for r in stock if r["status"] == "wrong" and r["us"]]
+        also = sorted({r["route"] for r in rec["trials"] if r["status"] == "wrong"} - {"stock"})
+        nmse = max(r["nmse"] for r in stock if r["status"] == "wrong")
+        gpu = str(rec.get("header", {}).get("gpu_uuid", "?"))[:12]
+        right = f"{statistics.median(good):.2f}" if good else "none"
+        print(
+            f"| {rec['case']} | {gpu} | {','.join(map(str, bad))} of {len(stock)} | {nmse:.4f} | "
+            f"{statistics.median(wrong_us):.2f} / {right} | {', '.join(also) or 'none'} |"
+        )
     print(f"\n{n} case(s).")
+    print_predecessors(recs)
     return 0
 
 

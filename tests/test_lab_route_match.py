@@ -51,3 +51,19 @@ def test_stock_wrong_lists_the_five_q4_1_cases(capsys: pytest.CaptureFixture[str
     assert "| MUL_MAT:weight:q4_1:f32:N1536:K576:B1:M32 | GPU-ae8024d7 | 0,1,2 of 7 | 0.0715 |" in out
     body = out.split("\n", 1)[1]  # after the title, which names the path as given
     assert (S10 / "STOCK-WRONG.md").read_text().split("\n", 1)[1] == body
+
+
+def test_predecessor_spread_of_the_recorded_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    stock_wrong.main([str(S10 / "tuning.journal.jsonl.gz")])
+    out = capsys.readouterr().out
+    assert "394 (case, candidate) pairs ran after more than one predecessor" in out
+    assert "max 1.401; 48 above 1.05, 11 above 1.10." in out
+    rec = {
+        "trials": [
+            {"trial": t, "route": r, "t_end_s": 1 + i + 10 * t, "status": "ok", "us": us}
+            for t, seq in enumerate([[("a", 1.0), ("b", 2.0)], [("c", 1.0), ("b", 3.0)]])
+            for i, (r, us) in enumerate(seq)
+        ]
+    }
+    ((spread, route, meds),) = list(stock_wrong.predecessor_spread(rec))
+    assert route == "b" and meds == {"a": 2.0, "c": 3.0} and spread == 1.5

@@ -2,6 +2,7 @@
 #include "race.h"
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 int main() {
@@ -42,6 +43,18 @@ int main() {
     const std::vector<std::vector<double>> us2 = { { 400, 401 }, { 100, 101 }, { 180, 181 }, { 280, 281 } };
     std::printf("\"best_among\":%d,\"best_among_none\":%d,", race_best_among(us2, { true, false, true, true }),
                 race_best_among(us2, { false, false, false, false }));
+    // the run order of 7 trials of 6 candidates for two cases, then the first case's again (one build: one order)
+    const char * ids[] = { "MUL_MAT:weight:q4_1:f32:N1536:K576:B1:M32", "another case",
+                           "MUL_MAT:weight:q4_1:f32:N1536:K576:B1:M32" };
+    std::printf("\"orders\":[");
+    for (int c = 0; c < 3; ++c) {
+        for (int t = 0; t < 7; ++t) {
+            const std::vector<size_t> ord = race_trial_order(6, race_seed_of(ids[c]), t);
+            std::printf("%s[%zu,%zu,%zu,%zu,%zu,%zu]", c + t > 0 ? "," : "", ord[0], ord[1], ord[2], ord[3], ord[4],
+                        ord[5]);
+        }
+    }
+    std::printf("],\"order_one\":%zu,\"order_none\":%zu,", race_trial_order(1, 7, 0)[0], race_trial_order(0, 7, 0).size());
     // trials 0-3 with anchors 100, 115, 101, 99: trial 1 is 14% off their median (100.5) at drift 0.10; trial 4
     // (not yet run) is not judged
     const std::vector<bool> dr = race_drifted({ 100, 115, 101, 99, NAN }, 4, 0.10);

@@ -766,9 +766,11 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             }
         }
     }
+    const uint64_t order_seed = race_seed_of(c.id);
     for (int t = 0; t < c.trials; ++t) {
+        const std::vector<size_t> order = race_trial_order(n, order_seed, t);  // race.h: predecessors vary
         for (size_t k = 0; k < n; ++k) {
-            const size_t      idx = (k + (size_t) t) % n;
+            const size_t      idx = order[k];
             const candidate & cd  = cands[idx];
             if (!pruned[idx].empty()) {
                 json r             = trial_row(c, cd.name, t);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -23,6 +24,40 @@ struct race_opts {
     double noise      = 0.02;  // margin below 1 the whole interval must clear
     double screen     = 1.5;   // first-trial screen: pruned after trial 0 if that many times the best; 0 = off
 };
+
+// The order in which a trial runs the candidates: a permutation of 0..n-1 drawn from (seed, trial), the
+// same on every build (Fisher-Yates over SplitMix64, not std::shuffle, whose algorithm differs between
+// standard libraries). A fixed order, or one rotated per trial, gives each candidate the same predecessor
+// in every trial; on the H200 a candidate's time depended on its predecessor by up to 1.4x (the tenth
+// session's sweep), so that bias entered every paired ratio. Drawn per trial, it becomes noise that the
+// paired intervals see.
+inline uint64_t race_splitmix64(uint64_t & x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z          = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z          = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+inline uint64_t race_seed_of(const std::string & s) {  // FNV-1a
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : s) {
+        h = (h ^ c) * 1099511628211ull;
+    }
+    return h;
+}
+
+inline std::vector<size_t> race_trial_order(size_t n, uint64_t seed, int trial) {
+    std::vector<size_t> order(n);
+    for (size_t k = 0; k < n; ++k) {
+        order[k] = k;
+    }
+    uint64_t x = seed ^ (0xD1B54A32D192ED03ull * (uint64_t) (trial + 1));
+    for (size_t i = n; i > 1; --i) {
+        const size_t j = (size_t) (race_splitmix64(x) % i);
+        std::swap(order[i - 1], order[j]);
+    }
+    return order;
+}
 
 // Two-sided 95% Student-t quantile for df degrees of freedom (df >= 1).
 inline double race_t95(int df) {
