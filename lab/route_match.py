@@ -21,19 +21,19 @@ Markdown on stdout.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from codegen import table as tbl
+from ggml_dispatch import registry
 
 
 def classify(old: str, new: str) -> str:
     if old == new:
         return "same"
     if "/" in new:
-        return "config" if new.split("/")[0] == old else "displaced"
+        return "config" if registry.config_route(new) == old else "displaced"
     return "plain differs"
 
 
@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", required=True, type=Path, help="configurations table.json")
     ap.add_argument("--tuning", required=True, type=Path, help="the new sweep's tuning.parquet (its points)")
     a = ap.parse_args(argv)
-    old = json.loads(a.old.read_text())
-    new = json.loads(a.new.read_text())
+    old = tbl.load(a.old)
+    new = tbl.load(a.new)
     gpu = tbl.table_gpu(new)
     t = pd.read_parquet(a.tuning)
     t = t[(t.op == "MUL_MAT") & (t.status == "ok")]

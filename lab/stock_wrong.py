@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tuner import results
+
 
 def predecessor_spread(rec: dict[str, Any]) -> Iterator[tuple[float, str, dict[str, float]]]:
     """(max/min of the per-predecessor medians, candidate, {predecessor: median us}) per candidate that
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         recs = [r for r in (json.loads(line) for line in f) if r.get("kind") == "case"]
     for rec in recs:
         stock = [r for r in rec["trials"] if r["route"] == "stock"]
-        bad = sorted(r["trial"] for r in stock if r["status"] == "wrong")
+        bad = results.stock_wrong_trials(rec)
         if not bad:
             continue
         n += 1
