@@ -10,7 +10,7 @@ from typing import Final
 
 import click
 
-from codegen import cache, decide, render
+from codegen import cache, decide, kv_shadow, render
 from codegen import diff as dif
 from codegen import table as tbl
 from ggml_dispatch import fileio, schema
@@ -98,6 +98,15 @@ def _under_tables(path: Path) -> bool:
     help="VRAM for persistent f16 weight copies (cublas/weight=cached), chosen greedily by measured time "
     "saved per MiB over --census; 0 = the table without the cache; unset: cached rows are ignored",
 )
+@click.option(
+    "--kv-shadow-budget",
+    "kv_shadow_budget",
+    type=Int(0, kv_shadow.MAX_BUDGET_MIB),
+    default=None,
+    metavar="MiB",
+    help="VRAM for f16 shadows of quantized KV caches (fa_mma/kv=shadow, fa_tile/kv=shadow), a run-time cap; "
+    "unset or 0: shadow rows are ignored (the table without the shadow)",
+)
 def codegen_cmd(
     tuning: Path,
     census_path: Path | None,
@@ -113,6 +122,7 @@ def codegen_cmd(
     interpolate: bool,
     class_defaults: bool,
     cache_budget: int | None,
+    kv_shadow_budget: int | None,
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
 
@@ -149,6 +159,7 @@ def codegen_cmd(
     census_df = None
     if census_path is not None:
         census_df = census_artifact.read(census_path).frame()
+    df = kv_shadow.keep_rows(df, kv_shadow_budget, tuning)
     decisions, plan = cache.decide_with_cache(df, census_df, cache_budget, params, tuning)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
     if reference and _under_tables(out_dir):
@@ -163,6 +174,7 @@ def codegen_cmd(
         census_sha256=fileio.sha256_file(census_path) if census_path else None,
     )
     table = cache.attach(table, plan)
+    table = tbl.validate(tbl.canonicalize(kv_shadow.attach(table, kv_shadow_budget)))
     text = tbl.dumps(table)
     header = render.render_header(table)
     with fileio.output_set([table_out, header_out], inputs) as outputs:
@@ -212,6 +224,8 @@ def codegen_cmd(
             )
         for s, why in plan.skipped:
             echo(f"  not cached: {s.key.label()} ({s.saved_per_mib:.3f} us/MiB): {why}")
+    if kv_shadow.budget_bytes(table):
+        echo(f"KV shadow: budget {table['kv_shadow']['budget_mib']} MiB (a run-time cap on the f16 shadows)")
     refused = table["refused"]
     if verbose:
         echo(f"refused candidates ({len(refused)}):")

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import jinja2
 
+from codegen import kv_shadow
 from codegen import table as tbl
 from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
@@ -81,6 +82,7 @@ def render_header(table: Mapping[str, Any]) -> str:
         "table_hash": tbl.table_hash(t),
         "tuning_sha256": str(prov.get("tuning_sha256") or ""),
         "cache_budget_bytes": int(t["cache"]["budget_bytes"]) if "cache" in t else 0,
+        "kv_shadow_budget_bytes": kv_shadow.budget_bytes(t),
         "fallback_rows": [_row(r) for r in t.get("cache", {}).get("fallback", [])],
         "upstream_commit": str(t["upstream_commit"]),
         "rows": [_row(r) for r in t["rules"] if not tbl.is_class(r)],

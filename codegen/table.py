@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from codegen import kv_shadow
 from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.errors import InputError
@@ -279,6 +280,7 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         raise InputError(path, "must be a list", field="refused")
     if "cache" in table:
         _validate_cache(table["cache"], path)
+    kv_shadow.validate(table, path)
     if "routing_buckets" in table:
         _validate_routing_buckets(table["routing_buckets"], path)
     return table

@@ -226,6 +226,13 @@ _FA_MMA_NCOLS2: Final = ("1", "2", "4", "8")
 FA_MMA_NCOLS: Final = (8, 16, 32, 64)
 # FLASH_ATTN_EXT VEC: parallel blocks per output tile (launch_fattn's parallel_blocks)
 _FA_VEC_BLOCKS: Final = tuple(str(1 << i) for i in range(9))  # 1 .. 256
+# TILE and MMA_F16 on a quantized (q8_0) KV cache: read its f16 shadow instead of converting K and V per call
+_FA_KV_SHADOW: Final = Param(
+    "kv",
+    ("shadow",),
+    "read a persistent f16 shadow of the q8_0 KV cache (made once within the shadow budget, kept in step"
+    " with every write to the cache) instead of converting the K/V view to f16 on every call",
+)
 
 ROUTES: Final[dict[Route, RouteSpec]] = {
     Route.MMVF: RouteSpec(
@@ -277,7 +284,11 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         "flash_attn_ext_vec (1-2 Q columns per block)",
     ),
     Route.FA_TILE: RouteSpec(
-        Route.FA_TILE, 7, (Op.FLASH_ATTN_EXT,), (), "flash_attn_ext_tile (no tensor cores, f16 K/V)"
+        Route.FA_TILE,
+        7,
+        (Op.FLASH_ATTN_EXT,),
+        (_FA_KV_SHADOW,),
+        "flash_attn_ext_tile (no tensor cores, f16 K/V)",
     ),
     Route.FA_MMA: RouteSpec(
         Route.FA_MMA,
@@ -306,6 +317,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 ("on", "off"),
                 "stream-k (one wave of blocks, tiles split along the KV length) or one block per tile",
             ),
+            _FA_KV_SHADOW,
         ),
         "flash_attn_ext_mma_f16 (tensor cores, f16 K/V)",
     ),
@@ -475,7 +487,7 @@ def route_configs(route: Route | str) -> list[Config]:
             continue
         combos = [(*c, (p.name, v)) for c in combos for v in p.values]
     if spec.params:
-        out += [Config(spec.route, c) for c in combos if config_pairs_compiled(spec.route, c)]
+        out += [Config(spec.route, c) for c in combos if c and config_pairs_compiled(spec.route, c)]
     return out
 
 

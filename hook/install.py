@@ -50,6 +50,8 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch-cache.h",
     "ggml-dispatch-cache.cuh",
     "ggml-dispatch-cache-impl.cuh",
+    "ggml-dispatch-kv.cuh",
+    "ggml-dispatch-kv-impl.cuh",
     "ggml-dispatch-moe.cuh",
     "ggml-dispatch-moe-stats.h",
     "ggml-dispatch-eligibility-id.cuh",

@@ -40,12 +40,24 @@
 #                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b;
 #                 PROFILE_PP="3 4" adds pp3/pp4 processes; lab/first_use_gaps.py lists each process's
 #                 GPU idle before first launches (appended to the summary)
+#   PART=shadow-probe  the f16 KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow) checked end to end:
+#                 test-backend-ops FLASH_ATTN_EXT on q8_0 K/V against the CPU backend with each shadow
+#                 configuration forced; llama-perplexity on the qwen3 model with a q8_0 KV cache, the same
+#                 kernel converting per call and reading the shadow (ubatch 128: batched cache writes; ubatch 1:
+#                 one row per step; chunks cleared between) must print the same PPL; and llama-bench tg32 and
+#                 pp2 at depth 49152 (q8_0, -r 3, one run each: indicative, not an A/B) stock, fa_mma, and
+#                 fa_mma/kv=shadow forced
+#   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
+#                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
+#                 the committed table's configurations, each also with kv=shadow); then merged with the
+#                 committed sweep's f16 points (lab/attn_shadow_merge.py) and codegen --kv-shadow-budget
+#                 ${KV_SHADOW_MIB:-16384} -> attn-shadow/table/table.json; resumable from its journal (call again)
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|table|profile}"
+: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|shadow-probe|shadow|table|profile}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -64,6 +76,15 @@ for d in pocs app; do [ -d "$TREE/$d" ] || { mkdir -p "$TREE/$d" && touch "$TREE
 export PYTHONPATH=$REPO:$TREE/gguf-py PYTHONUNBUFFERED=1
 gd() { python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.used --format=csv >"$OUT/gpu-$PART.csv" 2>&1
+
+# PART=shadow's candidates: the plain kernels, VEC's and MMA_F16's configurations the committed attention
+# table picks, and each TILE / MMA_F16 one again with kv=shadow (configurations: --configs routes)
+_MMA_PICKED="ncols1=1,ncols2=8,sparse=off,stream_k=off ncols1=1,ncols2=8,sparse=off,stream_k=on
+ncols1=2,ncols2=4,sparse=off,stream_k=on ncols1=4,ncols2=2,sparse=off,stream_k=on ncols1=2,ncols2=8,sparse=off,stream_k=on
+ncols1=4,ncols2=8,sparse=off,stream_k=on ncols1=16,ncols2=4,sparse=off,stream_k=on ncols1=32,ncols2=2,sparse=off,stream_k=on"
+_routes=fa_vec,fa_vec/blocks=2,fa_tile,fa_tile/kv=shadow,fa_mma,fa_mma/kv=shadow
+for c in $_MMA_PICKED; do _routes+=",fa_mma/$c,fa_mma/$c,kv=shadow"; done
+SHADOW_ROUTES=${SHADOW_ROUTES:-$_routes}
 
 QWEN=$M/qwen3-seed-L4.gguf
 L8B=$M/llama8b-L4.gguf
@@ -209,6 +230,85 @@ configs)
     [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
     tar -czf "$OUT/attn-configs.tar.gz" -C "$W" attn-configs
     [ "$src" -eq 0 ] || die "a configuration was wrong or failed, or none ran (see attn-configs.md)"
+    ;;
+shadow-probe)
+    need_build
+    timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target test-backend-ops llama-perplexity \
+        >"$W/attn-probe-build.log" 2>&1 || { tail -20 "$W/attn-probe-build.log"; die "build of the probe tools"; }
+    D=$W/attn-shadow-probe
+    mkdir -p "$D"
+    rc=0
+    for cfg in fa_mma/kv=shadow fa_tile/kv=shadow; do
+        log=$D/tbo-${cfg//[\/=]/_}.log
+        GGML_CUDA_DISPATCH=force:$cfg timeout "$(left)" "$B/bin/test-backend-ops" test -o FLASH_ATTN_EXT -b CUDA0 \
+            -p "type_K=q8_0" >"$log" 2>&1 || rc=1
+        echo "test-backend-ops force:$cfg: $(grep -c ' OK$' "$log") OK, $(grep -c 'FAIL' "$log") FAIL; $(grep -m1 'tests passed' "$log")" |
+            tee -a "$OUT/attn-shadow-probe.md"
+        grep -m1 "ggml_cuda_dispatch: " "$log" >>"$OUT/attn-shadow-probe.md"
+    done
+    python3 -c 'import random; r = random.Random(7); w = "the of and to in is was for on that with as by at from it".split()
+print(" ".join(r.choice(w) + ("." if r.random() < 0.1 else "") for _ in range(6000)))' >"$D/text.txt"
+    for ub in 128 1; do
+        for cfg in fa_mma fa_mma/kv=shadow; do
+            log=$D/ppl-ub$ub-${cfg//[\/=]/_}.log
+            GGML_CUDA_DISPATCH=force:$cfg timeout "$(left)" "$B/bin/llama-perplexity" -m "$QWEN" -f "$D/text.txt" -c 512 \
+                -b 512 -ub "$ub" -fa on -ctk q8_0 -ctv q8_0 -ngl 99 --chunks 3 >"$log" 2>&1 || rc=1
+            echo "perplexity ub $ub force:$cfg: $(grep -m1 'Final estimate' "$log"); $(grep -m1 'KV shadow:' "$log")" |
+                tee -a "$OUT/attn-shadow-probe.md"
+        done
+    done
+    for arm in stock fa_mma fa_mma/kv=shadow; do
+        dispatch=$([ "$arm" = stock ] && echo off || echo "force:$arm")
+        log=$D/bench-${arm//[\/=]/_}
+        GGML_CUDA_DISPATCH=$dispatch timeout "$(left)" "$BENCH" -m "$QWEN" -fa on -ctk q8_0 -ctv q8_0 -ngl 99 -r 3 \
+            -o jsonl -p 2 -n 32 -d 49152 >"$log.jsonl" 2>"$log.log" || rc=1
+        python3 - "$arm" "$log.jsonl" <<'PY' | tee -a "$OUT/attn-shadow-probe.md"
+import json, sys
+for line in open(sys.argv[2]):
+    r = json.loads(line)
+    print(f"llama-bench {sys.argv[1]}: {'tg' if r['n_gen'] else 'pp'}{r['n_gen'] or r['n_prompt']} @ d{r['n_depth']}: "
+          f"{r['avg_ts']:.1f} t/s (sd {r['stddev_ts']:.1f})")
+PY
+    done
+    tar -czf "$OUT/attn-shadow-probe.tar.gz" -C "$W" attn-shadow-probe
+    [ "$rc" -eq 0 ] || die "a probe step failed (see attn-shadow-probe.md and the logs)"
+    ;;
+shadow)
+    need_build
+    D=$W/attn-shadow
+    mkdir -p "$D"
+    grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
+        die "a table is installed in $TREE: PART=build installs none (the anchor must be stock)"
+    grep -q ggml_dispatch_shadow_K "$TREE/ggml/src/ggml-cuda/fattn-common.cuh" || die "the tree lacks the KV shadow hook"
+    COMMITTED=tables/cuda-sm90-nvidia-h200-attn
+    if [ ! -f "$D/census.attn.parquet" ]; then
+        python3 - "$COMMITTED/census.attn.parquet" "$D/census.attn.parquet" <<'PY' || die "filtering the census"
+import sys
+from pathlib import Path
+from census import attention
+from tuner.attention import read_attention_census
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+rows = [r for r in read_attention_census(src) if r["k_type"] == "q8_0" and r["v_type"] == "q8_0"]
+attention.write(rows, dst, {str(src): "q8_0 points"}, src)
+print(f"{len(rows)} q8_0 attention points")
+PY
+    fi
+    [ "$(left)" -gt 120 ] || die "too little time left for a sweep"
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        tune run "$D/census.attn.parquet" --llama-cpp "$TREE" --build-dir "$B" -o "$D/tuning.parquet" \
+        --configs routes --routes "$SHADOW_ROUTES" --coverage 1 --trials "${TRIALS:-5}" \
+        --max-seconds "$(( $(left) - 45 ))" 2>&1 | tail -30 | tee "$OUT/attn-shadow.log"
+    rc=${PIPESTATUS[0]}
+    tar -czf "$OUT/attn-shadow.tar.gz" -C "$W" attn-shadow
+    [ "$rc" -eq 0 ] || die "tune run (rc $rc; call again to resume from the journal)"
+    python3 lab/attn_shadow_merge.py "$COMMITTED/tuning.parquet" "$D/tuning.parquet" -o "$D/merged.parquet" ||
+        die "merging with the committed f16 points"
+    rm -rf "$D/table"
+    gd codegen "$D/merged.parquet" -o "$D/table" --kv-shadow-budget "${KV_SHADOW_MIB:-16384}" -v 2>&1 | tail -60 |
+        tee "$OUT/attn-shadow-codegen.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
+    python3 lab/attn_configs_summary.py "$D/tuning.parquet" | tee "$OUT/attn-shadow.md"
+    tar -czf "$OUT/attn-shadow.tar.gz" -C "$W" attn-shadow
     ;;
 table)
     need_build

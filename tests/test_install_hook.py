@@ -355,7 +355,13 @@ def test_fattn_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> 
 def test_fattn_common_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> None:
     src = (pinned / CUDA / "fattn-common.cuh").read_text()
     hunks = inst.load_specs()["fattn-common.cuh"]
-    assert [h.name for h in hunks] == ["params_include", "stream_k", "parallel_blocks"]
+    assert [h.name for h in hunks] == [
+        "params_include",
+        "stream_k",
+        "parallel_blocks",
+        "kv_shadow_K",
+        "kv_shadow_V",
+    ]
     patched = patch.apply(src, hunks)
     assert (
         inst.HOOK_MARKERS["fattn-common.cuh"] in patched and inst.HOOK_MARKERS["fattn-common.cuh"] not in src
@@ -363,6 +369,9 @@ def test_fattn_common_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Pa
     # launch_fattn's grid: stream-k (MMA_F16) and the parallel blocks (VEC, TILE) ask the parameters
     assert "ggml_dispatch_fa_stream_k(should_use_stream_k(cc, ntiles_dst, max_blocks, Q->ne[0]))" in patched
     assert "parallel_blocks = ggml_dispatch_fa_parallel_blocks(parallel_blocks, ntiles_KV);" in patched
+    # kv=shadow: the per-call conversions of K and V are skipped where the shadow's view was had
+    assert "if (need_f16_K && K->type != GGML_TYPE_F16 && !ggml_dispatch_shadow_K) {" in patched
+    assert "if (need_f16_V && V->type != GGML_TYPE_F16 && !ggml_dispatch_shadow_V) {" in patched
     assert patch.revert(patched, hunks) == src
 
 

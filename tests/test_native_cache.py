@@ -20,7 +20,7 @@ CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on PATH")
 
 # acquire() results, in ggml-dispatch-cache.h's order
-HIT, MADE, CAPTURING, NO_BUDGET, ALLOC_FAIL, MUTABLE = range(6)
+HIT, MADE, CAPTURING, NO_BUDGET, ALLOC_FAIL, MUTABLE, REFRESHED = range(7)
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +77,14 @@ def test_the_environment_only_lowers_the_budget(seen: dict[str, Any]) -> None:
     assert seen["budget_lowered"] == 512 << 20 and seen["budget_not_raised"] == 3 << 20
     assert seen["budget_bad"] == 0 and "GGML_CUDA_DISPATCH_CACHE=lots" in seen["bad_error"]
     assert seen["neg_capped"] == 1
+
+
+def test_a_kv_shadow_follows_writes_stale_then_refreshed_in_place(seen: dict[str, Any]) -> None:
+    assert seen["kv_made"] == MADE and seen["kv_lookup_same"] == 1
+    assert seen["kv_written_marks"] == 1 and seen["kv_written_again_marks"] == 0
+    assert seen["kv_lookup_while_stale"] == 1  # the in-graph mirror still finds it
+    assert seen["kv_stale_under_capture"] == CAPTURING and seen["kv_capture_copy_null"] == 1
+    assert seen["kv_refreshed"] == REFRESHED and seen["kv_refreshed_in_place"] == 1
+    assert seen["kv_fills"] == 2 and seen["kv_hit_after_refresh"] == HIT and seen["kv_bytes"] == 200
+    assert seen["kv_freed_with_buffer"] == 1 and seen["kv_lookup_after_free"] == 1
+    assert seen["kv_empty_after_free"] == 1

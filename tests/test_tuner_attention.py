@@ -212,6 +212,17 @@ def test_tune_run_dry_run_on_an_attention_census_lists_attention_cases(tmp_path:
         ("FLASH_ATTN_EXT", 1, 16384, ["fa_vec", "fa_tile", "fa_mma"]),
     ]
     refused(run(*args, "--routes", "mmq"), "--routes", "fa_vec")
+    # a targeted sweep: configurations (their commas kept together) are the candidates as given
+    picked = "fa_vec,fa_mma/ncols1=1,ncols2=8,stream_k=on,kv=shadow,fa_tile/kv=shadow"
+    res = run(*args, "--configs", "routes", "--routes", picked)
+    assert res.exit_code == 0, res.output
+    cases = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    assert cases[0]["routes"] == [
+        "fa_vec",
+        "fa_mma/ncols1=1,ncols2=8,stream_k=on,kv=shadow",
+        "fa_tile/kv=shadow",
+    ]
+    refused(run(*args, "--routes", picked), "--routes", "--configs routes")
 
 
 def test_tune_run_times_every_attention_configuration_with_configs_all(tmp_path: Path) -> None:
@@ -227,7 +238,7 @@ def test_tune_run_times_every_attention_configuration_with_configs_all(tmp_path:
     assert res.exit_code == 0, res.output
     (case,) = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     want = [str(c) for r in ("fa_vec", "fa_tile", "fa_mma") for c in registry.route_configs(r)]
-    assert case["routes"] == want and len(want) == 10 + 1 + 65
+    assert case["routes"] == want and len(want) == 10 + 2 + 129  # tile and mma: each also with kv=shadow
     assert "fa_vec/blocks=16" in want and "fa_mma/ncols1=2,ncols2=8,sparse=off,stream_k=off" in want
 
 

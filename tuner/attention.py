@@ -92,12 +92,23 @@ def is_attention_census(path: Path) -> bool:
 
 
 def parse_routes(text: str) -> tuple[str, ...]:
-    """--routes for attention cases: FlashAttention kernels only."""
-    routes = tuple(r.strip() for r in text.split(",") if r.strip())
-    bad = [r for r in routes if r not in FA_ROUTES]
-    if bad or not routes:
-        raise ValueError(f"attention routes must be among {', '.join(FA_ROUTES)}; got {text!r}")
-    return routes
+    """--routes for attention cases: FlashAttention kernels, or configurations of them (a targeted sweep,
+    with --configs routes): ``fa_vec,fa_mma/ncols1=1,ncols2=8,kv=shadow``. A comma followed by a
+    ``name=value`` without a route continues the configuration before it."""
+    parts: list[str] = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if parts and "=" in token and "/" not in token and "/" in parts[-1]:
+            parts[-1] += "," + token
+        else:
+            parts.append(token)
+    bad = [r for r in parts if not _fa_config(r)]
+    if bad or not parts:
+        raise ValueError(
+            f"attention routes must be among {', '.join(FA_ROUTES)} or configurations of them; got {text!r}"
+        )
+    return tuple(dict.fromkeys(registry.canonical_config(r) for r in parts))
 
 
 def read_attention_census(path: Path) -> list[dict[str, Any]]:

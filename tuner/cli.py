@@ -325,6 +325,11 @@ def run_cmd(
             fa_routes = tattn.FA_ROUTES if routes == ",".join(ALL_ROUTES) else tattn.parse_routes(routes)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--routes") from None
+        if config_mode != "routes" and any("/" in r for r in fa_routes):
+            raise click.BadParameter(
+                "configurations in --routes are the candidates as given: use them with --configs routes",
+                param_hint="--routes",
+            )
         route_list = candidate_configs(fa_routes, config_mode)
         selection = tattn.select_attention(
             tattn.read_attention_census(census),

@@ -37,24 +37,31 @@ template <typename F> static auto on_device(int device, F f) -> decltype(f()) {
     return r;
 }
 
+static void * device_alloc(int device, size_t bytes) {
+    return on_device(device, [bytes]() -> void * {
+        void * p = nullptr;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void) cudaGetLastError();
+            return nullptr;
+        }
+        return p;
+    });
+}
+
+static void device_free(int device, void * p) {
+    on_device(device, [p]() {
+        CUDA_CHECK(cudaFree(p));
+        return 0;
+    });
+}
+
+// The KV shadows' share of the buffer hooks (ggml-dispatch-kv-impl.cuh): how many shadows a write marked
+// stale, how many a buffer's free freed.
+static int kv_shadow_written(ggml_backend_buffer_t buffer, const void * lo, size_t size);
+static int kv_shadow_buffer_freed(ggml_backend_buffer_t buffer);
+
 struct cache_state {
-    ggml_dispatch::weight_cache cache{
-        [](int device, size_t bytes) -> void * {
-            return on_device(device, [bytes]() -> void * {
-                void * p = nullptr;
-                if (cudaMalloc(&p, bytes) != cudaSuccess) {
-                    (void) cudaGetLastError();
-                    return nullptr;
-                }
-                return p;
-            });
-        },
-        [](int device, void * p) {
-            on_device(device, [p]() {
-                CUDA_CHECK(cudaFree(p));
-                return 0;
-            });
-        }};
+    ggml_dispatch::weight_cache cache{device_alloc, device_free};
     ggml_dispatch::cache_env env;
     size_t                   table_bytes = 0;
     std::atomic<bool>        warned_alloc{false};
@@ -210,19 +217,16 @@ const void * ggml_cuda_dispatch_cached_weight(int device, cudaStream_t stream, c
 }
 
 void ggml_cuda_dispatch_cache_written(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
-    if (cache_st().cache.empty()) {
-        return;
-    }
-    if (cache_st().cache.written(buffer, lo, size) > 0) {
+    const int n = (cache_st().cache.empty() ? 0 : cache_st().cache.written(buffer, lo, size)) +
+                  kv_shadow_written(buffer, lo, size);
+    if (n > 0) {
         ggml_cuda_dispatch_graphs_stale();
     }
 }
 
 void ggml_cuda_dispatch_cache_buffer_freed(ggml_backend_buffer_t buffer) {
-    if (cache_st().cache.empty()) {
-        return;
-    }
-    if (cache_st().cache.buffer_freed(buffer) > 0) {
+    const int n = (cache_st().cache.empty() ? 0 : cache_st().cache.buffer_freed(buffer)) + kv_shadow_buffer_freed(buffer);
+    if (n > 0) {
         ggml_cuda_dispatch_graphs_stale();
     }
 }

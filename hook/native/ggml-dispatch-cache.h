@@ -15,6 +15,10 @@
 //  - a copy lives as long as its weight's buffer: freeing the buffer frees its copies; a write into
 //    the buffer over a cached tensor (set_tensor, memset, copy, clear) frees that copy and marks the
 //    tensor mutable, and a mutable tensor is never cached again (it may change).
+//
+// The same bookkeeping keeps the KV shadows (ggml-dispatch-kv-impl.cuh: f16 copies of a quantized KV
+// cache, kept in step with the cache by the graph's own writes) with `follow_writes`: a write from
+// outside the graph marks the copy stale instead of freeing it, and the next direct use refreshes it.
 #pragma once
 
 #include <atomic>
@@ -39,7 +43,7 @@ struct cache_env {
     std::string error;
 };
 
-inline cache_env parse_cache_env(const char * value) {
+inline cache_env parse_cache_env(const char * value, const char * name = "GGML_CUDA_DISPATCH_CACHE") {
     cache_env e;
     if (value == nullptr || value[0] == '\0') {
         return e;
@@ -51,7 +55,7 @@ inline cache_env parse_cache_env(const char * value) {
     char *                   end = nullptr;
     const unsigned long long mib = std::strtoull(value, &end, 10);
     if (value[0] < '0' || value[0] > '9' || end == nullptr || *end != '\0' || mib > (1ull << 40)) {
-        e.error = std::string("GGML_CUDA_DISPATCH_CACHE=") + value + " is not off or a number of MiB; caching nothing";
+        e.error = std::string(name) + "=" + value + " is not off or a number of MiB; caching nothing";
         return e;
     }
     e.cap_bytes = (size_t) mib << 20;
@@ -71,11 +75,12 @@ enum cache_result {
     CACHE_NO_BUDGET  = 3,  // would exceed the budget: run uncached
     CACHE_ALLOC_FAIL = 4,  // allocation or fill failed (now or before): run uncached
     CACHE_MUTABLE    = 5,  // the tensor was written after it was cached: never cached again
+    CACHE_REFRESHED  = 6,  // follow_writes: the copy was stale (written from outside) and is filled again
 };
 
 inline const char * cache_result_name(int r) {
-    static const char * names[] = {"hit", "made", "capturing", "no_budget", "alloc_fail", "mutable"};
-    return r >= 0 && r <= CACHE_MUTABLE ? names[r] : "invalid";
+    static const char * names[] = {"hit", "made", "capturing", "no_budget", "alloc_fail", "mutable", "refreshed"};
+    return r >= 0 && r <= CACHE_REFRESHED ? names[r] : "invalid";
 }
 
 struct cache_key {
@@ -91,7 +96,7 @@ struct cache_key {
 
 struct cache_stats {
     size_t  bytes = 0, peak_bytes = 0, entries = 0;
-    int64_t counts[CACHE_MUTABLE + 1] = {};
+    int64_t counts[CACHE_REFRESHED + 1] = {};
     int64_t freed = 0, invalidated = 0;
 };
 
@@ -101,7 +106,10 @@ class weight_cache {
     using free_fn  = std::function<void(int device, void * p)>;
     using fill_fn  = std::function<bool(void * copy)>;  // fills the copy from the weight; false = failed
 
-    weight_cache(alloc_fn a, free_fn f) : alloc_(std::move(a)), free_(std::move(f)) {}
+    // follow_writes: the tensors change by design (a KV cache): a write from outside marks a copy stale
+    // (refreshed at its next direct use) instead of freeing it and marking the tensor mutable.
+    weight_cache(alloc_fn a, free_fn f, bool follow_writes = false) :
+        alloc_(std::move(a)), free_(std::move(f)), follow_writes_(follow_writes) {}
 
     void set_budget(size_t bytes) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -124,7 +132,19 @@ class weight_cache {
         *copy = nullptr;
         int r;
         auto it = entries_.find(k);
-        if (it != entries_.end() && it->second.copy != nullptr) {
+        if (it != entries_.end() && it->second.copy != nullptr && it->second.stale) {
+            if (capturing) {
+                r = CACHE_CAPTURING;  // refreshed at the next direct use; this node runs without the copy
+            } else if (fill(it->second.copy)) {
+                it->second.stale = false;
+                *copy            = it->second.copy;
+                r                = CACHE_REFRESHED;
+            } else {
+                release(k, it->second);
+                it->second.state = ST_FAILED;
+                r                = CACHE_ALLOC_FAIL;
+            }
+        } else if (it != entries_.end() && it->second.copy != nullptr) {
             *copy = it->second.copy;
             r     = CACHE_HIT;
         } else if (it != entries_.end() && it->second.state == ST_FAILED) {
@@ -180,8 +200,21 @@ class weight_cache {
         return copy_bytes > budget_ || stats_.bytes > budget_ - copy_bytes ? CACHE_NO_BUDGET : CACHE_MADE;
     }
 
+    // The copy of a tensor whatever its state (null: none). The KV shadows' mirror of in-graph writes
+    // asks it: a stale copy is written too (its refresh rewrites all of it anyway), so a graph captured
+    // while it is stale still carries the mirror.
+    void * lookup(const cache_key & k) const {
+        if (empty()) {
+            return nullptr;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = entries_.find(k);
+        return it == entries_.end() ? nullptr : it->second.copy;
+    }
+
     // A write into [lo, lo + size) of `buffer`: the copies it touches are freed and their tensors
-    // marked mutable. Returns how many copies were freed (the caller makes captured graphs stale).
+    // marked mutable (follow_writes: marked stale, kept). Returns how many copies were freed or marked
+    // (the caller makes captured graphs stale).
     int written(const void * buffer, const void * lo, size_t size) {
         if (empty()) {
             return 0;
@@ -193,6 +226,14 @@ class weight_cache {
         for (auto & kv : entries_) {
             entry & e = kv.second;
             if (e.buffer != buffer || e.hi <= a || e.lo >= b || e.state == ST_MUTABLE) {
+                continue;
+            }
+            if (follow_writes_) {
+                if (e.copy != nullptr && !e.stale) {
+                    e.stale = true;
+                    stats_.invalidated++;
+                    n++;
+                }
                 continue;
             }
             n += release(kv.first, e);
@@ -251,6 +292,7 @@ class weight_cache {
         const char * lo = nullptr, *hi = nullptr;
         void *       copy  = nullptr;
         size_t       bytes = 0;
+        bool         stale = false;  // follow_writes: written from outside since the last fill
     };
 
     entry & track(const cache_key & k, const void * buffer, size_t size) {
@@ -270,7 +312,8 @@ class weight_cache {
             return 0;
         }
         free_(k.device, e.copy);
-        e.copy = nullptr;
+        e.copy  = nullptr;
+        e.stale = false;
         stats_.bytes -= e.bytes;
         stats_.entries--;
         stats_.freed++;
@@ -280,6 +323,7 @@ class weight_cache {
 
     alloc_fn                       alloc_;
     free_fn                        free_;
+    bool                           follow_writes_ = false;
     mutable std::mutex             mu_;
     std::map<cache_key, entry>     entries_;
     std::atomic<size_t>            n_tracked_{0};

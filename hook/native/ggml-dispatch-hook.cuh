@@ -8,6 +8,7 @@
 #include "ggml-dispatch.h"
 #include "ggml-dispatch-params.h"
 #include "ggml-dispatch-cache.cuh"
+#include "ggml-dispatch-kv.cuh"
 
 // Set once by ggml_cuda_dispatch_init() (first backend init); read per node.
 extern bool ggml_cuda_dispatch_active;

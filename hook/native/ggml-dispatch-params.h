@@ -47,6 +47,11 @@ enum ggml_dispatch_fa_stream_k {
     GGML_DISPATCH_FA_STREAM_K_OFF   = 2,  // one block per output tile
 };
 
+enum ggml_dispatch_fa_kv {
+    GGML_DISPATCH_FA_KV_STOCK  = 0,  // a quantized K/V view converted to f16 on every call (TILE, MMA_F16)
+    GGML_DISPATCH_FA_KV_SHADOW = 1,  // read its cache's persistent f16 shadow (ggml-dispatch-kv.cuh)
+};
+
 struct ggml_dispatch_params {
     int cublas_out     = GGML_DISPATCH_CUBLAS_OUT_STOCK;
     int cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_STOCK;
@@ -60,6 +65,7 @@ struct ggml_dispatch_params {
     int fa_sparse      = GGML_DISPATCH_FA_SPARSE_STOCK;
     int fa_stream_k    = GGML_DISPATCH_FA_STREAM_K_STOCK;
     int fa_blocks      = 0;  // VEC parallel blocks
+    int fa_kv          = GGML_DISPATCH_FA_KV_STOCK;
 };
 
 // The values for the node being computed (one compute thread per backend context). Defined in

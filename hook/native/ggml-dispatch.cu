@@ -14,6 +14,7 @@
 #include "ggml-dispatch-build.h"
 #include "fwht.cuh"
 #include "ggml-dispatch-cache-impl.cuh"
+#include "ggml-dispatch-kv-impl.cuh"
 
 #include <cerrno>
 #include <climits>
@@ -37,6 +38,9 @@
 
 #ifndef GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES  // a table rendered without a weight-cache budget
 #    define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
+#endif
+#ifndef GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES  // a table rendered without a KV-shadow budget
+#    define GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES 0
 #endif
 
 #if GGML_DISPATCH_TABLE_LAYOUT_VERSION != 3
@@ -210,6 +214,7 @@ static std::string header_json(const std::vector<device_ident> & idents) {
     const char * vars[] = {
         "GGML_CUDA_DISPATCH", "GGML_CUDA_CUBLAS_COMPUTE_TYPE", "GGML_CUDA_MMQ_PREC",
         "GGML_CUDA_DISABLE_FUSION", "GGML_CUDA_DISABLE_GRAPHS", "GGML_CUDA_DISPATCH_CACHE",
+        "GGML_CUDA_DISPATCH_KV_SHADOW",
     };
     for (size_t i = 0; i < sizeof(vars)/sizeof(vars[0]); ++i) {
         s += i ? ",\"" : "\"";
@@ -310,6 +315,8 @@ static void init_once() {
         }
         line += cache_configure(st.m == MODE_FORCE, any_table ? (size_t) GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES : 0,
                                 env_or_null("GGML_CUDA_DISPATCH_CACHE"));
+        line += kv_configure(st.m == MODE_FORCE, any_table ? (size_t) GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES : 0,
+                             env_or_null("GGML_CUDA_DISPATCH_KV_SHADOW"));
     }
 
     const char * trace_path = env_or_null("GGML_CUDA_ROUTE_TRACE");
@@ -658,6 +665,7 @@ void ggml_cuda_dispatch_eval_begin(const ggml_backend_cuda_context * ctx, const 
 void ggml_cuda_dispatch_eval_end() {
     state().rec.eval_end();
     cache_log_growth();
+    kv_log_growth();
 }
 
 void ggml_cuda_dispatch_graphs_stale() {
@@ -688,6 +696,7 @@ void ggml_backend_cuda_dispatch_set_override(int config_code) {
     }
     if (state().m != MODE_OFF) {
         cache_forced(config_code != 0, state().m == MODE_FORCE);
+        kv_forced(config_code != 0, state().m == MODE_FORCE);
     }
     state().rec.set_override(config_code);
 }

@@ -134,6 +134,35 @@ int main() {
     kv("budget_bad", (long long) cache_budget(false, 3 << 20, bad));
     ks("bad_error", bad.error);
     kv("neg_capped", neg.capped && !neg.error.empty());
+
+    // follow_writes (the KV shadows): an outside write marks the copy stale, the next direct use fills it
+    // again in place, a use under capture runs without it, and the buffer's free still frees it
+    {
+        weight_cache kvc([](int, size_t bytes) -> void * { g_allocs++; return std::malloc(bytes); },
+                         [](int, void * p) { g_frees++; std::free(p); }, true);
+        kvc.set_budget(1000);
+        char         kv_buf[256];
+        const void * KB = kv_buf;
+        const cache_key k0{0, kv_buf, 8, 100};
+        void * first = nullptr, * again = nullptr;
+        int    fills = 0;
+        auto   count = [&](void *) { fills++; return true; };
+        kv("kv_made", kvc.acquire(k0, KB, 100, 200, false, count, &first));
+        kv("kv_lookup_same", kvc.lookup(k0) == first);
+        kv("kv_written_marks", kvc.written(KB, kv_buf + 10, 4));
+        kv("kv_written_again_marks", kvc.written(KB, kv_buf + 10, 4));  // already stale: nothing new
+        kv("kv_lookup_while_stale", kvc.lookup(k0) == first);
+        kv("kv_stale_under_capture", kvc.acquire(k0, KB, 100, 200, true, count, &again));
+        kv("kv_capture_copy_null", again == nullptr);
+        kv("kv_refreshed", kvc.acquire(k0, KB, 100, 200, false, count, &again));
+        kv("kv_refreshed_in_place", again == first);
+        kv("kv_fills", fills);
+        kv("kv_hit_after_refresh", kvc.acquire(k0, KB, 100, 200, false, count, &again));
+        kv("kv_bytes", (long long) kvc.stats().bytes);
+        kv("kv_freed_with_buffer", kvc.buffer_freed(KB));
+        kv("kv_lookup_after_free", kvc.lookup(k0) == nullptr);
+        kv("kv_empty_after_free", kvc.empty());
+    }
     std::printf("%s}\n", out.c_str());
     return 0;
 }

@@ -1,0 +1,228 @@
+// ggml-dispatch: the KV shadows' CUDA side (included once, by ggml-dispatch.cu, after the weight cache's,
+// whose allocator, budget rules and texts it shares).
+//
+// A shadow is the f16 image of a whole quantized cache tensor (the view's root: llama.cpp's cache_k_l<i> /
+// cache_v_l<i>), cudaMalloc'd within its own budget (the table's GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES,
+// unlimited under force: and harness overrides, lowered by GGML_CUDA_DISPATCH_KV_SHADOW=off|<MiB>), of a
+// CUDA buffer that is not a compute buffer, keyed like a weight copy. Made only outside capture; when made,
+// captured graphs go stale, since they lack the mirror of this cache's writes.
+#pragma once
+
+#include "ggml-dispatch-kv.cuh"
+#include "ggml-dispatch-cache-impl.cuh"
+
+namespace {
+
+struct kv_state {
+    ggml_dispatch::weight_cache shadows{device_alloc, device_free, /*follow_writes =*/ true};
+    ggml_dispatch::cache_env    env;
+    size_t                      table_bytes = 0;
+    std::atomic<bool>           warned_alloc{false};
+    std::atomic<int64_t>        logged_made{0};
+};
+
+static kv_state & kv_st() {
+    static kv_state * s = new kv_state();  // never destroyed: buffers may be freed at exit
+    return *s;
+}
+
+static std::string kv_configure(bool unlimited, size_t table_bytes, const char * env_value) {
+    kv_state & ks  = kv_st();
+    ks.env         = ggml_dispatch::parse_cache_env(env_value, "GGML_CUDA_DISPATCH_KV_SHADOW");
+    ks.table_bytes = table_bytes;
+    const size_t b = ggml_dispatch::cache_budget(unlimited, table_bytes, ks.env);
+    ks.shadows.set_budget(b);
+    if (!ks.env.error.empty()) {
+        return "; " + ks.env.error;
+    }
+    if (!unlimited && table_bytes == 0 && !ks.env.capped) {
+        return "";
+    }
+    std::string s = "; KV shadow budget " + budget_text(b);
+    s += unlimited ? " (forced configurations)" : " (table " + mib_text(table_bytes) + ")";
+    return ks.env.capped ? s + ", GGML_CUDA_DISPATCH_KV_SHADOW=" + env_value : s;
+}
+
+static void kv_forced(bool on, bool force_mode) {
+    kv_state & ks = kv_st();
+    ks.shadows.set_budget(ggml_dispatch::cache_budget(on || force_mode, ks.table_bytes, ks.env));
+}
+
+static void kv_log_growth() {
+    kv_state &                       ks = kv_st();
+    const ggml_dispatch::cache_stats s  = ks.shadows.stats();
+    if (s.counts[ggml_dispatch::CACHE_MADE] == ks.logged_made.load()) {
+        return;
+    }
+    ks.logged_made = s.counts[ggml_dispatch::CACHE_MADE];
+    GGML_LOG_INFO("ggml_cuda_dispatch: KV shadow: %zu cache tensors, %zu bytes (%s) of a budget of %s; %lld requests "
+                  "over budget, %lld failed allocations\n",
+                  s.entries, s.bytes, mib_text(s.bytes).c_str(), budget_text(ks.shadows.budget()).c_str(),
+                  (long long) s.counts[ggml_dispatch::CACHE_NO_BUDGET],
+                  (long long) s.counts[ggml_dispatch::CACHE_ALLOC_FAIL]);
+}
+
+static const ggml_tensor * kv_root(const ggml_tensor * t) {
+    return t->view_src != nullptr ? t->view_src : t;
+}
+
+static ggml_dispatch::cache_key kv_key(int device, const ggml_tensor * root) {
+    return ggml_dispatch::cache_key{device, root->data, (int) root->type, ggml_nelements(root)};
+}
+
+// A view `t` of a cache tensor a shadow may be kept for: a served type, the root contiguous in a CUDA buffer
+// of this device that is not a compute buffer (its tensors live as long as the graph), the view starting on
+// a block and striding in whole blocks (so its f16 image is the same view of the shadow).
+static bool kv_shadowable(int device, const ggml_tensor * t) {
+    const ggml_tensor * root = kv_root(t);
+    if (!ggml_cuda_dispatch_kv_shadow_serves(t) || root->type != t->type || root->buffer == nullptr ||
+            root->data == nullptr || ggml_backend_buffer_get_type(root->buffer) != ggml_backend_cuda_buffer_type(device) ||
+            ggml_backend_buffer_get_usage(root->buffer) == GGML_BACKEND_BUFFER_USAGE_COMPUTE || !ggml_is_contiguous(root)) {
+        return false;
+    }
+    const size_t ts  = ggml_type_size(t->type);
+    const size_t off = (size_t) ((const char *) t->data - (const char *) root->data);
+    return off % ts == 0 && t->nb[0] == ts && t->nb[1] % ts == 0 && t->nb[2] % ts == 0 && t->nb[3] % ts == 0;
+}
+
+static void kv_fill(const ggml_tensor * root, half * shadow, cudaStream_t stream) {
+    ggml_get_to_fp16_cuda(root->type)(root->data, shadow, ggml_nelements(root), stream);
+}
+
+// The rows a q8_0 SET_ROWS node just wrote into the cache, dequantized into the shadow as the tree's
+// contiguous q8_0 -> f16 converter does (int8 to half exactly, one rounding of the product by the scale).
+// One thread per q8_0 block of the source rows; the index math is set_rows.cu's.
+template <typename idx_t>
+static __global__ void k_kv_shadow_set_rows_q8_0(const char * __restrict__ root, half * __restrict__ shadow,
+                                                 const char * __restrict__ idx, const int64_t dst_off,
+                                                 const int64_t nblk0, const int64_t ne01, const int64_t ne02,
+                                                 const int64_t ne11, const int64_t ne12, const size_t nb10,
+                                                 const size_t nb11, const size_t nb12, const size_t nb1,
+                                                 const size_t nb2, const size_t nb3, const int64_t total) {
+    const int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) {
+        return;
+    }
+    int64_t       t   = i;
+    const int64_t ib  = t % nblk0;
+    t /= nblk0;
+    const int64_t i01 = t % ne01;
+    t /= ne01;
+    const int64_t i02 = t % ne02;
+    const int64_t i03 = t / ne02;
+    const int64_t row = (int64_t) *(const idx_t *) (idx + i01*nb10 + (i02 % ne11)*nb11 + (i03 % ne12)*nb12);
+    const int64_t byte = dst_off + row*(int64_t) nb1 + i02*(int64_t) nb2 + i03*(int64_t) nb3 + ib*(int64_t) sizeof(block_q8_0);
+    const block_q8_0 * b = (const block_q8_0 *) (root + byte);
+    half *             y = shadow + byte / (int64_t) sizeof(block_q8_0) * QK8_0;
+    const half         d = b->d;
+#pragma unroll
+    for (int j = 0; j < QK8_0; ++j) {
+        y[j] = __hmul(__int2half_rn(b->qs[j]), d);
+    }
+}
+
+}  // namespace
+
+bool ggml_cuda_dispatch_kv_shadow_serves(const ggml_tensor * t) {
+    return t != nullptr && t->type == GGML_TYPE_Q8_0;
+}
+
+bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, const char ** data,
+                                       size_t * nb1, size_t * nb2, size_t * nb3) {
+    if (!kv_shadowable(device, t)) {
+        return false;
+    }
+    kv_state &              ks      = kv_st();
+    const ggml_tensor *     root    = kv_root(t);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+        (void) cudaGetLastError();
+        capture = cudaStreamCaptureStatusActive;  // unknown: do not fill
+    }
+    const int64_t n    = ggml_nelements(root);
+    void *        copy = nullptr;
+    const int     r    = ks.shadows.acquire(kv_key(device, root), root->buffer, ggml_nbytes(root), (size_t) n * sizeof(half),
+                                            capture != cudaStreamCaptureStatusNone,
+                                            [&](void * dst) {
+                                                kv_fill(root, (half *) dst, stream);
+                                                if (cudaStreamSynchronize(stream) != cudaSuccess) {
+                                                    (void) cudaGetLastError();
+                                                    return false;
+                                                }
+                                                return true;
+                                            },
+                                            &copy);
+    if (r == ggml_dispatch::CACHE_MADE || r == ggml_dispatch::CACHE_CAPTURING) {
+        // made: graphs captured before it lack the mirror of this cache's writes; capturing: the next
+        // direct evaluation makes or refreshes it
+        ggml_cuda_dispatch_graphs_stale();
+    } else if (r == ggml_dispatch::CACHE_ALLOC_FAIL && !ks.warned_alloc.exchange(true)) {
+        GGML_LOG_WARN("ggml_cuda_dispatch: KV shadow: cannot allocate %zu bytes for %s on device %d; it and any later "
+                      "failure convert per call\n", (size_t) n * sizeof(half), root->name, device);
+    }
+    if (copy == nullptr) {
+        return false;
+    }
+    const size_t ts  = ggml_type_size(t->type);
+    const size_t bs  = ggml_blck_size(t->type);
+    const size_t off = (size_t) ((const char *) t->data - (const char *) root->data) / ts * bs;
+    *data = (const char *) copy + off * sizeof(half);
+    *nb1  = t->nb[1] / ts * bs * sizeof(half);
+    *nb2  = t->nb[2] / ts * bs * sizeof(half);
+    *nb3  = t->nb[3] / ts * bs * sizeof(half);
+    return true;
+}
+
+void ggml_cuda_dispatch_kv_shadow_mirror(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    kv_state & ks = kv_st();
+    if (ks.shadows.empty() || dst->view_src == nullptr || ggml_is_empty(dst) || dst->op == GGML_OP_NONE ||
+            dst->op == GGML_OP_VIEW || dst->op == GGML_OP_RESHAPE || dst->op == GGML_OP_PERMUTE ||
+            dst->op == GGML_OP_TRANSPOSE) {
+        return;
+    }
+    const ggml_tensor * root   = dst->view_src;
+    half *              shadow = (half *) ks.shadows.lookup(kv_key(ctx.device, root));
+    if (shadow == nullptr) {
+        return;
+    }
+    cudaStream_t        stream = ctx.stream();
+    const ggml_tensor * src0   = dst->src[0];
+    const ggml_tensor * src1   = dst->src[1];
+    if (dst->op == GGML_OP_SET_ROWS && dst->type == GGML_TYPE_Q8_0 && root->type == GGML_TYPE_Q8_0 &&
+            (src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32) && src0->ne[0] % QK8_0 == 0) {
+        const int64_t nblk0 = src0->ne[0] / QK8_0;
+        const int64_t total = nblk0 * src0->ne[1] * src0->ne[2] * src0->ne[3];
+        if (total == 0) {
+            return;
+        }
+        const int64_t dst_off = (int64_t) ((const char *) dst->data - (const char *) root->data);
+        const int     threads = 128;
+        const int64_t blocks  = (total + threads - 1) / threads;
+        auto launch = [&](auto idx_zero) {
+            using idx_t = decltype(idx_zero);
+            k_kv_shadow_set_rows_q8_0<idx_t><<<(unsigned) blocks, threads, 0, stream>>>(
+                (const char *) root->data, shadow, (const char *) src1->data, dst_off, nblk0, src0->ne[1], src0->ne[2],
+                src1->ne[1], src1->ne[2], src1->nb[0], src1->nb[1], src1->nb[2], dst->nb[1], dst->nb[2], dst->nb[3], total);
+        };
+        if (src1->type == GGML_TYPE_I64) {
+            launch(int64_t(0));
+        } else {
+            launch(int32_t(0));
+        }
+        return;
+    }
+    // any other write into the cache (a K shift, a defragmenting copy): all of the shadow again
+    kv_fill(root, shadow, stream);
+}
+
+namespace {
+
+static int kv_shadow_written(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
+    return kv_st().shadows.written(buffer, lo, size);
+}
+
+static int kv_shadow_buffer_freed(ggml_backend_buffer_t buffer) {
+    return kv_st().shadows.buffer_freed(buffer);
+}
+
+}  // namespace
