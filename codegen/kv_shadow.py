@@ -82,11 +82,6 @@ def validate(table: Mapping[str, Any], path: str | Path | None) -> None:
                 raise InputError(path, "must be a positive integer", field=f"kv_shadow.{f}")
         if s["budget_bytes"] != s["budget_mib"] * MIB:
             raise InputError(path, "is not budget_mib MiB", field="kv_shadow.budget_bytes")
-    for i, r in enumerate(table.get("rules", [])):
-        if isinstance(r, dict) and s is None and is_shadow(_config(r)):
-            raise InputError(
-                path, "reads a KV shadow but the table has no kv_shadow budget", field=f"rules[{i}]"
-            )
 
 
 def _config(rule: Mapping[str, Any]) -> str:
