@@ -174,7 +174,7 @@ def codegen_cmd(
         census_sha256=fileio.sha256_file(census_path) if census_path else None,
     )
     table = cache.attach(table, plan)
-    table = tbl.validate(tbl.canonicalize(kv_shadow.attach(table, kv_shadow_budget)))
+    table = kv_shadow.attach(table, kv_shadow_budget)
     text = tbl.dumps(table)
     header = render.render_header(table)
     with fileio.output_set([table_out, header_out], inputs) as outputs:

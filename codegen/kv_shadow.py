@@ -18,6 +18,8 @@ from typing import Any, Final
 
 import pandas as pd
 
+from codegen import decide
+from codegen import table as tbl
 from ggml_dispatch import registry
 from ggml_dispatch.errors import InputError
 
@@ -33,8 +35,6 @@ def is_shadow(config: str) -> bool:
 
 def shadow_rows(df: pd.DataFrame) -> pd.Series:
     """A mask of the tuning rows that measured a shadow configuration."""
-    from codegen import decide  # decide reads tables, whose validation reads this module
-
     if not len(df):
         return pd.Series([], dtype=bool)
     return df.apply(lambda r: is_shadow(decide.config_of(r)), axis=1).astype(bool)
@@ -58,32 +58,13 @@ def section(budget_mib: int) -> dict[str, Any]:
 
 
 def attach(table: dict[str, Any], budget_mib: int | None) -> dict[str, Any]:
-    """The table with its ``kv_shadow`` section where a rule reads a shadow."""
-    if not budget_mib or not any(is_shadow(_config(r)) for r in table["rules"]):
+    """The table with its ``kv_shadow`` section where a rule reads a shadow (validated again)."""
+    if not budget_mib or not any(is_shadow(tbl.rule_config(r)) for r in table["rules"]):
         return table
-    return {**table, "kv_shadow": section(budget_mib)}
+    return tbl.validate(tbl.canonicalize({**table, "kv_shadow": section(budget_mib)}))
 
 
 def budget_bytes(table: Mapping[str, Any]) -> int:
     """The header's GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES: 0 without a kv_shadow section."""
     s = table.get("kv_shadow")
     return int(s["budget_bytes"]) if isinstance(s, Mapping) else 0
-
-
-def validate(table: Mapping[str, Any], path: str | Path | None) -> None:
-    """A ``kv_shadow`` section is a positive budget in MiB and bytes; a rule reading a shadow needs one."""
-    s = table.get("kv_shadow")
-    if s is not None:
-        if not isinstance(s, dict):
-            raise InputError(path, "must be an object", field="kv_shadow")
-        for f in ("budget_mib", "budget_bytes"):
-            v = s.get(f)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise InputError(path, "must be a positive integer", field=f"kv_shadow.{f}")
-        if s["budget_bytes"] != s["budget_mib"] * MIB:
-            raise InputError(path, "is not budget_mib MiB", field="kv_shadow.budget_bytes")
-
-
-def _config(rule: Mapping[str, Any]) -> str:
-    c = rule.get("config") or rule.get("route")
-    return str(c)

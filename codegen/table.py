@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from codegen import kv_shadow
 from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.errors import InputError
@@ -280,7 +279,8 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         raise InputError(path, "must be a list", field="refused")
     if "cache" in table:
         _validate_cache(table["cache"], path)
-    kv_shadow.validate(table, path)
+    if "kv_shadow" in table:
+        _validate_kv_shadow(table["kv_shadow"], path)
     if "routing_buckets" in table:
         _validate_routing_buckets(table["routing_buckets"], path)
     return table
@@ -300,6 +300,17 @@ def _validate_routing_buckets(points: Any, path: str | Path | None) -> None:
             raise InputError(path, f"buckets must be an object keyed by {sorted(names)}", field=where)
         if not _is_int(p.get("M")) or p["M"] < 1 or p.get("routing") != registry.ROUTING_ANY:
             raise InputError(path, "needs M >= 1 and routing 0", field=where)
+
+
+def _validate_kv_shadow(s: Any, path: str | Path | None) -> None:
+    """The KV shadow's run-time budget (codegen.kv_shadow): positive, in MiB and bytes."""
+    if not isinstance(s, dict):
+        raise InputError(path, "must be an object", field="kv_shadow")
+    for f in ("budget_mib", "budget_bytes"):
+        if not _is_int(s.get(f)) or s[f] <= 0:
+            raise InputError(path, "must be a positive integer", field=f"kv_shadow.{f}")
+    if s["budget_bytes"] != s["budget_mib"] << 20:
+        raise InputError(path, "is not budget_mib MiB", field="kv_shadow.budget_bytes")
 
 
 def _validate_cache(c: Any, path: str | Path | None) -> None:

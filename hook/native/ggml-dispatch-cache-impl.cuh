@@ -60,15 +60,28 @@ static void device_free(int device, void * p) {
 static int kv_shadow_written(ggml_backend_buffer_t buffer, const void * lo, size_t size);
 static int kv_shadow_buffer_freed(ggml_backend_buffer_t buffer);
 
-struct cache_state {
-    ggml_dispatch::weight_cache cache{device_alloc, device_free};
-    ggml_dispatch::cache_env env;
-    size_t                   table_bytes = 0;
-    std::atomic<bool>        warned_alloc{false};
-    std::atomic<int64_t>     logged_made{0};  // copies made when the last growth line was logged
+// A store of persistent f16 copies under a budget: the weight cache here, the KV shadows
+// (ggml-dispatch-kv-impl.cuh). The budget is the table's, or unlimited under force: and harness
+// overrides, lowered by the environment variable `env_name`.
+struct copy_store {
+    ggml_dispatch::weight_cache cache;
+    const char *                env_name;
+    const char *                label;  // in the start-up and growth lines
+    ggml_dispatch::cache_env    env;
+    size_t                      table_bytes = 0;
+    std::atomic<bool>           warned_alloc{false};
+    std::atomic<int64_t>        logged_made{0};  // copies made when the last growth line was logged
+
+    copy_store(const char * env_name, const char * label, bool follow_writes) :
+        cache(device_alloc, device_free, follow_writes), env_name(env_name), label(label) {}
+};
+
+struct cache_state : copy_store {
     // GGML_CUDA_DISPATCH_CACHE_BUFFERS=any: weights of any non-compute buffer are cached too (for
     // test-backend-ops, whose weights are not in WEIGHTS buffers); default: WEIGHTS buffers only
-    bool                     any_buffer = false;
+    bool any_buffer = false;
+
+    cache_state() : copy_store("GGML_CUDA_DISPATCH_CACHE", "weight cache", /*follow_writes =*/ false) {}
 };
 
 static cache_state & cache_st() {
@@ -86,52 +99,55 @@ static std::string budget_text(size_t bytes) {
     return bytes == SIZE_MAX ? std::string("unlimited") : mib_text(bytes);
 }
 
-// Sets the budget; returns the text for the start-up line ("" when there is nothing to say).
-static std::string cache_configure(bool unlimited, size_t table_bytes, const char * env_value) {
-    cache_state & cs = cache_st();
-    cs.env           = ggml_dispatch::parse_cache_env(env_value);
-    cs.table_bytes   = table_bytes;
-    const size_t b   = ggml_dispatch::cache_budget(unlimited, table_bytes, cs.env);
-    cs.cache.set_budget(b);
-    const char * buffers = std::getenv("GGML_CUDA_DISPATCH_CACHE_BUFFERS");
-    cs.any_buffer        = buffers != nullptr && std::strcmp(buffers, "any") == 0;
-    if (!cs.env.error.empty()) {
-        return "; " + cs.env.error;
+// Sets a store's budget; returns the text for the start-up line ("" when there is nothing to say).
+static std::string store_configure(copy_store & st, bool unlimited, size_t table_bytes, const char * env_value) {
+    st.env         = ggml_dispatch::parse_cache_env(env_value, st.env_name);
+    st.table_bytes = table_bytes;
+    const size_t b = ggml_dispatch::cache_budget(unlimited, table_bytes, st.env);
+    st.cache.set_budget(b);
+    if (!st.env.error.empty()) {
+        return "; " + st.env.error;
     }
-    if (!unlimited && table_bytes == 0 && !cs.env.capped) {
+    if (!unlimited && table_bytes == 0 && !st.env.capped) {
         return "";
     }
-    std::string s = "; weight cache budget " + budget_text(b);
+    std::string s = std::string("; ") + st.label + " budget " + budget_text(b);
     s += unlimited ? " (forced configurations)" : " (table " + mib_text(table_bytes) + ")";
-    if (cs.env.capped) {
-        s += ", GGML_CUDA_DISPATCH_CACHE=" + std::string(env_value);
-    }
-    if (cs.any_buffer) {
-        s += ", every non-compute buffer";
+    if (st.env.capped) {
+        s += std::string(", ") + st.env_name + "=" + env_value;
     }
     return s;
 }
 
-// A harness override may name a cached configuration: while one is set the budget is unlimited (lowered
-// by the environment); cleared, the table's budget applies again.
-static void cache_forced(bool on, bool force_mode) {
-    cache_state & cs = cache_st();
-    cs.cache.set_budget(ggml_dispatch::cache_budget(on || force_mode, cs.table_bytes, cs.env));
+// A harness override may name a configuration that reads a copy: while one is set the budget is
+// unlimited (lowered by the environment); cleared, the table's budget applies again.
+static void store_forced(copy_store & st, bool on, bool force_mode) {
+    st.cache.set_budget(ggml_dispatch::cache_budget(on || force_mode, st.table_bytes, st.env));
 }
 
-// One line when an evaluation made copies: how many bytes are cached now.
-static void cache_log_growth() {
-    cache_state &                    cs = cache_st();
-    const ggml_dispatch::cache_stats s  = cs.cache.stats();
-    if (s.counts[ggml_dispatch::CACHE_MADE] == cs.logged_made.load()) {
+// One line when an evaluation made copies: how many bytes a store holds now.
+static void store_log_growth(copy_store & st) {
+    const ggml_dispatch::cache_stats s = st.cache.stats();
+    if (s.counts[ggml_dispatch::CACHE_MADE] == st.logged_made.load()) {
         return;  // no copy made since the last line
     }
-    cs.logged_made = s.counts[ggml_dispatch::CACHE_MADE];
-    GGML_LOG_INFO("ggml_cuda_dispatch: weight cache: %zu tensors, %zu bytes (%s) cached of a budget of %s; %lld "
+    st.logged_made = s.counts[ggml_dispatch::CACHE_MADE];
+    GGML_LOG_INFO("ggml_cuda_dispatch: %s: %zu tensors, %zu bytes (%s) cached of a budget of %s; %lld "
                   "requests over budget, %lld failed allocations\n",
-                  s.entries, s.bytes, mib_text(s.bytes).c_str(), budget_text(cs.cache.budget()).c_str(),
+                  st.label, s.entries, s.bytes, mib_text(s.bytes).c_str(), budget_text(st.cache.budget()).c_str(),
                   (long long) s.counts[ggml_dispatch::CACHE_NO_BUDGET],
                   (long long) s.counts[ggml_dispatch::CACHE_ALLOC_FAIL]);
+}
+
+static std::string cache_configure(bool unlimited, size_t table_bytes, const char * env_value) {
+    cache_state & cs     = cache_st();
+    std::string   s      = store_configure(cs, unlimited, table_bytes, env_value);
+    const char *  buffers = std::getenv("GGML_CUDA_DISPATCH_CACHE_BUFFERS");
+    cs.any_buffer         = buffers != nullptr && std::strcmp(buffers, "any") == 0;
+    if (cs.any_buffer && cs.env.error.empty() && !s.empty()) {
+        s += ", every non-compute buffer";
+    }
+    return s;
 }
 
 // Can a node of weight src0 read a cached copy now (one exists, or one may be made: a weight of a plain

@@ -13,53 +13,9 @@
 
 namespace {
 
-struct kv_state {
-    ggml_dispatch::weight_cache shadows{device_alloc, device_free, /*follow_writes =*/ true};
-    ggml_dispatch::cache_env    env;
-    size_t                      table_bytes = 0;
-    std::atomic<bool>           warned_alloc{false};
-    std::atomic<int64_t>        logged_made{0};
-};
-
-static kv_state & kv_st() {
-    static kv_state * s = new kv_state();  // never destroyed: buffers may be freed at exit
-    return *s;
-}
-
-static std::string kv_configure(bool unlimited, size_t table_bytes, const char * env_value) {
-    kv_state & ks  = kv_st();
-    ks.env         = ggml_dispatch::parse_cache_env(env_value, "GGML_CUDA_DISPATCH_KV_SHADOW");
-    ks.table_bytes = table_bytes;
-    const size_t b = ggml_dispatch::cache_budget(unlimited, table_bytes, ks.env);
-    ks.shadows.set_budget(b);
-    if (!ks.env.error.empty()) {
-        return "; " + ks.env.error;
-    }
-    if (!unlimited && table_bytes == 0 && !ks.env.capped) {
-        return "";
-    }
-    std::string s = "; KV shadow budget " + budget_text(b);
-    s += unlimited ? " (forced configurations)" : " (table " + mib_text(table_bytes) + ")";
-    return ks.env.capped ? s + ", GGML_CUDA_DISPATCH_KV_SHADOW=" + env_value : s;
-}
-
-static void kv_forced(bool on, bool force_mode) {
-    kv_state & ks = kv_st();
-    ks.shadows.set_budget(ggml_dispatch::cache_budget(on || force_mode, ks.table_bytes, ks.env));
-}
-
-static void kv_log_growth() {
-    kv_state &                       ks = kv_st();
-    const ggml_dispatch::cache_stats s  = ks.shadows.stats();
-    if (s.counts[ggml_dispatch::CACHE_MADE] == ks.logged_made.load()) {
-        return;
-    }
-    ks.logged_made = s.counts[ggml_dispatch::CACHE_MADE];
-    GGML_LOG_INFO("ggml_cuda_dispatch: KV shadow: %zu cache tensors, %zu bytes (%s) of a budget of %s; %lld requests "
-                  "over budget, %lld failed allocations\n",
-                  s.entries, s.bytes, mib_text(s.bytes).c_str(), budget_text(ks.shadows.budget()).c_str(),
-                  (long long) s.counts[ggml_dispatch::CACHE_NO_BUDGET],
-                  (long long) s.counts[ggml_dispatch::CACHE_ALLOC_FAIL]);
+static copy_store & kv_st() {
+    static copy_store * s = new copy_store("GGML_CUDA_DISPATCH_KV_SHADOW", "KV shadow", /*follow_writes =*/ true);
+    return *s;  // never destroyed: buffers may be freed at exit
 }
 
 static const ggml_tensor * kv_root(const ggml_tensor * t) {
@@ -132,7 +88,7 @@ bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const gg
     if (!kv_shadowable(device, t)) {
         return false;
     }
-    kv_state &              ks      = kv_st();
+    copy_store &            ks      = kv_st();
     const ggml_tensor *     root    = kv_root(t);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
@@ -141,7 +97,7 @@ bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const gg
     }
     const int64_t n    = ggml_nelements(root);
     void *        copy = nullptr;
-    const int     r    = ks.shadows.acquire(kv_key(device, root), root->buffer, ggml_nbytes(root), (size_t) n * sizeof(half),
+    const int     r    = ks.cache.acquire(kv_key(device, root), root->buffer, ggml_nbytes(root), (size_t) n * sizeof(half),
                                             capture != cudaStreamCaptureStatusNone,
                                             [&](void * dst) {
                                                 kv_fill(root, (half *) dst, stream);
@@ -174,14 +130,14 @@ bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const gg
 }
 
 void ggml_cuda_dispatch_kv_shadow_mirror(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
-    kv_state & ks = kv_st();
-    if (ks.shadows.empty() || dst->view_src == nullptr || ggml_is_empty(dst) || dst->op == GGML_OP_NONE ||
+    copy_store & ks = kv_st();
+    if (ks.cache.empty() || dst->view_src == nullptr || ggml_is_empty(dst) || dst->op == GGML_OP_NONE ||
             dst->op == GGML_OP_VIEW || dst->op == GGML_OP_RESHAPE || dst->op == GGML_OP_PERMUTE ||
             dst->op == GGML_OP_TRANSPOSE) {
         return;
     }
     const ggml_tensor * root   = dst->view_src;
-    half *              shadow = (half *) ks.shadows.lookup(kv_key(ctx.device, root));
+    half *              shadow = (half *) ks.cache.lookup(kv_key(ctx.device, root));
     if (shadow == nullptr) {
         return;
     }
@@ -218,11 +174,11 @@ void ggml_cuda_dispatch_kv_shadow_mirror(ggml_backend_cuda_context & ctx, const 
 namespace {
 
 static int kv_shadow_written(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
-    return kv_st().shadows.written(buffer, lo, size);
+    return kv_st().cache.written(buffer, lo, size);
 }
 
 static int kv_shadow_buffer_freed(ggml_backend_buffer_t buffer) {
-    return kv_st().shadows.buffer_freed(buffer);
+    return kv_st().cache.buffer_freed(buffer);
 }
 
 }  // namespace

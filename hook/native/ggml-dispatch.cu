@@ -315,8 +315,9 @@ static void init_once() {
         }
         line += cache_configure(st.m == MODE_FORCE, any_table ? (size_t) GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES : 0,
                                 env_or_null("GGML_CUDA_DISPATCH_CACHE"));
-        line += kv_configure(st.m == MODE_FORCE, any_table ? (size_t) GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES : 0,
-                             env_or_null("GGML_CUDA_DISPATCH_KV_SHADOW"));
+        line += store_configure(kv_st(), st.m == MODE_FORCE,
+                                any_table ? (size_t) GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES : 0,
+                                env_or_null("GGML_CUDA_DISPATCH_KV_SHADOW"));
     }
 
     const char * trace_path = env_or_null("GGML_CUDA_ROUTE_TRACE");
@@ -664,8 +665,8 @@ void ggml_cuda_dispatch_eval_begin(const ggml_backend_cuda_context * ctx, const 
 
 void ggml_cuda_dispatch_eval_end() {
     state().rec.eval_end();
-    cache_log_growth();
-    kv_log_growth();
+    store_log_growth(cache_st());
+    store_log_growth(kv_st());
 }
 
 void ggml_cuda_dispatch_graphs_stale() {
@@ -695,8 +696,8 @@ void ggml_backend_cuda_dispatch_set_override(int config_code) {
         return;
     }
     if (state().m != MODE_OFF) {
-        cache_forced(config_code != 0, state().m == MODE_FORCE);
-        kv_forced(config_code != 0, state().m == MODE_FORCE);
+        store_forced(cache_st(), config_code != 0, state().m == MODE_FORCE);
+        store_forced(kv_st(), config_code != 0, state().m == MODE_FORCE);
     }
     state().rec.set_override(config_code);
 }
