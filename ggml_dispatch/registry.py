@@ -226,7 +226,8 @@ _FA_MMA_NCOLS2: Final = ("1", "2", "4", "8")
 FA_MMA_NCOLS: Final = (8, 16, 32, 64)
 # FLASH_ATTN_EXT VEC: parallel blocks per output tile (launch_fattn's parallel_blocks)
 _FA_VEC_BLOCKS: Final = tuple(str(1 << i) for i in range(9))  # 1 .. 256
-# TILE and MMA_F16 on a quantized (q8_0) KV cache: read its f16 shadow instead of converting K and V per call
+# VEC, TILE and MMA_F16 on a quantized (q8_0) KV cache: read its f16 shadow instead of converting K and V per
+# call (VEC: instead of its quantized instance; it then runs the f16 one)
 _FA_KV_SHADOW: Final = Param(
     "kv",
     ("shadow",),
@@ -280,6 +281,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 "parallel blocks over the KV length (stock: from occupancy, the best tail efficiency; at most"
                 " one per KV tile of head-dim columns)",
             ),
+            _FA_KV_SHADOW,
         ),
         "flash_attn_ext_vec (1-2 Q columns per block)",
     ),
@@ -475,9 +477,9 @@ class Config:
 
 
 def route_configs(route: Route | str) -> list[Config]:
-    """Every configuration of a route a sweep times: the plain route, then every combination of all its
-    parameters' values, a one-valued parameter (a switch) both left out and set (declared order;
-    eligibility per shape is the hook's check)."""
+    """Every configuration of a route a sweep times: the plain route, each switch (a one-valued parameter)
+    alone on the route's own choice of the rest, then every combination of all its parameters' values, a
+    switch both left out and set (declared order; eligibility per shape is the hook's check)."""
     spec = ROUTES[Route(route)]
     out = [Config(spec.route)]
     combos: list[tuple[tuple[str, str], ...]] = [()]
@@ -486,8 +488,11 @@ def route_configs(route: Route | str) -> list[Config]:
             combos = [c2 for c in combos for c2 in (c, (*c, (p.name, p.values[0])))]
             continue
         combos = [(*c, (p.name, v)) for c in combos for v in p.values]
-    if spec.params:
-        out += [Config(spec.route, c) for c in combos if c and config_pairs_compiled(spec.route, c)]
+    alone = [((p.name, p.values[0]),) for p in spec.params if len(p.values) == 1]
+    out += [Config(spec.route, c) for c in alone]
+    out += [
+        Config(spec.route, c) for c in combos if c and c not in alone and config_pairs_compiled(spec.route, c)
+    ]
     return out
 
 

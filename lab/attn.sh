@@ -40,13 +40,14 @@
 #                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b;
 #                 PROFILE_PP="3 4" adds pp3/pp4 processes; lab/first_use_gaps.py lists each process's
 #                 GPU idle before first launches (appended to the summary)
-#   PART=shadow-probe  the f16 KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow) checked end to end:
-#                 test-backend-ops FLASH_ATTN_EXT on q8_0 K/V against the CPU backend with each shadow
+#   PART=shadow-probe  the f16 KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow, fa_vec/kv=shadow) checked end
+#                 to end: test-backend-ops FLASH_ATTN_EXT on q8_0 K/V against the CPU backend with each shadow
 #                 configuration forced; llama-perplexity on the qwen3 model with a q8_0 KV cache, the same
-#                 kernel converting per call and reading the shadow (ubatch 128: batched cache writes; ubatch 1:
-#                 one row per step; chunks cleared between) must print the same PPL; and llama-bench tg32 and
+#                 configuration converting per call (GGML_CUDA_DISPATCH_KV_SHADOW=off) and reading the shadow
+#                 (ubatch 128: batched cache writes; ubatch 1: one row per step, VEC too; chunks cleared between:
+#                 the refill after an outside write) must print the same PPL; and llama-bench tg32 and
 #                 pp2 at depth 49152 (q8_0, -r 3, one run each: indicative, not an A/B) stock, fa_mma, and
-#                 fa_mma/kv=shadow forced
+#                 fa_mma/kv=shadow and fa_vec/kv=shadow forced
 #   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
 #                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
 #                 the committed table's configurations, each also with kv=shadow); then merged with the
@@ -78,11 +79,11 @@ gd() { python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.used --format=csv >"$OUT/gpu-$PART.csv" 2>&1
 
 # PART=shadow's candidates: the plain kernels, VEC's and MMA_F16's configurations the committed attention
-# table picks, and each TILE / MMA_F16 one again with kv=shadow (configurations: --configs routes)
+# table picks, and each of them again with kv=shadow (configurations: --configs routes)
 _MMA_PICKED="ncols1=1,ncols2=8,sparse=off,stream_k=off ncols1=1,ncols2=8,sparse=off,stream_k=on
 ncols1=2,ncols2=4,sparse=off,stream_k=on ncols1=4,ncols2=2,sparse=off,stream_k=on ncols1=2,ncols2=8,sparse=off,stream_k=on
 ncols1=4,ncols2=8,sparse=off,stream_k=on ncols1=16,ncols2=4,sparse=off,stream_k=on ncols1=32,ncols2=2,sparse=off,stream_k=on"
-_routes=fa_vec,fa_vec/blocks=2,fa_tile,fa_tile/kv=shadow,fa_mma,fa_mma/kv=shadow
+_routes=fa_vec,fa_vec/kv=shadow,fa_vec/blocks=2,fa_vec/blocks=2,kv=shadow,fa_tile,fa_tile/kv=shadow,fa_mma,fa_mma/kv=shadow
 for c in $_MMA_PICKED; do _routes+=",fa_mma/$c,fa_mma/$c,kv=shadow"; done
 SHADOW_ROUTES=${SHADOW_ROUTES:-$_routes}
 
@@ -238,7 +239,7 @@ shadow-probe)
     D=$W/attn-shadow-probe
     mkdir -p "$D"
     rc=0
-    for cfg in fa_mma/kv=shadow fa_tile/kv=shadow; do
+    for cfg in fa_mma/kv=shadow fa_tile/kv=shadow fa_vec/kv=shadow; do
         log=$D/tbo-${cfg//[\/=]/_}.log
         GGML_CUDA_DISPATCH=force:$cfg timeout "$(left)" "$B/bin/test-backend-ops" test -o FLASH_ATTN_EXT -b CUDA0 \
             -p "type_K=q8_0" >"$log" 2>&1 || rc=1
@@ -248,16 +249,22 @@ shadow-probe)
     done
     python3 -c 'import random; r = random.Random(7); w = "the of and to in is was for on that with as by at from it".split()
 print(" ".join(r.choice(w) + ("." if r.random() < 0.1 else "") for _ in range(6000)))' >"$D/text.txt"
+    # each kv=shadow configuration converting per call (GGML_CUDA_DISPATCH_KV_SHADOW=off: no shadow, the
+    # conversion runs as the tree runs it) and reading the shadow; VEC only at ubatch 1 (<= 8 Q columns)
     for ub in 128 1; do
-        for cfg in fa_mma fa_mma/kv=shadow; do
-            log=$D/ppl-ub$ub-${cfg//[\/=]/_}.log
-            GGML_CUDA_DISPATCH=force:$cfg timeout "$(left)" "$B/bin/llama-perplexity" -m "$QWEN" -f "$D/text.txt" -c 512 \
+        cfgs="fa_mma/kv=shadow@off fa_mma/kv=shadow"
+        [ "$ub" = 1 ] && cfgs+=" fa_vec/kv=shadow@off fa_vec/kv=shadow"
+        for arm in $cfgs; do
+            cfg=${arm%@off}
+            shadow_env=$([ "$arm" = "$cfg" ] && echo "" || echo off)
+            log=$D/ppl-ub$ub-${arm//[\/=@]/_}.log
+            GGML_CUDA_DISPATCH_KV_SHADOW=$shadow_env GGML_CUDA_DISPATCH=force:$cfg timeout "$(left)" "$B/bin/llama-perplexity" -m "$QWEN" -f "$D/text.txt" -c 512 \
                 -b 512 -ub "$ub" -fa on -ctk q8_0 -ctv q8_0 -ngl 99 --chunks 3 >"$log" 2>&1 || rc=1
-            echo "perplexity ub $ub force:$cfg: $(grep -m1 'Final estimate' "$log"); $(grep -m1 'KV shadow:' "$log")" |
+            echo "perplexity ub $ub force:$cfg${shadow_env:+ KV_SHADOW=off}: $(grep -m1 'Final estimate' "$log"); $(grep -m1 'KV shadow:' "$log")" |
                 tee -a "$OUT/attn-shadow-probe.md"
         done
     done
-    for arm in stock fa_mma fa_mma/kv=shadow; do
+    for arm in stock fa_mma fa_mma/kv=shadow fa_vec/kv=shadow; do
         dispatch=$([ "$arm" = stock ] && echo off || echo "force:$arm")
         log=$D/bench-${arm//[\/=]/_}
         GGML_CUDA_DISPATCH=$dispatch timeout "$(left)" "$BENCH" -m "$QWEN" -fa on -ctk q8_0 -ctv q8_0 -ngl 99 -r 3 \

@@ -335,6 +335,7 @@ def test_fattn_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> 
         "sparse",
         "mma_ncols1",
         "mma_ncols2",
+        "vec_kv_shadow",
     }
     patched = patch.apply(src, hunks)
     assert inst.HOOK_MARKERS["fattn.cu"] in patched and inst.HOOK_MARKERS["fattn.cu"] not in src
@@ -342,6 +343,8 @@ def test_fattn_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> 
     assert patched.count("ggml_dispatch_params_current().fa_ncols1") == 1
     assert patched.count("ggml_dispatch_params_current().fa_ncols2") == 2
     assert "return ggml_dispatch_fa_sparse(ggml_dispatch_sparse_hard," in patched
+    # VEC under kv=shadow takes the f16 instance (which reads the shadow in launch_fattn)
+    assert "fattn_vec_case_t vec_case = ggml_cuda_fattn_dispatch_vec_f16(dst) ?" in patched
     # the tree's choice is kept under another name; scratch sizing and the launch ask the hook's wrapper
     assert "ggml_cuda_get_best_fattn_kernel_stock(const int device, const ggml_tensor * dst) {" in patched
     assert "ggml_cuda_get_best_fattn_kernel(device, dst);" in patched  # get_alloc_size, unchanged

@@ -79,9 +79,17 @@ def test_the_environment_only_lowers_the_budget(seen: dict[str, Any]) -> None:
     assert seen["neg_capped"] == 1
 
 
-def test_a_kv_shadow_follows_writes_stale_then_refreshed_in_place(seen: dict[str, Any]) -> None:
+def test_a_kv_shadow_is_refilled_after_outside_writes_and_refreshed_where_that_failed(
+    seen: dict[str, Any],
+) -> None:
     assert seen["kv_made"] == MADE and seen["kv_lookup_same"] == 1
-    assert seen["kv_written_marks"] == 1 and seen["kv_written_again_marks"] == 0
+    assert seen["kv_written_before_nothing"] == 0  # the weight cache's hook leaves shadows alone
+    assert seen["kv_refilled_none_stale"] == 0 and seen["kv_refill_range"] == 10 * 1000 + 14
+    assert seen["kv_refill_clipped"] == 0 and seen["kv_refill_clipped_range"] == 90 * 1000 + 100
+    assert seen["kv_refill_outside"] == 0 and seen["kv_refill_other_buffer"] == 0
+    assert seen["kv_refills"] == 2 and seen["kv_refilled_stat"] == 2
+    assert seen["kv_hit_after_refill"] == HIT
+    assert seen["kv_refill_failed_marks"] == 1 and seen["kv_refill_failed_again"] == 0
     assert seen["kv_lookup_while_stale"] == 1  # the in-graph mirror still finds it
     assert seen["kv_stale_under_capture"] == CAPTURING and seen["kv_capture_copy_null"] == 1
     assert seen["kv_refreshed"] == REFRESHED and seen["kv_refreshed_in_place"] == 1

@@ -435,6 +435,8 @@ def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers
     assert short["launches"] == "1x8,16x2"
     assert short["alloc"] == short["mma_scratch"] > short["vec_scratch"]
     assert short["deep_alloc"] == short["deep_vec_scratch"]
+    # fa_vec/kv=shadow on q8_0 runs VEC's f16 instance, converting where no shadow: sized for the copies
+    assert short["deep_vec_shadow_scratch"] == short["deep_mma_scratch"] > short["deep_vec_scratch"]
     cold = run(drivers["table"], {"GLUE_WARM": "short", "GGML_CUDA_DISPATCH_WARMUP": "off"})["short"]
     assert cold["launches"] == "" and cold["alloc"] == cold["vec_scratch"]  # no warm-up: no copies either
     stock = run(drivers["table"], {"GLUE_WARM": "short", "GGML_CUDA_DISPATCH": "off"})["short"]

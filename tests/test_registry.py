@@ -374,9 +374,10 @@ def test_decide_times_configurations_and_refuses_one_of_another_route() -> None:
 
 def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
     configs = [str(c) for c in registry.route_configs("cublas")]
-    assert configs[0] == "cublas"
-    full = configs[1:]
-    assert len(full) == 2 * 3 * 2 and len(set(full)) == len(full)
+    # the plain route, the switch alone on the route's own out/compute, then every combination
+    assert configs[:2] == ["cublas", "cublas/weight=cached"]
+    full = configs[2:]
+    assert len(full) == 2 * 3 * 2 and len(set(configs)) == len(configs)
     assert "cublas/out=f16,compute=f16" in full and "cublas/out=f16,compute=f16,weight=cached" in full
     assert sum(c.endswith(",weight=cached") for c in full) == 6
     # a config without the switch is the per-call path: its code leaves the weight field 0

@@ -38,7 +38,7 @@ def test_mma_tiles_of_the_sweep_are_the_compiled_instance_pairs() -> None:
     swept = {
         (int(dict(c.params)["ncols1"]), int(dict(c.params)["ncols2"]))
         for c in registry.route_configs(registry.Route.FA_MMA)
-        if c.params
+        if "ncols1" in dict(c.params)
     }
     for d in SWITCHED_D:
         assert pairs[d] == swept, d
@@ -56,13 +56,14 @@ def test_mma_tiles_of_the_sweep_are_the_compiled_instance_pairs() -> None:
 
 def test_fa_sweeps_list_every_compiled_tile_with_each_switch_and_vec_blocks() -> None:
     mma = [str(c) for c in registry.route_configs("fa_mma")]
-    # 16 compiled tiles x sparse x stream-k, each without and with the kv=shadow switch
-    assert mma[0] == "fa_mma" and len(mma) == 1 + 16 * 2 * 2 * 2 == len(set(mma))
+    # the kv=shadow switch alone, then 16 compiled tiles x sparse x stream-k, each without and with it
+    assert mma[:2] == ["fa_mma", "fa_mma/kv=shadow"] and len(mma) == 2 + 16 * 2 * 2 * 2 == len(set(mma))
     assert "fa_mma/ncols1=8,ncols2=4,sparse=off,stream_k=on" in mma
     assert "fa_mma/ncols1=8,ncols2=4,sparse=off,stream_k=on,kv=shadow" in mma
     assert not any("ncols1=64,ncols2=2" in c for c in mma)
     vec = [str(c) for c in registry.route_configs("fa_vec")]
-    assert vec == ["fa_vec", *(f"fa_vec/blocks={1 << i}" for i in range(9))]
+    blocks = [f"fa_vec/blocks={1 << i}" for i in range(9)]
+    assert vec == ["fa_vec", "fa_vec/kv=shadow", *(c for b in blocks for c in (b, f"{b},kv=shadow"))]
     assert [str(c) for c in registry.route_configs("fa_tile")] == ["fa_tile", "fa_tile/kv=shadow"]
 
 

@@ -238,7 +238,7 @@ def test_tune_run_times_every_attention_configuration_with_configs_all(tmp_path:
     assert res.exit_code == 0, res.output
     (case,) = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
     want = [str(c) for r in ("fa_vec", "fa_tile", "fa_mma") for c in registry.route_configs(r)]
-    assert case["routes"] == want and len(want) == 10 + 2 + 129  # tile and mma: each also with kv=shadow
+    assert case["routes"] == want and len(want) == 20 + 2 + 130  # each also with kv=shadow, alone too
     assert "fa_vec/blocks=16" in want and "fa_mma/ncols1=2,ncols2=8,sparse=off,stream_k=off" in want
 
 

@@ -207,13 +207,18 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
 
     assert candidate_configs(["mmq", "cublas"], "routes") == ("mmq", "cublas")
     every = candidate_configs(ALL_ROUTES, "all")
-    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2) + (1 + 2 * 3 * 2)
+    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2) + (1 + 1 + 2 * 3 * 2)
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
-        f"cublas/out={o},compute={c}{w}"
-        for o in ("f16", "f32")
-        for c in ("f16", "f32", "bf16")
-        for w in ("", ",weight=cached")
+        [
+            "cublas/weight=cached",
+            *(
+                f"cublas/out={o},compute={c}{w}"
+                for o in ("f16", "f32")
+                for c in ("f16", "f32", "bf16")
+                for w in ("", ",weight=cached")
+            ),
+        ]
     )
     mmq = [registry.Config.parse(c) for c in every if c.startswith("mmq/")]
     assert {dict(c.params)["j"] for c in mmq} == {str(j) for j in range(8, 129, 8)}

@@ -55,9 +55,9 @@ static void device_free(int device, void * p) {
     });
 }
 
-// The KV shadows' share of the buffer hooks (ggml-dispatch-kv-impl.cuh): how many shadows a write marked
-// stale, how many a buffer's free freed.
-static int kv_shadow_written(ggml_backend_buffer_t buffer, const void * lo, size_t size);
+// The KV shadows' share of the buffer hooks (ggml-dispatch-kv-impl.cuh): after a write, how many shadows
+// could not be refilled over it (marked stale); how many a buffer's free freed.
+static int kv_shadow_refill_written(ggml_backend_buffer_t buffer, const void * lo, size_t size);
 static int kv_shadow_buffer_freed(ggml_backend_buffer_t buffer);
 
 // A store of persistent f16 copies under a budget: the weight cache here, the KV shadows
@@ -233,9 +233,13 @@ const void * ggml_cuda_dispatch_cached_weight(int device, cudaStream_t stream, c
 }
 
 void ggml_cuda_dispatch_cache_written(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
-    const int n = (cache_st().cache.empty() ? 0 : cache_st().cache.written(buffer, lo, size)) +
-                  kv_shadow_written(buffer, lo, size);
-    if (n > 0) {
+    if (cache_st().cache.written(buffer, lo, size) > 0) {
+        ggml_cuda_dispatch_graphs_stale();
+    }
+}
+
+void ggml_cuda_dispatch_cache_written_after(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
+    if (kv_shadow_refill_written(buffer, lo, size) > 0) {
         ggml_cuda_dispatch_graphs_stale();
     }
 }

@@ -18,7 +18,25 @@
 const void * ggml_cuda_dispatch_cached_weight(int device, cudaStream_t stream, const ggml_tensor * src0,
                                               ggml_type compute_type, bool cuda_buffer);
 
-// Lifetime hooks of the CUDA buffer: a write into [lo, lo + size) frees the copies it touches (and
-// marks those weights mutable); freeing the buffer frees its copies.
+// Lifetime hooks of the CUDA buffer: a write into [lo, lo + size) frees the weight copies it touches (and
+// marks those weights mutable) before it, and refills the KV shadows it touches after it (written_after);
+// freeing the buffer frees its copies.
 void ggml_cuda_dispatch_cache_written(ggml_backend_buffer_t buffer, const void * lo, size_t size);
+void ggml_cuda_dispatch_cache_written_after(ggml_backend_buffer_t buffer, const void * lo, size_t size);
 void ggml_cuda_dispatch_cache_buffer_freed(ggml_backend_buffer_t buffer);
+
+// Both write hooks around one buffer write: constructed first thing in the write function, destroyed
+// after its write and sync.
+struct ggml_cuda_dispatch_write_scope {
+    ggml_backend_buffer_t buffer;
+    const void *          lo;
+    size_t                size;
+
+    ggml_cuda_dispatch_write_scope(ggml_backend_buffer_t buffer, const void * lo, size_t size) :
+        buffer(buffer), lo(lo), size(size) {
+        ggml_cuda_dispatch_cache_written(buffer, lo, size);
+    }
+    ~ggml_cuda_dispatch_write_scope() { ggml_cuda_dispatch_cache_written_after(buffer, lo, size); }
+    ggml_cuda_dispatch_write_scope(const ggml_cuda_dispatch_write_scope &) = delete;
+    ggml_cuda_dispatch_write_scope & operator=(const ggml_cuda_dispatch_write_scope &) = delete;
+};

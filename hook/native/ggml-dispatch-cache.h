@@ -18,7 +18,9 @@
 //
 // The same bookkeeping keeps the KV shadows (ggml-dispatch-kv-impl.cuh: f16 copies of a quantized KV
 // cache, kept in step with the cache by the graph's own writes) with `follow_writes`: a write from
-// outside the graph marks the copy stale instead of freeing it, and the next direct use refreshes it.
+// outside the graph (a state restore) is refilled into the copy right after it (refill_written), so
+// captured graphs stay valid; only a copy whose refill failed is marked stale and refreshed at its next
+// direct use.
 #pragma once
 
 #include <atomic>
@@ -75,7 +77,7 @@ enum cache_result {
     CACHE_NO_BUDGET  = 3,  // would exceed the budget: run uncached
     CACHE_ALLOC_FAIL = 4,  // allocation or fill failed (now or before): run uncached
     CACHE_MUTABLE    = 5,  // the tensor was written after it was cached: never cached again
-    CACHE_REFRESHED  = 6,  // follow_writes: the copy was stale (written from outside) and is filled again
+    CACHE_REFRESHED  = 6,  // follow_writes: the copy was stale (its refill after an outside write failed), filled again
 };
 
 inline const char * cache_result_name(int r) {
@@ -97,7 +99,7 @@ struct cache_key {
 struct cache_stats {
     size_t  bytes = 0, peak_bytes = 0, entries = 0;
     int64_t counts[CACHE_REFRESHED + 1] = {};
-    int64_t freed = 0, invalidated = 0;
+    int64_t freed = 0, invalidated = 0, refilled = 0;
 };
 
 class weight_cache {
@@ -106,8 +108,8 @@ class weight_cache {
     using free_fn  = std::function<void(int device, void * p)>;
     using fill_fn  = std::function<bool(void * copy)>;  // fills the copy from the weight; false = failed
 
-    // follow_writes: the tensors change by design (a KV cache): a write from outside marks a copy stale
-    // (refreshed at its next direct use) instead of freeing it and marking the tensor mutable.
+    // follow_writes: the tensors change by design (a KV cache): a write from outside is refilled into the
+    // copy after it (refill_written) instead of freeing the copy and marking the tensor mutable.
     weight_cache(alloc_fn a, free_fn f, bool follow_writes = false) :
         alloc_(std::move(a)), free_(std::move(f)), follow_writes_(follow_writes) {}
 
@@ -212,11 +214,11 @@ class weight_cache {
         return it == entries_.end() ? nullptr : it->second.copy;
     }
 
-    // A write into [lo, lo + size) of `buffer`: the copies it touches are freed and their tensors
-    // marked mutable (follow_writes: marked stale, kept). Returns how many copies were freed or marked
-    // (the caller makes captured graphs stale).
+    // A write into [lo, lo + size) of `buffer` (before it): the copies it touches are freed and their
+    // tensors marked mutable. Returns how many copies were freed (the caller makes captured graphs stale).
+    // follow_writes: nothing here; refill_written follows the write.
     int written(const void * buffer, const void * lo, size_t size) {
-        if (empty()) {
+        if (empty() || follow_writes_) {
             return 0;
         }
         std::lock_guard<std::mutex> lock(mu_);
@@ -228,17 +230,40 @@ class weight_cache {
             if (e.buffer != buffer || e.hi <= a || e.lo >= b || e.state == ST_MUTABLE) {
                 continue;
             }
-            if (follow_writes_) {
-                if (e.copy != nullptr && !e.stale) {
-                    e.stale = true;
-                    stats_.invalidated++;
-                    n++;
-                }
-                continue;
-            }
             n += release(kv.first, e);
             e.state = ST_MUTABLE;
             stats_.invalidated++;
+        }
+        return n;
+    }
+
+    // follow_writes, after a write into [lo, lo + size) of `buffer`: `refill(key, copy, from, to)` brings
+    // each fresh copy it touched up to date over the tensor's bytes [from, to) (offsets from the tensor's
+    // start, clipped to it); a copy whose refill fails is marked stale (refreshed at its next direct use).
+    // Returns how many were marked stale (the caller makes captured graphs stale).
+    using refill_fn = std::function<bool(const cache_key & k, void * copy, size_t from, size_t to)>;
+    int refill_written(const void * buffer, const void * lo, size_t size, const refill_fn & refill) {
+        if (empty() || !follow_writes_) {
+            return 0;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        const char * a = (const char *) lo;
+        const char * b = a + size;
+        int          n = 0;
+        for (auto & kv : entries_) {
+            entry & e = kv.second;
+            if (e.buffer != buffer || e.hi <= a || e.lo >= b || e.copy == nullptr || e.stale) {
+                continue;
+            }
+            const size_t from = (size_t) ((a > e.lo ? a : e.lo) - e.lo);
+            const size_t to   = (size_t) ((b < e.hi ? b : e.hi) - e.lo);
+            if (refill(kv.first, e.copy, from, to)) {
+                stats_.refilled++;
+            } else {
+                e.stale = true;
+                stats_.invalidated++;
+                n++;
+            }
         }
         return n;
     }

@@ -5,7 +5,10 @@
 // cache_v_l<i>), cudaMalloc'd within its own budget (the table's GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES,
 // unlimited under force: and harness overrides, lowered by GGML_CUDA_DISPATCH_KV_SHADOW=off|<MiB>), of a
 // CUDA buffer that is not a compute buffer, keyed like a weight copy. Made only outside capture; when made,
-// captured graphs go stale, since they lack the mirror of this cache's writes.
+// captured graphs go stale, since they lack the mirror of this cache's writes. Writes from inside the graph
+// are mirrored after their node (ggml_cuda_dispatch_kv_shadow_mirror); writes from outside it (a state
+// restore: set_tensor, memset, copy, clear) are refilled right after the write, on the writer's stream,
+// so a restore costs one conversion of what it wrote and leaves captured graphs valid.
 #pragma once
 
 #include "ggml-dispatch-kv.cuh"
@@ -70,6 +73,22 @@ static __global__ void k_kv_shadow_set_rows_q8_0(const char * __restrict__ root,
     const int64_t byte = dst_off + row*(int64_t) nb1 + i02*(int64_t) nb2 + i03*(int64_t) nb3 + ib*(int64_t) sizeof(block_q8_0);
     const block_q8_0 * b = (const block_q8_0 *) (root + byte);
     half *             y = shadow + byte / (int64_t) sizeof(block_q8_0) * QK8_0;
+    const half         d = b->d;
+#pragma unroll
+    for (int j = 0; j < QK8_0; ++j) {
+        y[j] = __hmul(__int2half_rn(b->qs[j]), d);
+    }
+}
+
+// Blocks [first, first + n) of a q8_0 tensor dequantized into its shadow as the tree's converter does.
+static __global__ void k_kv_shadow_fill_q8_0(const block_q8_0 * __restrict__ x, half * __restrict__ shadow,
+                                             const int64_t first, const int64_t n) {
+    const int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    const block_q8_0 * b = x + first + i;
+    half *             y = shadow + (first + i) * QK8_0;
     const half         d = b->d;
 #pragma unroll
     for (int j = 0; j < QK8_0; ++j) {
@@ -173,8 +192,29 @@ void ggml_cuda_dispatch_kv_shadow_mirror(ggml_backend_cuda_context & ctx, const 
 
 namespace {
 
-static int kv_shadow_written(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
-    return kv_st().cache.written(buffer, lo, size);
+// After a write from outside the graph (the buffer hooks: the write and its sync on cudaStreamPerThread are
+// done, the device is the buffer's): the q8_0 blocks it touched, dequantized into each shadow it overlaps.
+static int kv_shadow_refill_written(ggml_backend_buffer_t buffer, const void * lo, size_t size) {
+    return kv_st().cache.refill_written(buffer, lo, size, [](const ggml_dispatch::cache_key & k, void * copy,
+                                                             size_t from, size_t to) {
+        if (k.type != GGML_TYPE_Q8_0) {
+            return false;
+        }
+        const int64_t nblk  = k.nelements / QK8_0;
+        const int64_t first = (int64_t) (from / sizeof(block_q8_0));
+        const int64_t last  = std::min<int64_t>(nblk, (int64_t) ((to + sizeof(block_q8_0) - 1) / sizeof(block_q8_0)));
+        if (last <= first) {
+            return true;
+        }
+        const int threads = 128;
+        k_kv_shadow_fill_q8_0<<<(unsigned) ((last - first + threads - 1) / threads), threads, 0, cudaStreamPerThread>>>(
+            (const block_q8_0 *) k.data, (half *) copy, first, last - first);
+        if (cudaGetLastError() != cudaSuccess || cudaStreamSynchronize(cudaStreamPerThread) != cudaSuccess) {
+            (void) cudaGetLastError();
+            return false;
+        }
+        return true;
+    });
 }
 
 static int kv_shadow_buffer_freed(ggml_backend_buffer_t buffer) {

@@ -135,8 +135,10 @@ int main() {
     ks("bad_error", bad.error);
     kv("neg_capped", neg.capped && !neg.error.empty());
 
-    // follow_writes (the KV shadows): an outside write marks the copy stale, the next direct use fills it
-    // again in place, a use under capture runs without it, and the buffer's free still frees it
+    // follow_writes (the KV shadows): an outside write leaves the weight-cache side alone (written), is
+    // refilled over the bytes it touched right after it (refill_written, the range clipped to the tensor);
+    // a failed refill marks the copy stale, the next direct use fills it again in place, a use under
+    // capture runs without it, and the buffer's free still frees it
     {
         weight_cache kvc([](int, size_t bytes) -> void * { g_allocs++; return std::malloc(bytes); },
                          [](int, void * p) { g_frees++; std::free(p); }, true);
@@ -147,10 +149,29 @@ int main() {
         void * first = nullptr, * again = nullptr;
         int    fills = 0;
         auto   count = [&](void *) { fills++; return true; };
+        size_t from = 999, to = 999;
+        int    refills = 0;
+        auto   refill_ok = [&](const cache_key &, void * c, size_t f, size_t t) {
+            refills += c == first;
+            from = f;
+            to   = t;
+            return true;
+        };
+        auto refill_fail = [&](const cache_key &, void *, size_t, size_t) { return false; };
         kv("kv_made", kvc.acquire(k0, KB, 100, 200, false, count, &first));
         kv("kv_lookup_same", kvc.lookup(k0) == first);
-        kv("kv_written_marks", kvc.written(KB, kv_buf + 10, 4));
-        kv("kv_written_again_marks", kvc.written(KB, kv_buf + 10, 4));  // already stale: nothing new
+        kv("kv_written_before_nothing", kvc.written(KB, kv_buf + 10, 4));
+        kv("kv_refilled_none_stale", kvc.refill_written(KB, kv_buf + 10, 4, refill_ok));
+        kv("kv_refill_range", (long long) (from * 1000 + to));
+        kv("kv_refill_clipped", kvc.refill_written(KB, kv_buf + 90, 100, refill_ok));
+        kv("kv_refill_clipped_range", (long long) (from * 1000 + to));
+        kv("kv_refill_outside", kvc.refill_written(KB, kv_buf + 150, 10, refill_ok));
+        kv("kv_refill_other_buffer", kvc.refill_written(kv_buf + 1, kv_buf + 10, 4, refill_ok));
+        kv("kv_refills", refills);
+        kv("kv_refilled_stat", (long long) kvc.stats().refilled);
+        kv("kv_hit_after_refill", kvc.acquire(k0, KB, 100, 200, false, count, &again));
+        kv("kv_refill_failed_marks", kvc.refill_written(KB, kv_buf + 10, 4, refill_fail));
+        kv("kv_refill_failed_again", kvc.refill_written(KB, kv_buf + 10, 4, refill_fail));  // already stale
         kv("kv_lookup_while_stale", kvc.lookup(k0) == first);
         kv("kv_stale_under_capture", kvc.acquire(k0, KB, 100, 200, true, count, &again));
         kv("kv_capture_copy_null", again == nullptr);

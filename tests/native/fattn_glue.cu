@@ -243,13 +243,17 @@ static void warm_up_short(ggml_context * ctx) {
     g_mma = {};
     ggml_cuda_fattn_warm_node w = {&glue_ctx(), short_node, BEST_FATTN_KERNEL_VEC};  // stock's VEC runs there
     ggml_cuda_dispatch_warm_up_flash_attn(0, short_node, 0, ggml_cuda_fattn_dispatch_warm_one, &w);
+    // VEC under kv=shadow runs the f16 instance, which converts where no shadow can be had: sized for the copies
+    const int vec_shadow = GGML_DISPATCH_ROUTE_FA_VEC | (1 << ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_FA_VEC_KV_INDEX].shift);
     std::printf("{\"short\":{\"launches\":\"%s\",\"alloc\":%zu,\"vec_scratch\":%zu,\"mma_scratch\":%zu,"
-                "\"deep_alloc\":%zu,\"deep_vec_scratch\":%zu}}\n",
+                "\"deep_alloc\":%zu,\"deep_vec_scratch\":%zu,\"deep_vec_shadow_scratch\":%zu,\"deep_mma_scratch\":%zu}}\n",
                 g_mma.launches.c_str(), ggml_cuda_flash_attn_ext_get_alloc_size(0, short_node),
                 ggml_cuda_fattn_dispatch_scratch(short_node, BEST_FATTN_KERNEL_VEC),
                 ggml_cuda_fattn_dispatch_scratch(short_node, BEST_FATTN_KERNEL_MMA_F16),
                 ggml_cuda_flash_attn_ext_get_alloc_size(0, deep_node),
-                ggml_cuda_fattn_dispatch_scratch(deep_node, BEST_FATTN_KERNEL_VEC));
+                ggml_cuda_fattn_dispatch_scratch(deep_node, BEST_FATTN_KERNEL_VEC),
+                ggml_cuda_fattn_dispatch_scratch(deep_node, BEST_FATTN_KERNEL_VEC, vec_shadow),
+                ggml_cuda_fattn_dispatch_scratch(deep_node, BEST_FATTN_KERNEL_MMA_F16));
 }
 
 int main() {
