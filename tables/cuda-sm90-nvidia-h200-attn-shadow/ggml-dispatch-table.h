@@ -21,15 +21,15 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
-#define GGML_DISPATCH_TABLE_RULE_COUNT 37
-#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 37
+#define GGML_DISPATCH_TABLE_RULE_COUNT 40
+#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 40
 #define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 0
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
-#define GGML_DISPATCH_TABLE_TUNING_SHA256 "19285b0a4cdd0bcaabcc4ad9c59a970455757055db1e24b2662768e52a468532"
+#define GGML_DISPATCH_TABLE_TUNING_SHA256 "74cd1379df619743053e0986e16bb5c2e3cb678876fdc90f5ab48818379a8c95"
 /* weight cache (cublas/weight=cached): bytes of persistent f16 copies the table was chosen for */
 #define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 /* KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow): bytes of f16 KV-cache shadows the table's rules may read */
@@ -41,7 +41,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "45563809a4204a6588a3b47bfd542706f2d6ea31eb6dae3ff2d0745abc8e9f23";
+static const char ggml_dispatch_table_hash[] = "5b68b6fd11fe68f28e955ef71297e4e1533ced4ec0a28737ca33b54f18ab547f";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -75,31 +75,34 @@ static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISP
     { 2, 1, 1, 1, { 256, 256, 6, 8192, 0 }, 3, 4, 103176 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 16384, 0 }, 512, 512, 103944 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 32768, 0 }, 512, 512, 103944 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 1, 2, 263 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 1, 1, 4614 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 2, 2, 263 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 3, 4, 434440 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 1, 1, 263 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 2, 2, 262152 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 2, 2, 367112 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 3, 3, 368904 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 4, 4, 367112 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 16384, 0 }, 512, 512, 262152 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 16384, 0 }, 512, 512, 367880 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 1, 1, 368904 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 2, 2, 367112 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 3, 4, 262152 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 512, 512, 367880 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 1, 1, 367112 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 2, 4, 262152 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 32768, 0 }, 3, 512, 262152 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 1, 1, 368904 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 2, 2, 367112 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 3, 4, 262152 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 1, 2, 263 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 3, 3, 365320 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 4, 4, 368904 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 1, 2, 369160 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 3, 3, 368904 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 4, 4, 365320 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 1, 1, 369160 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 2, 2, 262152 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 3, 4, 365320 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 16384, 0 }, 512, 512, 366088 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 1, 3, 262152 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 1, 1, 262152 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 2, 2, 369160 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 3, 3, 262152 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 4, 4, 365320 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 5, 511, 262152 }, /* interpolated */
     { 2, 1, 8, 8, { 256, 256, 6, 32768, 0 }, 512, 512, 366088 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 65536, 0 }, 1, 1, 368904 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 65536, 0 }, 2, 2, 262152 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 65536, 0 }, 3, 4, 369416 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 65536, 0 }, 1, 4, 262152 }, /* measured */
 };
 
 /* Does rule r order before the query key with M_hi < M (the binary search predicate)? */
