@@ -4,7 +4,10 @@ llama-bench fills the KV cache to the depth before every repetition, so one prof
 fills too. Two processes that differ only in the tokens they generate (tg32 and tg96 at the same depth,
 KV type and repetitions; the warm-up is one token in both) differ by reps x 64 decode tokens and no fill:
 the per-token time of each kernel category is that difference over reps x 64, the wall time per token the
-difference of llama-bench's means over 64, and idle what the kernels and copies leave of it.
+difference of llama-bench's means over 64, and idle what the kernels and copies leave of it. Copies are
+counted by size: only the copies the longer process makes more of (the per-token ones), each at its mean
+time there; one-off copies (the depth restores: as many in both processes) would not cancel, since the
+same transfer takes a different time in each process.
 
     python lab/attn_profile_summary.py attn-profile-qwen3-seed.tar.gz
 
@@ -31,17 +34,27 @@ SHORT, LONG = 32, 96
 @dataclass(frozen=True)
 class Process:
     ms: dict[str, float]  # category -> GPU ms over the whole process
-    busy_ms: float
+    kernel_busy_ms: float  # union of the kernels' intervals
+    copies: dict[int, tuple[int, float]]  # bytes -> (count, ms) of the copies while kernels run
     bench: BenchRun
 
 
 def _process(ktl: str, jsonl: str, where: Path) -> Process:
     """The whole process's time: report.timeline's split of it, per run, times its runs."""
-    b = timeline.breakdown(
-        "", "", timeline.parse_ktl(ktl.splitlines(), where), parse_bench(jsonl.splitlines(), where)
-    )
+    tl = timeline.parse_ktl(ktl.splitlines(), where)
+    b = timeline.breakdown("", "", tl, parse_bench(jsonl.splitlines(), where))
     runs = timeline.runs_in_timeline(b.bench)
-    return Process({c: ms * runs for c, ms in b.ms.items()}, b.busy_ms * runs, b.bench)
+    kernels = [(s, e) for s, e, _ in tl.kernels]
+    copies: dict[int, tuple[int, float]] = {}
+    if kernels:  # as the breakdown counts them: inside the kernels' span
+        first, last = min(s for s, _ in kernels), max(e for _, e in kernels)
+        for (s, e), size in zip(tl.copies, tl.copy_bytes, strict=True):
+            if s >= first and e <= last:
+                n, ms = copies.get(size, (0, 0.0))
+                copies[size] = (n + 1, ms + (e - s) / 1e6)
+    return Process(
+        {c: ms * runs for c, ms in b.ms.items()}, timeline.union_ns(kernels) / 1e6, copies, b.bench
+    )
 
 
 def read(path: Path) -> dict[tuple[str, str, int], Process]:
@@ -78,8 +91,14 @@ def per_token(short: Process, long: Process) -> dict[str, float]:
         raise ValueError("the two processes need the same repetitions and more tokens in the longer one")
     tokens = long.bench.n_gen - short.bench.n_gen
     out = {c: (long.ms[c] - short.ms[c]) / (reps * tokens) for c in timeline.CATEGORIES}
+    extra = 0.0  # ms of the copies the longer process makes more of, each at its mean time there
+    for size, (n, ms) in long.copies.items():
+        more = n - short.copies.get(size, (0, 0.0))[0]
+        if more > 0:
+            extra += more * ms / n
+    out["copy"] = extra / (reps * tokens)
     wall = (long.bench.avg_ns - short.bench.avg_ns) / 1e6 / tokens
-    busy = (long.busy_ms - short.busy_ms) / (reps * tokens)
+    busy = (long.kernel_busy_ms - short.kernel_busy_ms) / (reps * tokens) + out["copy"]
     out["wall"] = wall
     out["idle"] = wall - busy
     out["matmul"] = sum(out[c] for c in timeline.MATMUL_CATEGORIES)

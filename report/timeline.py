@@ -97,7 +97,8 @@ def runs_in_timeline(bench: BenchRun) -> float:
     raise ValueError("profiled tests are pp or tg, not both")
 
 
-def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+def union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+    """Nanoseconds covered by at least one of the intervals."""
     total = 0
     covered_to = None  # end of the time already counted
     for start, end in sorted(intervals):
@@ -149,7 +150,7 @@ def breakdown(arm: str, test: str, tl: Timeline, bench: BenchRun) -> Breakdown:
         inside = [(s, e) for s, e in tl.copies if s >= first and e <= last]
         ns["copy"] = sum(e - s for s, e in inside)
         intervals += inside
-    busy = _union_ns(intervals)
+    busy = union_ns(intervals)
     return Breakdown(
         arm,
         test,

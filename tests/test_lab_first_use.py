@@ -67,7 +67,7 @@ def test_gaps_before_first_launches_only(tmp_path: Path) -> None:
         [
             f"K {1 * ms} {2 * ms} 7 0 0",  # a, first launch (nothing before it)
             f"K {5 * ms} {6 * ms} 7 0 1",  # b, first launch after 3 ms idle: listed
-            f"C {6 * ms} {7 * ms}",  # a copy keeps the GPU busy
+            f"C {6 * ms} {7 * ms} 13 4096 1",  # a copy keeps the GPU busy
             f"K {7 * ms + ms // 2} {8 * ms} 7 0 1",  # b again after 0.5 ms
             f"K {20 * ms} {21 * ms} 7 0 0",  # a again after 12 ms: not a first launch
         ]

@@ -92,6 +92,7 @@ def test_a_file_in_the_writers_format_is_read_back(tmp_path: Path) -> None:
         (t0 + 6_000, t0 + 6_500, "mmq"),
     ]
     assert sorted(tl.copies) == [(t0, t0 + 400), (t0 + 4_500, t0 + 4_600)]
+    assert sorted(zip(tl.copies, tl.copy_bytes, strict=True))[1] == ((t0 + 4_500, t0 + 4_600), 4096)
     # a run killed before exit has no D line: the reader refuses it, naming the file and last line
     cut = "".join(text.splitlines(keepends=True)[:-1])
     with pytest.raises(InputError, match=r"stock\.512\.ktl:10: truncated: no closing D line"):

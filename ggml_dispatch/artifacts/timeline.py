@@ -20,6 +20,7 @@ class Timeline:
     kernels: tuple[tuple[int, int, str], ...]  # (start ns, end ns, label)
     copies: tuple[tuple[int, int], ...]  # memcpy and memset intervals
     dropped: int
+    copy_bytes: tuple[int, ...] = ()  # the bytes of each of `copies`, in the same order
 
 
 def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = str) -> Timeline:
@@ -28,6 +29,7 @@ def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = st
     names: dict[int, str] = {}
     kernels: list[tuple[int, int, str]] = []
     copies: list[tuple[int, int]] = []
+    copy_bytes: list[int] = []
     dropped: int | None = None
     lineno = 0
     for lineno, line in enumerate(lines, start=1):
@@ -49,8 +51,9 @@ def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = st
                 start, end, _stream, _graph, ident = rest.split(" ")
                 kernels.append((int(start), int(end), label(names[int(ident)])))
             elif kind in ("C", "S"):
-                start, end = rest.split(" ")[:2]
+                start, end, _stream, size = rest.split(" ")[:4]
                 copies.append((int(start), int(end)))
+                copy_bytes.append(int(size))
             elif kind == "D":
                 dropped = int(rest)
             else:
@@ -61,7 +64,7 @@ def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = st
         raise InputError(path, "empty kernel timeline")
     if dropped is None:
         raise InputError(path, "truncated: no closing D line (the process did not exit cleanly)", line=lineno)
-    return Timeline(tuple(kernels), tuple(copies), dropped)
+    return Timeline(tuple(kernels), tuple(copies), dropped, tuple(copy_bytes))
 
 
 @dataclass(frozen=True)
