@@ -221,20 +221,15 @@ class weight_cache {
         if (empty() || follow_writes_) {
             return 0;
         }
-        std::lock_guard<std::mutex> lock(mu_);
-        const char * a = (const char *) lo;
-        const char * b = a + size;
-        int          n = 0;
-        for (auto & kv : entries_) {
-            entry & e = kv.second;
-            if (e.buffer != buffer || e.hi <= a || e.lo >= b || e.state == ST_MUTABLE) {
-                continue;
+        return each_overlapping(buffer, lo, size, [&](const cache_key & k, entry & e, size_t, size_t) {
+            if (e.state == ST_MUTABLE) {
+                return 0;
             }
-            n += release(kv.first, e);
-            e.state = ST_MUTABLE;
+            const int freed = release(k, e);
+            e.state         = ST_MUTABLE;
             stats_.invalidated++;
-        }
-        return n;
+            return freed;
+        });
     }
 
     // follow_writes, after a write into [lo, lo + size) of `buffer`: `refill(key, copy, from, to)` brings
@@ -246,26 +241,18 @@ class weight_cache {
         if (empty() || !follow_writes_) {
             return 0;
         }
-        std::lock_guard<std::mutex> lock(mu_);
-        const char * a = (const char *) lo;
-        const char * b = a + size;
-        int          n = 0;
-        for (auto & kv : entries_) {
-            entry & e = kv.second;
-            if (e.buffer != buffer || e.hi <= a || e.lo >= b || e.copy == nullptr || e.stale) {
-                continue;
+        return each_overlapping(buffer, lo, size, [&](const cache_key & k, entry & e, size_t from, size_t to) {
+            if (e.copy == nullptr || e.stale) {
+                return 0;
             }
-            const size_t from = (size_t) ((a > e.lo ? a : e.lo) - e.lo);
-            const size_t to   = (size_t) ((b < e.hi ? b : e.hi) - e.lo);
-            if (refill(kv.first, e.copy, from, to)) {
+            if (refill(k, e.copy, from, to)) {
                 stats_.refilled++;
-            } else {
-                e.stale = true;
-                stats_.invalidated++;
-                n++;
+                return 0;
             }
-        }
-        return n;
+            e.stale = true;
+            stats_.invalidated++;
+            return 1;
+        });
     }
 
     // The buffer is freed: every copy and mark of its weights goes. Returns how many copies were freed.
@@ -319,6 +306,23 @@ class weight_cache {
         size_t       bytes = 0;
         bool         stale = false;  // follow_writes: written from outside since the last fill
     };
+
+    // f(key, entry, from, to) for each entry of `buffer` that [lo, lo + size) overlaps, under the lock, with
+    // the overlap as byte offsets into the entry's tensor; the sum of what f returns.
+    template <typename F> int each_overlapping(const void * buffer, const void * lo, size_t size, F && f) {
+        std::lock_guard<std::mutex> lock(mu_);
+        const char * a = (const char *) lo;
+        const char * b = a + size;
+        int          n = 0;
+        for (auto & kv : entries_) {
+            entry & e = kv.second;
+            if (e.buffer != buffer || e.hi <= a || e.lo >= b) {
+                continue;
+            }
+            n += f(kv.first, e, (size_t) ((a > e.lo ? a : e.lo) - e.lo), (size_t) ((b < e.hi ? b : e.hi) - e.lo));
+        }
+        return n;
+    }
 
     entry & track(const cache_key & k, const void * buffer, size_t size) {
         auto ins = entries_.emplace(k, entry());
