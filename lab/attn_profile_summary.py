@@ -46,12 +46,9 @@ def _process(ktl: str, jsonl: str, where: Path) -> Process:
     runs = timeline.runs_in_timeline(b.bench)
     kernels = [(s, e) for s, e, _ in tl.kernels]
     copies: dict[int, tuple[int, float]] = {}
-    if kernels:  # as the breakdown counts them: inside the kernels' span
-        first, last = min(s for s, _ in kernels), max(e for _, e in kernels)
-        for (s, e), size in zip(tl.copies, tl.copy_bytes, strict=True):
-            if s >= first and e <= last:
-                n, ms = copies.get(size, (0, 0.0))
-                copies[size] = (n + 1, ms + (e - s) / 1e6)
+    for s, e, size in timeline.copies_in_span(tl):  # as the breakdown counts them
+        n, ms = copies.get(size, (0, 0.0))
+        copies[size] = (n + 1, ms + (e - s) / 1e6)
     return Process(
         {c: ms * runs for c, ms in b.ms.items()}, timeline.union_ns(kernels) / 1e6, copies, b.bench
     )

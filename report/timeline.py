@@ -139,17 +139,24 @@ class Breakdown:
         return ms / self.wall_ms
 
 
+def copies_in_span(tl: Timeline) -> list[tuple[int, int, int]]:
+    """(start, end, bytes) of the copies made while kernels run (the model upload, before the first kernel,
+    is left out)."""
+    if not tl.kernels:
+        return []
+    first, last = min(s for s, _, _ in tl.kernels), max(e for _, e, _ in tl.kernels)
+    return [(s, e, b) for (s, e), b in zip(tl.copies, tl.copy_bytes, strict=True) if s >= first and e <= last]
+
+
 def breakdown(arm: str, test: str, tl: Timeline, bench: BenchRun) -> Breakdown:
     runs = runs_in_timeline(bench)
     ns: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
     for start, end, cat in tl.kernels:
         ns[cat] += end - start
     intervals = [(s, e) for s, e, _ in tl.kernels]
-    if intervals:  # copies while kernels run (model upload comes before the first kernel)
-        first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
-        inside = [(s, e) for s, e in tl.copies if s >= first and e <= last]
-        ns["copy"] = sum(e - s for s, e in inside)
-        intervals += inside
+    inside = [(s, e) for s, e, _ in copies_in_span(tl)]
+    ns["copy"] = sum(e - s for s, e in inside)
+    intervals += inside
     busy = union_ns(intervals)
     return Breakdown(
         arm,

@@ -20,7 +20,7 @@ class Timeline:
     kernels: tuple[tuple[int, int, str], ...]  # (start ns, end ns, label)
     copies: tuple[tuple[int, int], ...]  # memcpy and memset intervals
     dropped: int
-    copy_bytes: tuple[int, ...] = ()  # the bytes of each of `copies`, in the same order
+    copy_bytes: tuple[int, ...]  # the bytes of each of `copies`, in the same order
 
 
 def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = str) -> Timeline:
