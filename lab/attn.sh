@@ -31,7 +31,9 @@
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
 #                 the A/B over calls; AB_NOWARM=1 runs the table arm without the first-use warm-up
 #                 (GGML_CUDA_DISPATCH_WARMUP=off, which its records' environment names; file ab-<model>-nowarm-*):
-#                 against the same call's A/B with it, each paired with its own stock runs
+#                 against the same call's A/B with it, each paired with its own stock runs;
+#                 HOOK_ARM=1 adds the arm `hook`: a copy of PART=build's llama-bench (the hook, no table)
+#                 run with the dispatch on, so hook/stock is the hook's own cost and table/hook the rules'
 #
 #   PART=profile  after PART=table, or TABLE=a committed table.json installed first: CUPTI kernel timelines
 #                 of stock and that table, tg32 and tg96 at AB_DEPTHS
@@ -321,6 +323,13 @@ table)
     need_build
     T=${TABLE:-$W/${TUNE:-attn-tune}/table/table.json}
     [ -f "$T" ] || die "no $T: run PART=tune first (or TABLE=a committed table.json)"
+    if [ -n "${HOOK_ARM:-}" ] && [ ! -x "$W/hook-bin/llama-bench" ]; then
+        # the hook arm: this build before the table goes in (dispatch on, no table compiled in)
+        grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
+            die "HOOK_ARM=1: a table is installed in $TREE already (PART=build installs none)"
+        rm -rf "$W/hook-bin.part" && cp -a "$B/bin" "$W/hook-bin.part" && mv "$W/hook-bin.part" "$W/hook-bin" ||
+            die "HOOK_ARM=1: copying the no-table build"
+    fi
     gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"  # same table: no change
     timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
         { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }
@@ -338,9 +347,11 @@ table)
         case $m in qwen3-seed) models+=(--model "qwen3-seed=$QWEN") ;; llama8b) models+=(--model "llama8b=$L8B") ;;
         *) die "AB_MODELS: qwen3-seed or llama8b, not $m" ;; esac
     done
-    AB=$D/ab-${AB_MODELS:-qwen3-seed}${AB_NOWARM:+-nowarm}-$(date +%s).jsonl
+    AB=$D/ab-${AB_MODELS:-qwen3-seed}${AB_NOWARM:+-nowarm}${HOOK_ARM:+-hook}-$(date +%s).jsonl
     AB=${AB// /+}
     arms=(--arm "stock=$BENCH:off" --arm "table=$BENCH:table")
+    # HOOK_ARM=1: a third arm, the same hook with no table (what the hook itself costs against stock)
+    [ -n "${HOOK_ARM:-}" ] && arms+=(--arm "hook=$W/hook-bin/llama-bench:table")
     # AB_NOWARM=1: the table arm without the first-use warm-up (the A/B's arms are stock/table/crude/cached)
     [ -n "${AB_NOWARM:-}" ] && arms+=(--arm-env "table=GGML_CUDA_DISPATCH_WARMUP=off")
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \

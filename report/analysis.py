@@ -45,6 +45,8 @@ AB_COMPARISONS: Final = (
     ("cached", "stock"),  # the table chosen with a weight-cache budget
     ("cached", "table"),
     ("cached", "crude"),
+    ("hook", "stock"),  # the hook's own cost: dispatch on, no table
+    ("table", "hook"),  # the rules alone, the hook's cost on both sides
 )
 
 
@@ -536,6 +538,8 @@ class Workload:
     cached: AbComparison | None = None  # cached/stock: the table with its weight cache
     cached_vs_table: AbComparison | None = None  # cached/table: the same table without the cache
     cached_vs_crude: AbComparison | None = None  # cached/crude
+    hook: AbComparison | None = None  # hook/stock: the hook's own cost (dispatch on, no table)
+    table_vs_hook: AbComparison | None = None  # table/hook: the rules alone
 
     @property
     def ties_crude(self) -> bool:
@@ -560,6 +564,8 @@ def workloads(comps: Sequence[AbComparison]) -> list[Workload]:
             cs.get(("cached", "stock")),
             cs.get(("cached", "table")),
             cs.get(("cached", "crude")),
+            cs.get(("hook", "stock")),
+            cs.get(("table", "hook")),
         )
         for (m, t, u), cs in by.items()
     ]

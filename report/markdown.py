@@ -425,9 +425,17 @@ def _section_summary(
                 "`table` arm the same measurements decided without it.",
                 "",
             ]
+        hook = any(w.hook is not None for w in works)
+        if hook:
+            md += [
+                "The `hook` arm runs a hooked build with the dispatch on and no table compiled in: "
+                "hook/stock is what the hook itself costs, table/hook what the rules alone change.",
+                "",
+            ]
         cached_crude = any(w.cached_vs_crude is not None for w in works)
         cached_cols = ["cached/stock", "", "cached/table", ""] if cached else []
         cached_cols += ["cached/crude", ""] if cached_crude else []
+        cached_cols += ["hook/stock", "", "table/hook", ""] if hook else []
         md += md_table(
             ["workload", "table/stock", "", "table/crude", "", *cached_cols, "predicted matmul"],
             (
@@ -437,6 +445,7 @@ def _section_summary(
                     *_vs_crude_cell(w),
                     *([*_ab_cell(w.cached), *_ab_cell(w.cached_vs_table)] if cached else []),
                     *(_ab_cell(w.cached_vs_crude) if cached_crude else []),
+                    *([*_ab_cell(w.hook), *_ab_cell(w.table_vs_hook)] if hook else []),
                     fmt_ratio(predicted.get((w.model, w.test, w.ubatch))),
                 ]
                 for w in works

@@ -35,7 +35,7 @@ from ggml_dispatch.artifacts.timeline import FORMAT as FORMAT
 from ggml_dispatch.artifacts.timeline import BenchRun, Timeline, parse_bench
 from ggml_dispatch.errors import InputError
 
-ARMS: Final = ("stock", "table", "crude", "cached")
+ARMS: Final = ("stock", "table", "crude", "cached", "hook")
 MATMUL_CATEGORIES: Final = ("mmvq", "mmq", "mmvf", "mmf", "cublas", "conversion")
 CATEGORIES: Final = (*MATMUL_CATEGORIES, "attention", "other", "copy")
 

@@ -366,3 +366,40 @@ def test_the_committed_attention_report_says_what_its_records_show() -> None:
     assert any(ln.startswith(one) and "pp3 @ d4096 kv q8_0" in ln for ln in notes)
     report = (ATTN_TABLE / "REPORT.md").read_text()
     assert all(report.count(ln) == 1 for ln in notes)
+
+
+HOOK_LINE = "no dispatch table compiled in: stock dispatch"
+
+
+def test_hook_arm_must_run_the_hook_without_a_table(tmp_path: Path) -> None:
+    # the hook arm measures the hook's own cost: dispatch on (not off), no table compiled in
+    p = tmp_path / "ab.jsonl"
+    ok = [(1, ab.Record("m", "pp2", 512, "hook", 1, 50.0, (), provenance(HOOK_LINE)))]
+    assert ab.check_records(ok, p, TABLE_HASH).checked == 1
+    for lineno, line in ((2, OFF_LINE), (3, TABLE_LINE)):
+        bad = [(lineno, ab.Record("m", "pp2", 512, "hook", 1, 50.0, (), provenance(line)))]
+        with pytest.raises(
+            InputError, match=rf"ab.jsonl:{lineno}: hook arm must run a hooked build with no table"
+        ):
+            ab.check_records(bad, p, TABLE_HASH)
+
+
+def test_hook_arm_splits_table_over_stock_into_the_hook_and_the_rules() -> None:
+    tps = {"stock": 100.0, "hook": 95.0, "table": 104.5}
+    records = [
+        report_ab.AbRecord("m", "pp2 @ d16384", 512, arm, pair, tps[arm] * (1 + 0.001 * pair))
+        for pair in range(1, 9)
+        for arm in tps
+    ]
+    comps = analysis.ab_comparisons(records, decide.Params())
+    by = {(c.arm, c.baseline): c.ratio.point for c in comps}
+    assert by[("hook", "stock")] == pytest.approx(0.95)
+    assert by[("table", "hook")] == pytest.approx(1.1)
+    assert by[("table", "stock")] == pytest.approx(1.045)
+    (w,) = analysis.workloads(comps)
+    assert (
+        w.hook is not None
+        and w.hook.ratio.below
+        and w.table_vs_hook is not None
+        and w.table_vs_hook.ratio.above
+    )

@@ -25,8 +25,10 @@ from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
 
 SCHEMA: Final = "ggml-dispatch-ab/1"
-# cached: a table chosen with a weight-cache budget (codegen --cache-budget), its own build like crude's
-ARMS: Final = ("stock", "table", "crude", "cached")
+# cached: a table chosen with a weight-cache budget (codegen --cache-budget), its own build like crude's;
+# hook: a hooked build with the dispatch on and no table compiled in (what the hook itself costs)
+ARMS: Final = ("stock", "table", "crude", "cached", "hook")
+HOOK_ARM: Final = "hook"
 # The arm that must run without any table (GGML_CUDA_DISPATCH=off or a build without a table).
 STOCK_ARM: Final = "stock"
 LINE_PREFIX: Final = "ggml_cuda_dispatch: "
@@ -365,15 +367,22 @@ def check_records(
     """Refuse records whose run applied another table than ``table_hash`` (the report's table): the arm
     that runs it (``table_arm``: "table", or "cached" for a table with a weight-cache budget, whose
     "table" arm is the table without the cache) must name that table and have applied it, a stock arm
-    must show that no table applied. The other arms run other tables by design: they must have applied
-    one. Legacy records are counted."""
+    must show that no table applied, the hook arm that the dispatch was on with no table compiled in. The
+    other arms run other tables by design: they must have applied one. Legacy records are counted."""
     legacy = checked = 0
     for lineno, rec in numbered:
         p = rec.provenance
         if p is None:
             legacy += 1
             continue
-        if rec.arm == STOCK_ARM:
+        if rec.arm == HOOK_ARM:
+            if parse_dispatch_line(p.dispatch_line).mode != "none":
+                raise InputError(
+                    path,
+                    f"hook arm must run a hooked build with no table compiled in ({p.dispatch_line!r})",
+                    line=lineno,
+                )
+        elif rec.arm == STOCK_ARM:
             if p.table_applied:
                 raise InputError(
                     path,
