@@ -41,7 +41,8 @@
 #                 packed as attn-profile-<model>.tar.gz; lab/attn_profile_summary.py turns the tg96 - tg32
 #                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b;
 #                 PROFILE_PP="3 4" adds pp3/pp4 processes; lab/first_use_gaps.py lists each process's
-#                 GPU idle before first launches (appended to the summary)
+#                 GPU idle before first launches (appended to the summary); HOOK_ARM=1 adds the arm `hook`
+#                 (PART=build's llama-bench, kept before the table goes in); PROFILE_REPS (default 2) llama-bench -r
 #   PART=shadow-probe  the f16 KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow, fa_vec/kv=shadow) checked end
 #                 to end: test-backend-ops FLASH_ATTN_EXT on q8_0 K/V against the CPU backend with each shadow
 #                 configuration forced; llama-perplexity on the qwen3 model with a q8_0 KV cache, the same
@@ -103,6 +104,16 @@ need_build() {
     grep -q ggml_dispatch_fa_parallel_blocks "$TREE/ggml/src/ggml-cuda/fattn-common.cuh" &&
         grep -q "ggml_dispatch_params_current().fa_ncols2" "$TREE/ggml/src/ggml-cuda/fattn.cu" ||
         die "the tree lacks the FlashAttention configuration hook: run PART=build"
+}
+
+# HOOK_ARM=1: keep PART=build's llama-bench (the hook, no table compiled in) as $W/hook-bin before a
+# table goes in, for the arm `hook` (dispatch on, no table: what the hook itself costs)
+keep_hook_bin() {
+    [ -n "${HOOK_ARM:-}" ] && [ ! -x "$W/hook-bin/llama-bench" ] || return 0
+    grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
+        die "HOOK_ARM=1: a table is installed in $TREE already (PART=build installs none)"
+    rm -rf "$W/hook-bin.part" && cp -a "$B/bin" "$W/hook-bin.part" && mv "$W/hook-bin.part" "$W/hook-bin" ||
+        die "HOOK_ARM=1: copying the no-table build"
 }
 
 # the measured tests' points: decode and verify (M <= 8) at every depth and pp512 at depth 16384
@@ -323,13 +334,7 @@ table)
     need_build
     T=${TABLE:-$W/${TUNE:-attn-tune}/table/table.json}
     [ -f "$T" ] || die "no $T: run PART=tune first (or TABLE=a committed table.json)"
-    if [ -n "${HOOK_ARM:-}" ] && [ ! -x "$W/hook-bin/llama-bench" ]; then
-        # the hook arm: this build before the table goes in (dispatch on, no table compiled in)
-        grep -q '#define GGML_DISPATCH_TABLE_RULE_COUNT 0' "$TREE/ggml/src/ggml-cuda/ggml-dispatch-table.h" ||
-            die "HOOK_ARM=1: a table is installed in $TREE already (PART=build installs none)"
-        rm -rf "$W/hook-bin.part" && cp -a "$B/bin" "$W/hook-bin.part" && mv "$W/hook-bin.part" "$W/hook-bin" ||
-            die "HOOK_ARM=1: copying the no-table build"
-    fi
+    keep_hook_bin
     gd install --llama-cpp "$TREE" --table "$T" >&2 || die "install of the table"  # same table: no change
     timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
         { tail -20 "$W/attn-rebuild.log"; die "rebuild with the table"; }
@@ -371,6 +376,7 @@ profile)
     need_build
     KT=$REPO/.carry/libkernel_timeline.so
     [ -f "$KT" ] || die "no $KT (make device-carry builds it)"
+    keep_hook_bin
     if [ -n "${TABLE:-}" ]; then  # a committed table, installed here (PART=table installs its own otherwise)
         gd install --llama-cpp "$TREE" --table "$TABLE" >&2 || die "install of $TABLE"
         timeout "$(left)" cmake --build "$B" -j "$(nproc)" --target llama-bench >"$W/attn-rebuild.log" 2>&1 ||
@@ -394,13 +400,15 @@ profile)
                 # PROFILE_PP="3 4": pp3 and pp4 processes too, for lab/first_use_gaps.py (not in the summary)
                 for t in tg32 tg96 ${PROFILE_PP:+$(printf 'pp%s ' $PROFILE_PP)}; do
                     if [ "${t#pp}" != "$t" ]; then args=(-p "${t#pp}" -n 0); else args=(-p 0 -n "${t#tg}"); fi
-                    for arm in stock table; do
+                    for arm in stock table ${HOOK_ARM:+hook}; do
                         [ "$(left)" -gt 20 ] || die "deadline: profile incomplete"
                         mode=table
                         [ "$arm" = stock ] && mode=off
+                        bin=$B/bin
+                        [ "$arm" = hook ] && bin=$W/hook-bin
                         f=$P/$arm.$t@d$depth$suffix
                         KERNEL_TIMELINE_OUT=$f.ktl CUDA_INJECTION64_PATH=$KT GGML_CUDA_DISPATCH=$mode \
-                            LD_LIBRARY_PATH=$B/bin:$LD_LIBRARY_PATH:$REPO/.carry timeout "$(left)" "$BENCH" -m "$model" \
+                            LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH:$REPO/.carry timeout "$(left)" "$bin/llama-bench" -m "$model" \
                             -fa on -ctk "$kv" -ctv "$kv" -ngl 99 -r "${PROFILE_REPS:-2}" -o jsonl -d "$depth" "${args[@]}" \
                             >"$f.jsonl" 2>>"$P/profile.log" || die "profile $arm $t@d$depth $kv failed"
                     done
