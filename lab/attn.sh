@@ -40,7 +40,7 @@
 #                 (default 16384) for each AB_KV, one process each (<arm>.tg32@d16384-kvq8_0.ktl + .jsonl),
 #                 packed as attn-profile-<model>.tar.gz; lab/attn_profile_summary.py turns the tg96 - tg32
 #                 difference into ms per decode token by kernel category (no depth fill); AB_MODELS=llama8b;
-#                 PROFILE_PP="3 4" adds pp3/pp4 processes; lab/first_use_gaps.py lists each process's
+#                 PROFILE_PP="3 4" (or 3,4: lab/chain.sh splits a step at spaces) adds pp3/pp4 processes; lab/first_use_gaps.py lists each process's
 #                 GPU idle before first launches (appended to the summary); HOOK_ARM=1 adds the arm `hook`
 #                 (PART=build's llama-bench, kept before the table goes in); PROFILE_REPS (default 2) llama-bench -r
 #   PART=shadow-probe  the f16 KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow, fa_vec/kv=shadow) checked end
@@ -398,7 +398,7 @@ profile)
                 # tg32 and tg96: their difference is 64 decode tokens without the depth fill
                 # (lab/attn_profile_summary.py)
                 # PROFILE_PP="3 4": pp3 and pp4 processes too, for lab/first_use_gaps.py (not in the summary)
-                for t in tg32 tg96 ${PROFILE_PP:+$(printf 'pp%s ' $PROFILE_PP)}; do
+                for t in tg32 tg96 ${PROFILE_PP:+$(printf 'pp%s ' ${PROFILE_PP//,/ })}; do
                     if [ "${t#pp}" != "$t" ]; then args=(-p "${t#pp}" -n 0); else args=(-p 0 -n "${t#tg}"); fi
                     for arm in stock table ${HOOK_ARM:+hook}; do
                         [ "$(left)" -gt 20 ] || die "deadline: profile incomplete"
@@ -410,7 +410,9 @@ profile)
                         KERNEL_TIMELINE_OUT=$f.ktl CUDA_INJECTION64_PATH=$KT GGML_CUDA_DISPATCH=$mode \
                             LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH:$REPO/.carry timeout "$(left)" "$bin/llama-bench" -m "$model" \
                             -fa on -ctk "$kv" -ctv "$kv" -ngl 99 -r "${PROFILE_REPS:-2}" -o jsonl -d "$depth" "${args[@]}" \
-                            >"$f.jsonl" 2>>"$P/profile.log" || die "profile $arm $t@d$depth $kv failed"
+                            >"$f.jsonl" 2>>"$P/profile.log" ||
+                            { tar -czf "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.tar.gz" -C "$P" .  # what ran so far
+                              die "profile $arm $t@d$depth $kv failed"; }
                     done
                 done
             done
