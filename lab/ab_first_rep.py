@@ -8,9 +8,14 @@ ggml-dispatch-ab/1 record's `samples_tps` into repetition 1 and the rest and pai
 within each pair, as the report pairs the means.
 
     python lab/ab_first_rep.py tables/cuda-sm90-nvidia-h200-attn/ab-*.jsonl
+    python lab/ab_first_rep.py --each-rep table/hook AB.jsonl   # any two arms, every repetition apart
 
 Prints one Markdown table (stdout): per model and test, the median paired table/stock ratio (95% CI) of
 the means, of repetition 1 and of the later repetitions, and each arm's repetition 1 over its later ones.
+With ``--each-rep ARM/BASE``: the paired ARM/BASE ratio of each repetition on its own, per test and pooled
+over the tests of a kind (pp, tg). On a depth test llama-bench's repetition 1 evaluates directly (the
+depth fill or restore changed the graph), repetition 2 captures a CUDA graph and repetition 3 replays it,
+so the columns tell host-side costs (1, 2) from what the GPU runs (3).
 """
 
 from __future__ import annotations
@@ -53,6 +58,53 @@ def pairs(
     return dict(out)
 
 
+def each_rep(
+    paths: Sequence[Path], arm: str, base: str
+) -> dict[tuple[str, str], list[tuple[tuple[float, ...], tuple[float, ...]]]]:
+    """(model, test) -> (arm, base) repetition samples of each pair both arms ran with equal repetitions."""
+    by: dict[tuple[str, str, str, int, str], tuple[float, ...]] = {}
+    for path in paths:
+        for _, r in ab.read_file(path):
+            if r.arm in (arm, base) and r.samples_tps:
+                by[(path.name, r.model, r.test, r.pair, r.arm)] = r.samples_tps
+    out: dict[tuple[str, str], list[tuple[tuple[float, ...], tuple[float, ...]]]] = defaultdict(list)
+    for (run, model, test, pair, a), s in sorted(by.items()):
+        other = by.get((run, model, test, pair, base))
+        if a == arm and other is not None and len(other) == len(s):
+            out[(model, test)].append((s, other))
+    return dict(out)
+
+
+def _kind(test: str) -> str:
+    return "pp512" if test.startswith("pp512") else test[:2]
+
+
+def render_each_rep(
+    table: dict[tuple[str, str], list[tuple[tuple[float, ...], tuple[float, ...]]]], label: str
+) -> str:
+    p = decide.Params()
+    n = max(len(a) for ps in table.values() for a, _ in ps)
+    head = " | ".join(f"rep {i + 1}" for i in range(n))
+    lines = [f"| model | test | pairs | {label}: {head} |", "|---|---|---|" + "---|" * n]
+    pooled: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for (model, test), ps in sorted(table.items()):
+        cells = []
+        for i in range(n):
+            a = [x[i] for x, y in ps if len(x) > i]
+            b = [y[i] for x, y in ps if len(x) > i]
+            cells.append(_fmt(paired_ratio(a, b, p)) if a else "–")
+            pooled[(_kind(test), i)] += [x / y for x, y in zip(a, b, strict=True)]
+        lines.append(f"| {model} | {test} | {len(ps)} | " + " | ".join(cells) + " |")
+    lines += ["", f"Pooled over the tests of a kind (median of every pair's {label} of that repetition):", ""]
+    lines += ["| kind | " + head + " |", "|---|" + "---|" * n]
+    for kind in sorted({k for k, _ in pooled}):
+        cells = [
+            f"{statistics.median(pooled[(kind, i)]):.3f}" if pooled[(kind, i)] else "–" for i in range(n)
+        ]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(r: Ratio) -> str:
     if r.lo is None or r.hi is None:
         return f"{r.point:.3f}"
@@ -80,6 +132,26 @@ def render(table: dict[tuple[str, str], list[tuple[Split, Split]]]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["--each-rep"]:
+        spec = argv[1] if len(argv) > 1 else ""
+        arm, _, base = spec.partition("/")
+        if arm not in ab.ARMS or base not in ab.ARMS or len(argv) < 3:
+            arms = ", ".join(ab.ARMS)
+            print(
+                f"usage: python lab/ab_first_rep.py --each-rep ARM/BASE AB.jsonl ... (arms: {arms})",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            reps = each_rep([Path(a) for a in argv[2:]], arm, base)
+        except InputError as e:
+            print(f"ab_first_rep: {e}", file=sys.stderr)
+            return 1
+        if not reps:
+            print(f"ab_first_rep: no {arm}/{base} pairs in these files", file=sys.stderr)
+            return 1
+        sys.stdout.write(render_each_rep(reps, f"{arm}/{base}"))
+        return 0
     if not argv:
         print("usage: python lab/ab_first_rep.py AB.jsonl [AB.jsonl ...]", file=sys.stderr)
         return 2

@@ -105,3 +105,30 @@ def test_chain_bounds_packs_and_stops_at_a_failed_step(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["1-step-a.tar.gz", "2-step-bad.tar.gz", "steps.txt"]
     assert "# a" in res.stdout and "# bad" in res.stdout and "# c" not in res.stdout
     assert "step 2 rc=1" in (out / "steps.txt").read_text()
+
+
+HOOK_AB = sorted((REPO / "evidence" / "h200-2026-12-03-s14").glob("ab-qwen3-seed-f16-hook-call*.jsonl"))
+
+
+def test_each_repetition_apart_on_the_real_three_arm_ab() -> None:
+    # the fourteenth session's A/B (stock, the no-table hook, the shadow table; qwen3 f16): every test ran
+    # 3 repetitions in 8 pairs (7 in the first call, cut short by its deadline)
+    assert len(HOOK_AB) == 2
+    reps = ab_first_rep.each_rep(HOOK_AB, "table", "hook")
+    assert len(reps[("qwen3-seed", "pp2 @ d49152")]) == 15
+    md = ab_first_rep.render_each_rep(reps, "table/hook")
+    pooled = {ln.split(" | ")[0]: ln for ln in md.split("Pooled", 1)[1].splitlines() if ln.startswith("| ")}
+    pp = [float(c) for c in pooled["| pp"].strip(" |").split(" | ")[1:]]
+    # the table's pp loss is in the direct (1) and captured (2) evaluations, not in the replayed one (3)
+    assert pp[0] < 0.98 and pp[1] < 0.98 and pp[2] > max(pp[0], pp[1])
+    hook = ab_first_rep.render_each_rep(ab_first_rep.each_rep(HOOK_AB, "hook", "stock"), "hook/stock")
+    hook_pp = [float(c) for c in hook.split("| pp |", 1)[1].splitlines()[0].strip(" |").split(" | ")]
+    assert all(0.97 < r < 1.01 for r in hook_pp)
+
+
+def test_each_rep_refuses_unknown_arms_and_empty_pairs(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(REPO / "lab" / "ab_first_rep.py"), "--each-rep"]
+    res = subprocess.run([*cmd, "table/nothing", str(HOOK_AB[0])], capture_output=True, text=True)
+    assert res.returncode == 2 and "ARM/BASE" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run([*cmd, "crude/stock", str(HOOK_AB[0])], capture_output=True, text=True)
+    assert res.returncode == 1 and "no crude/stock pairs" in res.stderr
