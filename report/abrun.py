@@ -116,7 +116,7 @@ def parse_bench_output(text: str, source: str = "<llama-bench>") -> list[BenchRe
 
 @dataclass(frozen=True)
 class Arm:
-    name: str  # stock | table | crude
+    name: str  # stock | table | crude | cached | hook
     bench: Path  # the llama-bench binary of this arm's build
     dispatch: str  # GGML_CUDA_DISPATCH value: off | table
     env: tuple[tuple[str, str], ...] = ()  # more environment (e.g. LD_LIBRARY_PATH for a carried build)
@@ -437,7 +437,12 @@ def _model(spec: str) -> tuple[str, Path]:
 
 @click.command("ab")
 @click.option(
-    "--arm", "arm_specs", multiple=True, required=True, help="NAME=LLAMA_BENCH[:off|table], repeatable."
+    "--arm",
+    "arm_specs",
+    multiple=True,
+    required=True,
+    help="NAME=LLAMA_BENCH[:off|table], repeatable; NAME stock, table, crude, cached or hook (a hooked build "
+    "with no table: the hook's own cost).",
 )
 @click.option("--model", "model_specs", multiple=True, required=True, help="[NAME=]MODEL.gguf, repeatable.")
 @click.option(

@@ -30,7 +30,8 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
     type=_FILE,
     multiple=True,
     help="End-to-end A/B runs, JSON Lines, one run per line: "
-    '{"model", "test" (pp512, tg128, ...), "ubatch", "arm" (stock|table|crude), "pair", "tps"}. Repeatable.',
+    '{"model", "test" (pp512, tg128, ...), "ubatch", "arm" (stock|table|crude|cached|hook), "pair", '
+    '"tps"}. Repeatable.',
 )
 @click.option(
     "--reference-margin",
