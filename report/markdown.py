@@ -419,19 +419,15 @@ def _section_summary(
             "",
         ]
         cached = any(w.cached is not None for w in works)
-        if cached:
-            md += [
-                "The `cached` arm runs the table with its weight cache (persistent f16 weight copies); the "
-                "`table` arm the same measurements decided without it.",
-                "",
-            ]
         hook = any(w.hook is not None for w in works)
-        if hook:
-            md += [
-                "The `hook` arm runs a hooked build with the dispatch on and no table compiled in: "
-                "hook/stock is what the hook itself costs, table/hook what the rules alone change.",
-                "",
-            ]
+        notes = {
+            "The `cached` arm runs the table with its weight cache (persistent f16 weight copies); the "
+            "`table` arm the same measurements decided without it.": cached,
+            "The `hook` arm runs a hooked build with the dispatch on and no table compiled in: "
+            "hook/stock is what the hook itself costs, table/hook what the rules alone change.": hook,
+        }
+        for note, present in notes.items():
+            md += [note, ""] if present else []
         cached_crude = any(w.cached_vs_crude is not None for w in works)
         cached_cols = ["cached/stock", "", "cached/table", ""] if cached else []
         cached_cols += ["cached/crude", ""] if cached_crude else []

@@ -21,8 +21,8 @@ TIE = (1.02, 0.98, 1.0, 1.01, 0.99)
 MODEL = "llama-8b q4_K_M"
 
 
-def ab_records(cached: float | None = None) -> list[dict[str, Any]]:
-    """``cached``: add a cached arm at this multiple of stock."""
+def ab_records(cached: float | None = None, hook: float | None = None) -> list[dict[str, Any]]:
+    """``cached``, ``hook``: add that arm at this multiple of stock."""
     recs = []
     for p, s in enumerate(STOCK):
         for test, table, crude in (("pp512", 1.2, 1.2 / TIE[p]), ("pp2048", 1.3, 1.1), ("tg128", 0.97, 1.0)):
@@ -34,18 +34,23 @@ def ab_records(cached: float | None = None) -> list[dict[str, Any]]:
             ]
             if cached is not None:
                 recs.append({**base, "arm": "cached", "tps": s * cached})
+            if hook is not None:
+                recs.append({**base, "arm": "hook", "tps": s * hook})
     return recs
 
 
 def _report(
-    tmp_path: Path, table_rules: list[dict[str, Any]] | None = None, cached: float | None = None
+    tmp_path: Path,
+    table_rules: list[dict[str, Any]] | None = None,
+    cached: float | None = None,
+    hook: float | None = None,
 ) -> str:
     tuning = tmp_path / "tuning.parquet"
     fileio.write_parquet(
         arrow_table(schema.TUNING_COLUMNS, tuning_rows()), tuning, fileio.base_metadata(schema.TUNING_SCHEMA)
     )
     ab = tmp_path / "ab.jsonl"
-    ab.write_text("\n".join(json.dumps(r) for r in ab_records(cached)) + "\n")
+    ab.write_text("\n".join(json.dumps(r) for r in ab_records(cached, hook)) + "\n")
     args = ["report", "--tuning", str(tuning), "--ab", str(ab), "-o", str(tmp_path / "out")]
     if table_rules is not None:
         table = {
@@ -116,3 +121,21 @@ def test_summary_holds_a_cached_arm_against_stock_the_table_and_the_crude_rule(t
     )
     assert pp2048[8:10] == [f"{2.2 / 1.1:.3f} [{2.2 / 1.1:.3f}, {2.2 / 1.1:.3f}]", "gain"]
     assert "cached/crude" not in _report(tmp_path / "b")  # no cached arm: no such column
+
+
+def test_summary_splits_table_over_stock_into_the_hook_and_the_rules(tmp_path: Path) -> None:
+    # the hook alone costs 4%: tg128's 3% table loss is the hook's, the rules gain 1% against the hook
+    summary = _report(tmp_path, hook=0.96)
+    assert "The `hook` arm runs a hooked build with the dispatch on and no table compiled in" in summary
+    header = next(x for x in summary.splitlines() if x.startswith("| workload |"))
+    cols = [c.strip() for c in header.split("|")[2:-1] if c.strip()]
+    assert cols == ["table/stock", "table/crude", "hook/stock", "table/hook", "predicted matmul"]
+    tg = _row(summary, f"{MODEL} tg128 ub512")
+    assert tg[4:8] == [
+        "0.960 [0.960, 0.960]",
+        "LOSS",
+        f"{0.97 / 0.96:.3f} [{0.97 / 0.96:.3f}, {0.97 / 0.96:.3f}]",
+        "gain",
+    ]
+    assert f"{MODEL} tg128 ub512 hook/stock 0.960" in summary  # among the losses beyond noise
+    assert "hook/stock" not in _report(tmp_path / "b")  # no hook arm: no such column
