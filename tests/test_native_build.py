@@ -8,7 +8,9 @@
 * A CPU-only ggml build (``add_subdirectory(<tree>/ggml)``, ``-DGGML_NATIVE=OFF``) with the hook installed
   builds and runs a MUL_MAT probe, with the installed C headers compiled as C11.
 
-Each build happens once per module (temporary folders); the pinned tree itself is never modified.
+Each build happens once per module (temporary folders); the hooked tree, its CPU-only build and convert.o
+are made once per session for this file, tests/test_native_fattn.py and tests/test_native_volta.py
+(tests/native_shared.py). The pinned tree itself is never modified.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import native_shared
 import pytest
 
 from ggml_dispatch import fetch, registry
@@ -107,13 +110,8 @@ def tree_should_use_source(cuda_dir: Path) -> str:
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pinned = fetch.llama_cpp_dir()
-    tree = tmp_path_factory.mktemp("tree") / "llama.cpp"
-    tree.mkdir()
-    shutil.copytree(pinned / "ggml", tree / "ggml", symlinks=True)
-    shutil.copy2(pinned / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
-    inst.install(tree)
-    return tree
+    """The pinned ggml with the hook installed (one copy per session, shared: tests/native_shared.py)."""
+    return native_shared.patched_tree(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -170,11 +168,16 @@ def cuda_objects(
             "-o",
             "mmq-q4_k.o",
         ],
-        "convert": [*NVCC_FLAGS, *inc, "-c", str(patched_tree / CUDA / "convert.cu"), "-o", "convert.o"],
     }
+    # convert.cu: the same command line as tests/test_native_volta.py's, compiled once for both
+    convert = [*NVCC_FLAGS, *inc, "-c", str(patched_tree / CUDA / "convert.cu")]
     with ThreadPoolExecutor(2) as ex:
         futures = {k: ex.submit(_nvcc, v, out) for k, v in jobs.items()}
+        shared_convert = ex.submit(native_shared.compiled, tmp_path_factory, str(NVCC), convert, "convert.o")
         results = {k: f.result() for k, f in futures.items()}
+        convert_obj, results["convert"] = shared_convert.result()
+    if results["convert"].returncode == 0:
+        shutil.copy2(convert_obj, out / "convert.o")
     results["dir"] = subprocess.CompletedProcess([], 0, str(out), "")
     return results
 
@@ -302,33 +305,13 @@ def test_nvcc_compiles_dispatch_source_with_a_table(
 
 @pytest.fixture(scope="module")
 def cpu_build(patched_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cmake = shutil.which("cmake")
-    if cmake is None:
+    """tests/native/cpu_probe (CPU-only ggml, Release) on the patched tree, built with -j 2 in a folder
+    shared with the test files that link its libggml-base (tests/native_shared.py)."""
+    if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed on this machine")
-    build = tmp_path_factory.mktemp("cpu-build")
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    cfg = subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(NATIVE_TESTS / "cpu_probe"),
-            "-B",
-            str(build),
-            *gen,
-            f"-DLLAMA_CPP_DIR={patched_tree}",
-            "-DGGML_NATIVE=OFF",
-            "-DGGML_CUDA=OFF",
-            "-DGGML_BUILD_TESTS=OFF",
-            "-DGGML_BUILD_EXAMPLES=OFF",
-            "-DCMAKE_BUILD_TYPE=Release",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    build, cfg, res = native_shared.cpu_build(tmp_path_factory, patched_tree, "cpu_probe")
     assert cfg.returncode == 0, cfg.stdout[-3000:] + cfg.stderr[-3000:]
-    res = subprocess.run(
-        [cmake, "--build", str(build), "--target", "cpu_probe", "-j", "2"], capture_output=True, text=True
-    )
+    assert res is not None  # configured: the build ran
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
     return build
 

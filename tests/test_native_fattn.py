@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import native_shared
 import pytest
 from test_native_build import NVCC_FLAGS, _hook_warnings, _includes, _nvcc
 
@@ -73,13 +74,10 @@ def _table(commit: str) -> dict[str, Any]:
 def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if NVCC is None or shutil.which("cmake") is None:
         pytest.skip("nvcc and cmake are needed")
-    pinned = fetch.llama_cpp_dir()
     work = tmp_path_factory.mktemp("fattn")
-    tree = work / "llama.cpp"
-    tree.mkdir()
-    shutil.copytree(pinned / "ggml", tree / "ggml", symlinks=True)
-    shutil.copy2(pinned / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
-    inst.install(tree)
+    # the pinned ggml with the hook installed, and its CPU-only build below: shared with
+    # tests/test_native_build.py and tests/test_native_volta.py (tests/native_shared.py)
+    tree = native_shared.patched_tree(tmp_path_factory)
     # the same tree with a one-rule attention table (its own copy of the hook's files)
     ttree = work / "table" / "llama.cpp"
     (ttree / CUDA).mkdir(parents=True)
@@ -110,32 +108,16 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             for p in VEC_INSTANCES
         },
     }
-    build = work / "ggml-build"
 
-    def ggml_base() -> subprocess.CompletedProcess[str]:
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        cfg = subprocess.run(
-            [
-                *["cmake", "-S", str(NATIVE_TESTS / "cpu_probe"), "-B", str(build), *gen],
-                *[f"-DLLAMA_CPP_DIR={tree}", "-DGGML_NATIVE=OFF", "-DGGML_CUDA=OFF"],
-                "-DCMAKE_BUILD_TYPE=Release",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if cfg.returncode != 0:
-            return cfg
-        return subprocess.run(
-            ["cmake", "--build", str(build), "--target", "ggml-base", "-j", "1"],
-            capture_output=True,
-            text=True,
-        )
+    def ggml_base() -> tuple[Path, subprocess.CompletedProcess[str]]:
+        build, cfg, res = native_shared.cpu_build(tmp_path_factory, tree, "ggml-base")
+        return build, cfg if res is None else res
 
     with ThreadPoolExecutor(1) as ex:
         futures = {k: ex.submit(_nvcc, v, work) for k, v in jobs.items()}
         base = ex.submit(ggml_base)
         results = {k: f.result() for k, f in futures.items()}
-        base_res = base.result()
+        build, base_res = base.result()
     for k, r in results.items():
         assert r.returncode == 0, f"{k}: {r.stderr[-4000:]}"
         assert _hook_warnings(r.stderr) == [], k

@@ -42,66 +42,40 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import native_shared
 import pytest
 
 from ggml_dispatch import fetch
-from hook import install as inst
 from tests.test_native_build import CUDA, NATIVE_TESTS, NVCC_FLAGS, _hook_warnings, tree_should_use_source
 
 pytestmark = pytest.mark.slow
 
 NVCC = shutil.which("nvcc")
-CPU_ONLY = ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=OFF", "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF"]
-CPU_ONLY += ["-DCMAKE_BUILD_TYPE=Release"]
 
 
 @pytest.fixture(scope="module")
 def volta(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     if NVCC is None:
         pytest.skip("nvcc is not installed on this machine")
-    cmake = shutil.which("cmake")
-    if cmake is None:
+    if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed on this machine")
     work = tmp_path_factory.mktemp("volta")
-    pinned = fetch.llama_cpp_dir()
-    tree = work / "llama.cpp"
-    tree.mkdir()
-    shutil.copytree(pinned / "ggml", tree / "ggml", symlinks=True)
-    shutil.copy2(pinned / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
-    inst.install(tree)
+    # the pinned ggml with the hook installed, its CPU-only build and convert.o: shared with
+    # tests/test_native_build.py (and the first two with tests/test_native_fattn.py): tests/native_shared.py
+    tree = native_shared.patched_tree(tmp_path_factory)
     cublas = fetch.cublas_headers()
     # only libggml-base (type traits) is needed: build that target alone
-    build = work / "ggml-build"
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    cfg = subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(NATIVE_TESTS / "cpu_probe"),
-            "-B",
-            str(build),
-            *gen,
-            f"-DLLAMA_CPP_DIR={tree}",
-            *CPU_ONLY,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    build, cfg, res = native_shared.cpu_build(tmp_path_factory, tree, "ggml-base")
     assert cfg.returncode == 0, cfg.stdout[-3000:] + cfg.stderr[-3000:]
-    res = subprocess.run(
-        [cmake, "--build", str(build), "--target", "ggml-base", "-j", "2"], capture_output=True, text=True
-    )
+    assert res is not None  # configured: the build ran
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     base = sorted(build.rglob("libggml-base.so"))[0]
     inc = tree_should_use_source(tree / CUDA)
     # the per-configuration eligibility asks the tree's converters whether a conversion exists
     includes = [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{cublas}"]
-    convert_obj = work / "convert.o"
     assert NVCC is not None
-    conv = subprocess.run(
-        [NVCC, *NVCC_FLAGS, *includes, "-c", str(tree / CUDA / "convert.cu"), "-o", str(convert_obj)],
-        capture_output=True,
-        text=True,
+    convert_obj, conv = native_shared.compiled(
+        tmp_path_factory, NVCC, [*NVCC_FLAGS, *includes, "-c", str(tree / CUDA / "convert.cu")], "convert.o"
     )
     assert conv.returncode == 0, conv.stderr[-4000:]
 
@@ -255,11 +229,7 @@ def sm70(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = fetch.cuda12_root()
     work = tmp_path_factory.mktemp("sm70")
     pinned = fetch.llama_cpp_dir()
-    tree = work / "llama.cpp"
-    tree.mkdir()
-    shutil.copytree(pinned / "ggml", tree / "ggml", symlinks=True)
-    shutil.copy2(pinned / "UPSTREAM_COMMIT", tree / "UPSTREAM_COMMIT")
-    inst.install(tree)
+    tree = native_shared.patched_tree(tmp_path_factory)  # the pinned ggml, hooked (read only)
     includes = [f"-I{tree / 'ggml/src'}", f"-I{tree / 'ggml/include'}", f"-I{fetch.cublas_headers()}"]
     sources = {
         "ggml-cuda": tree / CUDA / "ggml-cuda.cu",
