@@ -1,7 +1,7 @@
-"""lab/ab_first_rep.py and lab/first_use_gaps.py: one-off costs in the first repetition of an A/B and the
-GPU idle before kernels' first launches. The A/B is a real one of the committed attention table (the eighth
-session's, on the build with the first warm-up); the timeline is written here in the kernel-timeline format
-(real ones need a GPU)."""
+"""lab/ab_first_rep.py, lab/first_use_gaps.py and lab/eval_gaps.py: one-off costs in the first repetition of
+an A/B, the GPU idle before kernels' first launches, and each timed evaluation's host and GPU time. The A/B is
+a real one of the committed attention table (the eighth session's, on the build with the first warm-up); the
+timelines are written here in the kernel-timeline format (real ones need a GPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab import ab_first_rep, first_use_gaps
+from ggml_dispatch.artifacts.timeline import parse_ktl
+from lab import ab_first_rep, eval_gaps, first_use_gaps
 
 REPO = Path(__file__).resolve().parent.parent
 AB = REPO / "evidence" / "h200-2026-12-01-s8" / "attn" / "ab-warmup-v1" / "ab-llama8b-q8_0-f16.jsonl"
@@ -87,6 +88,44 @@ def test_gaps_before_first_launches_only(tmp_path: Path) -> None:
         [sys.executable, str(REPO / "lab" / "first_use_gaps.py"), str(f)], capture_output=True, text=True
     )
     assert res.returncode == 1 and "truncated" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_evaluations_split_at_idle_and_keep_the_test_graph(tmp_path: Path) -> None:
+    us = 1_000
+    text = _ktl(
+        [
+            # a depth-fill burst of one kernel: not the test's graph
+            f"K {0} {50 * us} 7 0 0",
+            # evaluation 1, direct: input copy, 20 us of host, three kernels with 10 us idle between
+            f"C {1000 * us} {1002 * us} 13 8 1",
+            f"K {1022 * us} {1032 * us} 7 0 0",
+            f"K {1042 * us} {1052 * us} 7 0 1",
+            f"K {1062 * us} {1072 * us} 7 0 0",
+            # evaluation 2, a graph replay: copy, 100 us of host, three back-to-back kernels
+            f"C {2000 * us} {2002 * us} 13 8 1",
+            f"K {2102 * us} {2112 * us} 7 5 0",
+            f"K {2112 * us} {2122 * us} 7 5 1",
+            f"K {2122 * us} {2132 * us} 7 5 0",
+        ]
+    )
+    t = parse_ktl(text.splitlines(), tmp_path / "x.ktl")
+    assert t.kernel_graphs == (0, 0, 0, 0, 5, 5, 5)
+    evs = eval_gaps.evaluations(t, split_us=300, min_kernels=2)
+    assert [(e.graph, e.kernels) for e in evs] == [(0, 3), (5, 3)]
+    assert (evs[0].span_us, evs[0].busy_us, evs[0].lead_us) == (72.0, 32.0, 20.0)
+    assert (evs[1].span_us, evs[1].busy_us, evs[1].lead_us) == (132.0, 32.0, 100.0)
+    # a smaller split joins nothing new but cuts evaluation 2 from its copy: no lead then
+    assert eval_gaps.evaluations(t, split_us=50, min_kernels=2)[1].lead_us is None
+    f = tmp_path / "table.pp2@d16384.ktl"
+    f.write_text(text)
+    res = subprocess.run(
+        [sys.executable, str(REPO / "lab" / "eval_gaps.py"), "--min-kernels", "2", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "| table.pp2@d16384.ktl | 1 | direct | 3 | 72.0 | 32.0 | 40.0 | 20.0 |" in res.stdout
+    assert "| table.pp2@d16384.ktl | 2 | graph 5 | 3 | 132.0 | 32.0 | 100.0 | 100.0 |" in res.stdout
 
 
 def test_chain_bounds_packs_and_stops_at_a_failed_step(tmp_path: Path) -> None:

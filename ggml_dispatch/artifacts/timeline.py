@@ -21,6 +21,7 @@ class Timeline:
     copies: tuple[tuple[int, int], ...]  # memcpy and memset intervals
     dropped: int
     copy_bytes: tuple[int, ...]  # the bytes of each of `copies`, in the same order
+    kernel_graphs: tuple[int, ...] = ()  # the CUDA graph of each of `kernels` (0: launched directly)
 
 
 def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = str) -> Timeline:
@@ -30,6 +31,7 @@ def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = st
     kernels: list[tuple[int, int, str]] = []
     copies: list[tuple[int, int]] = []
     copy_bytes: list[int] = []
+    graphs: list[int] = []
     dropped: int | None = None
     lineno = 0
     for lineno, line in enumerate(lines, start=1):
@@ -48,8 +50,9 @@ def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = st
                 ident, _, name = rest.partition(" ")
                 names[int(ident)] = name
             elif kind == "K":
-                start, end, _stream, _graph, ident = rest.split(" ")
+                start, end, _stream, graph, ident = rest.split(" ")
                 kernels.append((int(start), int(end), label(names[int(ident)])))
+                graphs.append(int(graph))
             elif kind in ("C", "S"):
                 start, end, _stream, size = rest.split(" ")[:4]
                 copies.append((int(start), int(end)))
@@ -64,7 +67,7 @@ def parse_ktl(lines: Iterable[str], path: Path, label: Callable[[str], str] = st
         raise InputError(path, "empty kernel timeline")
     if dropped is None:
         raise InputError(path, "truncated: no closing D line (the process did not exit cleanly)", line=lineno)
-    return Timeline(tuple(kernels), tuple(copies), dropped, tuple(copy_bytes))
+    return Timeline(tuple(kernels), tuple(copies), dropped, tuple(copy_bytes), tuple(graphs))
 
 
 @dataclass(frozen=True)
