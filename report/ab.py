@@ -78,21 +78,52 @@ def parse_ab_lines(lines: Iterable[str], path: Path) -> list[tuple[int, AbRecord
     return [(n, _record(r)) for n, r in parse_lines(lines, path)]
 
 
-def load_ab(paths: Sequence[Path]) -> tuple[list[AbRecord], list[Any]]:
+# With pooling, file i's (from 1) pair p becomes pair i * POOL_PAIR_STRIDE + p: pairs stay within their file.
+POOL_PAIR_STRIDE: Final = 1_000_000
+
+
+def pair_label(pair: int) -> str:
+    """A pair as reports show it: pooled files' pairs as ``<file number>.<pair>`` (file 1 first)."""
+    return f"{pair // POOL_PAIR_STRIDE}.{pair % POOL_PAIR_STRIDE}" if pair >= POOL_PAIR_STRIDE else str(pair)
+
+
+def load_ab(paths: Sequence[Path], *, pool: bool = False) -> tuple[list[AbRecord], list[Any]]:
     """Each file is one interleaved run: with several files, a record's ``run`` is its file's stem and
-    pairs are formed within a run only. Returns the records and report's ``InputFile`` per file."""
+    pairs are formed within a run only. ``pool``: the files are calls of one A/B (the same table, the
+    arms interleaved in each), so each workload's pairs from every file make one comparison (pairs are
+    still formed within a file only); the table arm's records must all name one table hash. Returns
+    the records and report's ``InputFile`` per file."""
     from report.inputs import InputFile
 
     records: list[AbRecord] = []
     files: list[InputFile] = []
     seen: dict[tuple[str, str, str, int, str, int], str] = {}
-    for path in paths:
-        numbered = [(n, _record(r)) for n, r in read_file(path)]
+    pooled_table: tuple[str, str] | None = None  # (table hash, where first seen)
+    for index, path in enumerate(paths):
+        raw = read_file(path)
+        numbered = [(n, _record(r)) for n, r in raw]
         if not numbered:
             raise InputError(path, "no A/B records (empty file)")
-        run = path.stem if len(paths) > 1 else ""
+        if pool:
+            for lineno, r in raw:
+                th = r.provenance.table_hash if r.provenance is not None else None
+                if r.arm != "table" or th is None:
+                    continue
+                if pooled_table is None:
+                    pooled_table = (th, f"{path.name}:{lineno}")
+                elif th != pooled_table[0]:
+                    raise InputError(
+                        path,
+                        f"--pool-ab: the table arm ran table {th}, another file's ran {pooled_table[0]} "
+                        f"({pooled_table[1]}): A/Bs of different tables are not pooled",
+                        line=lineno,
+                        field="table_hash",
+                    )
+        run = path.stem if len(paths) > 1 and not pool else ""
         for lineno, old in numbered:
             rec = dataclasses.replace(old, run=run)
+            if pool:
+                rec = dataclasses.replace(rec, pair=(index + 1) * POOL_PAIR_STRIDE + rec.pair)
             key = (rec.run, rec.model, rec.test, rec.ubatch, rec.arm, rec.pair)
             if key in seen:
                 raise InputError(

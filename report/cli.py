@@ -34,6 +34,12 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
     '"tps"}. Repeatable.',
 )
 @click.option(
+    "--pool-ab",
+    is_flag=True,
+    help="The --ab files are calls of one A/B (one table): pool each workload's pairs over them "
+    "(pairs still formed within a file) instead of reporting each file apart.",
+)
+@click.option(
     "--reference-margin",
     type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
     help="Declared fixed margin for tuning rows with source = reference (one sample, no CI); "
@@ -60,6 +66,7 @@ def report_cmd(
     census_path: Path | None,
     table_path: Path | None,
     ab_paths: tuple[Path, ...],
+    pool_ab: bool,
     reference_margin: float | None,
     profile_path: Path | None,
     notes_path: Path | None,
@@ -93,6 +100,9 @@ def report_cmd(
     Example:
       ggml-dispatch report --tuning tuning.parquet --census census.parquet \\
           --table table.json --ab ab.jsonl -o tables/cuda-sm90-nvidia-h200
+      # two calls of one A/B, pooled into one comparison per workload
+      ggml-dispatch report --tuning tuning.parquet --ab call1.jsonl --ab call2.jsonl \\
+          --pool-ab -o report-pooled
     """
     given = [
         p
@@ -115,7 +125,7 @@ def report_cmd(
         inputs.census, census_file = inputs_mod.load_census(census_path)
         files.insert(1, census_file)
     if ab_paths:
-        inputs.ab, ab_files = ab.load_ab(ab_paths)
+        inputs.ab, ab_files = ab.load_ab(ab_paths, pool=pool_ab)
         files.extend(ab.provenance_details(ab_paths, ab_files, table_path))
     if profile_path is not None:
         inputs.profile = timeline.load_profile(profile_path)

@@ -18,7 +18,7 @@ from codegen import decide
 from codegen import predict as predict_mod
 from ggml_dispatch import schema
 from report import analysis, plots, timeline
-from report.ab import AbRecord
+from report.ab import AbRecord, pair_label
 from report.analysis import (
     AbComparison,
     GainModel,
@@ -675,7 +675,7 @@ def _section_ab(
                     md_escape(c.test),
                     str(c.ubatch),
                     f"{c.arm}/{c.baseline}",
-                    ", ".join(f"{p}: {r:.3f}" for p, r in c.pairs),
+                    ", ".join(f"{pair_label(p)}: {r:.3f}" for p, r in c.pairs),
                 ]
                 for c in comps
             ),

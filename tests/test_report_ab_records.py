@@ -403,3 +403,56 @@ def test_hook_arm_splits_table_over_stock_into_the_hook_and_the_rules() -> None:
         and w.table_vs_hook is not None
         and w.table_vs_hook.ratio.above
     )
+
+
+S14 = REPO / "evidence" / "h200-2026-12-03-s14"
+
+
+def test_pooled_calls_make_one_comparison_per_workload_with_pairs_kept_per_file() -> None:
+    calls = [S14 / "ab-qwen3-seed-f16-hook-call1.jsonl", S14 / "ab-qwen3-seed-f16-hook-call2.jsonl"]
+    apart, _ = report_ab.load_ab(calls)
+    pooled, _ = report_ab.load_ab(calls, pool=True)
+    assert {r.run for r in apart} == {c.stem for c in calls} and {r.run for r in pooled} == {""}
+    comps = {
+        (c.model, c.test, c.arm, c.baseline): c for c in analysis.ab_comparisons(pooled, decide.Params())
+    }
+    c = comps[("qwen3-seed", "pp3 @ d49152", "table", "stock")]
+    assert len(c.pairs) == 15  # 7 complete pairs in call 1, 8 in call 2
+    # every pooled pair is a pair of one file: its ratio is that file's pair's ratio
+    by_file = {
+        (r.run, r.pair, r.arm): r.tps
+        for r in apart
+        if r.test == "pp3 @ d49152" and r.arm in ("table", "stock")
+    }
+    for p, ratio in c.pairs:
+        f, n = divmod(p, report_ab.POOL_PAIR_STRIDE)
+        run = calls[f - 1].stem
+        assert ratio == pytest.approx(by_file[(run, n, "table")] / by_file[(run, n, "stock")])
+    assert report_ab.pair_label(2 * report_ab.POOL_PAIR_STRIDE + 7) == "2.7"
+    assert report_ab.pair_label(7) == "7"
+
+
+def test_pooling_refuses_calls_of_another_table(tmp_path: Path) -> None:
+    other = REPO / "evidence" / "h200-2026-12-02-s13" / "ab-qwen3-seed-f16-attn-table.jsonl"
+    calls = [S14 / "ab-qwen3-seed-f16-hook-call1.jsonl", other]
+    with pytest.raises(InputError, match="A/Bs of different tables are not pooled") as e:
+        report_ab.load_ab(calls, pool=True)
+    assert other.name in str(e.value) and ":1" in str(e.value)
+    report_ab.load_ab(calls)  # apart, they are two A/Bs
+    res = CliRunner().invoke(
+        main,
+        [
+            "report",
+            "--tuning",
+            str(REPO / "tables" / "cuda-sm90-nvidia-h200-attn-shadow" / "merged.parquet"),
+            "--ab",
+            str(calls[0]),
+            "--ab",
+            str(other),
+            "--pool-ab",
+            "-o",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert res.exit_code != 0 and "different tables" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "r").exists()
