@@ -366,6 +366,26 @@ def _ab_label(c: AbComparison) -> str:
     return f"{md_escape(c.model)} {md_escape(c.test)} ub{c.ubatch} {c.arm}/{c.baseline}"
 
 
+# A 95% CI lies wholly below 1 in about 2.5% of comparisons where nothing differs.
+CHANCE_LOSS_RATE = 0.025
+CHANCE_NOTE_MIN = 10  # fewer comparisons: the expected count is too small to be worth a line
+
+
+def chance_note(comps: Sequence[AbComparison]) -> list[str]:
+    """How many losses beyond noise chance alone gives among this many comparisons: each verdict is a
+    per-comparison 95% CI, so a summary of dozens of them flags about one in forty with no difference."""
+    with_ci = [c for c in comps if c.ratio.lo is not None]
+    if len(with_ci) < CHANCE_NOTE_MIN:
+        return []
+    found = sum(c.ratio.below for c in with_ci)
+    return [
+        f"- Chance: with no true difference, a 95% CI lies wholly below 1 in about 1 comparison of 40, "
+        f"so about {CHANCE_LOSS_RATE * len(with_ci):.1f} of these {len(with_ci)} comparisons would show "
+        f"a loss ({found} do). A loss that comes back in another call of the same A/B, or over calls "
+        f"pooled with `--pool-ab`, is the one to trust."
+    ]
+
+
 def repetition_notes(comps: Sequence[AbComparison]) -> list[str]:
     """The A/B's losses that repetition 1 alone carries, and its gains that repetitions 2.. alone do not
     show (AbComparison.later): repetition 1 is the first time a test's shapes run at their depth in the
@@ -466,6 +486,7 @@ def _section_summary(
             )  # fmt: skip
         else:
             md.append("- Losses beyond noise (CI upper end < 1): none end to end.")
+        md += chance_note(comps)
         md += repetition_notes(comps)
     else:
         md += ["No A/B runs (--ab): nothing was measured end to end.", ""]

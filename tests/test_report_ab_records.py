@@ -456,3 +456,14 @@ def test_pooling_refuses_calls_of_another_table(tmp_path: Path) -> None:
     )
     assert res.exit_code != 0 and "different tables" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_summary_says_how_many_losses_chance_alone_gives() -> None:
+    calls = [S14 / "ab-qwen3-seed-f16-hook-call1.jsonl", S14 / "ab-qwen3-seed-f16-hook-call2.jsonl"]
+    pooled, _ = report_ab.load_ab(calls, pool=True)
+    comps = analysis.ab_comparisons(pooled, decide.Params())
+    # 13 tests x (table/stock, hook/stock, table/hook), every one with 15 pairs
+    (line,) = markdown.chance_note(comps)
+    found = sum(c.ratio.below for c in comps)
+    assert f"about 1.0 of these 39 comparisons would show a loss ({found} do)" in line
+    assert markdown.chance_note(comps[:9]) == []
