@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ggml_dispatch.artifacts.timeline import Timeline, parse_ktl
-from ggml_dispatch.errors import InputError
 
 if not __package__:  # run as a script: lab/ is not a package on the path then
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from lab.first_use_gaps import _texts
+from lab.first_use_gaps import print_per_timeline
 
 
 @dataclass(frozen=True)
@@ -141,20 +140,16 @@ def main(argv: list[str]) -> int:
         "--list", type=int, default=6, help="list evaluations one by one up to this many (default 6)"
     )
     a = ap.parse_args(argv)
-    lines = [
+    header = [
         "| timeline | evaluation | launched | kernels | span µs | busy µs | idle µs | lead µs |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    try:
-        for path in a.paths:
-            for name, text in _texts(path).items():
-                t = parse_ktl(text.splitlines(), path / name)
-                lines += rows(name, evaluations(t, a.split_us, a.min_kernels), a.list)
-    except InputError as e:
-        print(f"eval_gaps: {e}", file=sys.stderr)
-        return 1
-    print("\n".join(lines))
-    return 0
+
+    def row(name: str, text: str, where: Path) -> list[str]:
+        t = parse_ktl(text.splitlines(), where)
+        return rows(name, evaluations(t, a.split_us, a.min_kernels), a.list)
+
+    return print_per_timeline("eval_gaps", a.paths, header, row)
 
 
 if __name__ == "__main__":

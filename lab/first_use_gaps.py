@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ggml_dispatch.artifacts.timeline import parse_ktl
@@ -38,7 +39,7 @@ def first_use_gaps(ktl_text: str, where: Path, min_ms: float) -> list[tuple[floa
     return out
 
 
-def _texts(path: Path) -> dict[str, str]:
+def timeline_texts(path: Path) -> dict[str, str]:
     if path.is_dir():
         return {f.name: f.read_text() for f in sorted(path.glob("*.ktl"))}
     if path.suffix == ".ktl":
@@ -60,18 +61,31 @@ def main(argv: list[str]) -> int:
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--min-ms", type=float, default=1.0, help="smallest gap listed (default 1 ms)")
     a = ap.parse_args(argv)
-    lines = [
+    header = [
         "| timeline | first launches after a gap | their gaps, ms | kernels (gap ms) |",
         "|---|---|---|---|",
     ]
+
+    def row(name: str, text: str, where: Path) -> list[str]:
+        gaps = first_use_gaps(text, where, a.min_ms)
+        kernels = "; ".join(f"{k[:70]} ({g:.2f})" for g, k in gaps)
+        return [f"| {name} | {len(gaps)} | {sum(g for g, _ in gaps):.1f} | {kernels} |"]
+
+    return print_per_timeline("first_use_gaps", a.paths, header, row)
+
+
+def print_per_timeline(
+    prog: str, paths: list[Path], header: list[str], rows_of: Callable[[str, str, Path], list[str]]
+) -> int:
+    """Markdown rows per timeline of every path (a .ktl, a folder or a .tar.gz of them) on stdout after
+    ``header``; a bad input: one line on stderr naming it, exit status 1."""
+    lines = list(header)
     try:
-        for path in a.paths:
-            for name, text in _texts(path).items():
-                gaps = first_use_gaps(text, path / name, a.min_ms)
-                kernels = "; ".join(f"{k[:70]} ({g:.2f})" for g, k in gaps)
-                lines.append(f"| {name} | {len(gaps)} | {sum(g for g, _ in gaps):.1f} | {kernels} |")
+        for path in paths:
+            for name, text in timeline_texts(path).items():
+                lines += rows_of(name, text, path / name)
     except InputError as e:
-        print(f"first_use_gaps: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0
