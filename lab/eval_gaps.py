@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ggml_dispatch.artifacts.timeline import Timeline, parse_ktl
+from report.timeline import union_ns
 
 if not __package__:  # run as a script: lab/ is not a package on the path then
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,15 +46,6 @@ class Evaluation:
     @property
     def idle_us(self) -> float:
         return self.span_us - self.busy_us
-
-
-def _busy_ns(intervals: list[tuple[int, int]]) -> int:
-    busy, end = 0, None
-    for s, e in sorted(intervals):
-        start = s if end is None else max(s, end)
-        busy += max(0, e - start)
-        end = e if end is None else max(end, e)
-    return busy
 
 
 def evaluations(t: Timeline, split_us: float, min_kernels: int) -> list[Evaluation]:
@@ -90,7 +82,7 @@ def evaluations(t: Timeline, split_us: float, min_kernels: int) -> list[Evaluati
                 graph=first[2] or 0,
                 kernels=len(ks),
                 span_us=span / 1000,
-                busy_us=_busy_ns([(ev[0], ev[1]) for ev in b]) / 1000,
+                busy_us=union_ns([(ev[0], ev[1]) for ev in b]) / 1000,
                 lead_us=lead,
             )
         )

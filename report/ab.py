@@ -121,9 +121,8 @@ def load_ab(paths: Sequence[Path], *, pool: bool = False) -> tuple[list[AbRecord
                     )
         run = path.stem if len(paths) > 1 and not pool else ""
         for lineno, old in numbered:
-            rec = dataclasses.replace(old, run=run)
-            if pool:
-                rec = dataclasses.replace(rec, pair=(index + 1) * POOL_PAIR_STRIDE + rec.pair)
+            pair = (index + 1) * POOL_PAIR_STRIDE + old.pair if pool else old.pair
+            rec = dataclasses.replace(old, run=run, pair=pair)
             key = (rec.run, rec.model, rec.test, rec.ubatch, rec.arm, rec.pair)
             if key in seen:
                 raise InputError(
