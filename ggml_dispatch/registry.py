@@ -181,6 +181,7 @@ class Param:
     name: str
     values: tuple[str, ...]
     doc: str
+    ops: tuple[Op, ...] = ()  # the ops whose nodes may set it; () = every op of the route
 
     @property
     def bits(self) -> int:
@@ -248,6 +249,15 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         (
             Param("j", _MMQ_J, "column tile width J (stock: fewest column tiles, then the smallest J)"),
             Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
+            Param(
+                "split",
+                ("2j",),
+                "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid of 2 column"
+                " tiles per expert); a second launch runs the others as the tree would. Each block reads its"
+                " expert's token count on the device, so the choice follows the routing without a host sync."
+                " Needs j",
+                ops=(Op.MUL_MAT_ID,),
+            ),
         ),
         "mul_mat_q (quantized tiles, Q8_1 activations)",
     ),
@@ -489,7 +499,7 @@ def route_configs(route: Route | str) -> list[Config]:
             continue
         combos = [(*c, (p.name, v)) for c in combos for v in p.values]
     alone = [((p.name, p.values[0]),) for p in spec.params if len(p.values) == 1]
-    out += [Config(spec.route, c) for c in alone]
+    out += [Config(spec.route, c) for c in alone if config_pairs_compiled(spec.route, c)]
     out += [
         Config(spec.route, c) for c in combos if c and c not in alone and config_pairs_compiled(spec.route, c)
     ]
@@ -502,9 +512,12 @@ def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
 
 
 def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
-    """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance
-    (a sweep leaves it out; the runtime refuses it as ineligible:params)."""
+    """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance,
+    and for an mmq split without its J (a sweep leaves them out; the runtime refuses them as
+    ineligible:params)."""
     values = dict(params)
+    if route is Route.MMQ and "split" in values and "j" not in values:
+        return False
     if route is not Route.FA_MMA or "ncols1" not in values or "ncols2" not in values:
         return True
     return fa_mma_pair_compiled(int(values["ncols1"]), int(values["ncols2"]))
@@ -744,8 +757,13 @@ def shape_key(row: Mapping[str, Any]) -> Any:
 
 
 def route_allowed(op: Op | str, config: str) -> bool:
-    """May nodes of ``op`` run this configuration's route?"""
-    return Op(op) in ROUTES[Config.parse(config).route].ops
+    """May nodes of ``op`` run this configuration: its route, and each parameter it sets?"""
+    c = Config.parse(config)
+    spec = ROUTES[c.route]
+    if Op(op) not in spec.ops:
+        return False
+    params = (spec.param(name) for name, _ in c.params)
+    return all(p is None or not p.ops or Op(op) in p.ops for p in params)
 
 
 # --------------------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ def registry_context() -> dict[str, Any]:
                     "shift": shift,
                     "bits": p.bits,
                     "legal": list(p.values),
+                    "op_mask": sum(1 << reg.OP_CODES[o] for o in (p.ops or s.ops)),
                 }
             )
     longest = max(

@@ -402,8 +402,13 @@ def grids(
     mutant.mkdir()
     src = (patched_tree / CUDA / "ggml-dispatch-eligibility.cuh").read_text()
     broken = src.replace("if (dev.smpbo < 48 * 1024) {", "if (dev.smpbo < 1) {")
-    assert broken != src
+    # and mmq's split allowed without the J its light side runs
+    broken2 = broken.replace("if (p.mmq_split != 0 && p.mmq_J == 0) {", "if (false) {")
+    assert src != broken != broken2
+    broken = broken2
     (mutant / "ggml-dispatch-eligibility.cuh").write_text(broken)
+    # beside it, so that its own include of the MUL_MAT check finds the mutant
+    shutil.copy2(patched_tree / CUDA / "ggml-dispatch-eligibility-id.cuh", mutant)
     variants = {
         "all": ("700,750,800,890,900,1200", None),
         "sm90": ("900", None),
@@ -455,6 +460,7 @@ def test_grid_catches_a_missing_hard_limit(grids: dict[str, dict[str, Any]]) -> 
     g = grids["mutant"]
     assert g["rc"] != 0 and g["violations"] > 0
     assert any("mmq" in m and "tree no, check ok" in m for m in g["messages"])
+    assert any("C6 mmq split on MUL_MAT_ID (ok, J=0)" in m for m in g["messages"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -130,7 +130,18 @@ def test_issue_configurations_are_declared() -> None:
     assert {p.name: p.values for p in mmq.params} == {
         "j": tuple(str(j) for j in range(8, 129, 8)),
         "stream_k": ("on", "off"),
+        "split": ("2j",),
     }
+
+
+def test_mmq_split_is_a_mul_mat_id_configuration_that_needs_its_j() -> None:
+    split = "mmq/j=48,stream_k=off,split=2j"
+    assert registry.route_allowed("MUL_MAT_ID", split) and not registry.route_allowed("MUL_MAT", split)
+    assert registry.route_allowed("MUL_MAT", "mmq/j=48,stream_k=off")
+    configs = [str(c) for c in registry.route_configs("mmq")]
+    assert split in configs and "mmq/split=2j" not in configs  # the light side's J is the point
+    assert len(configs) == 1 + 16 * 2 * 2
+    assert registry.Config.from_code(registry.Config.parse(split).code) == registry.Config.parse(split)
 
 
 def test_shape_keys_per_op() -> None:
@@ -383,5 +394,5 @@ def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
     # a config without the switch is the per-call path: its code leaves the weight field 0
     c = registry.Config.parse("cublas/weight=cached")
     assert c.code != registry.Config.parse("cublas").code and registry.Config.from_code(c.code) == c
-    # mmq has no switch: unchanged
-    assert len(registry.route_configs("mmq")) == 1 + 16 * 2
+    # mmq's one switch (split, MUL_MAT_ID only) is swept set only together with a J
+    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2

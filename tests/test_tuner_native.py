@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, registry, schema
 from tuner import agreement, build, results, select
 from tuner.journal import read_journal
 
@@ -267,7 +267,9 @@ def test_sweep_end_to_end(
     assert "skipped 1 rows fused" in p.stderr
     rows = rows_of(out)
     # the default candidates: every configuration of every route, each a row of its route with its config
-    configs = select.candidate_configs(list(select.ALL_ROUTES), "all")
+    every = select.candidate_configs(list(select.ALL_ROUTES), "all")
+    configs = [c for c in every if registry.route_allowed("MUL_MAT", c)]  # mmq's split is MUL_MAT_ID's
+    assert len(configs) == len(every) - 32 and not any("split=" in c for c in configs)
     assert len(rows) == 8 * len(configs) * 3
     assert {r["route"] for r in rows} == set(select.ALL_ROUTES)  # the matmul routes
     assert {r["config"] for r in rows} == set(configs)

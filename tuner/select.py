@@ -190,6 +190,8 @@ def select_cases(
         raise InputError(
             None, f"layouts must be among {sorted(TUNABLE_LAYOUTS)}, got {list(layouts)}", field="layouts"
         )
+    # a configuration with a MUL_MAT_ID-only parameter (mmq's split) is no MUL_MAT candidate
+    mul_mat_routes = tuple(c for c in routes if registry.route_allowed(registry.Op.MUL_MAT, c))
     points: dict[tuple[ShapeKey, int], float] = defaultdict(float)
     total = 0.0
     skipped: dict[str, float] = defaultdict(float)
@@ -263,7 +265,7 @@ def select_cases(
                     M=M,
                     est_us=census_ms.get(M, points.get((key, M), 0.0)),
                     census=M in census_ms,
-                    routes=tuple(routes),
+                    routes=mul_mat_routes,
                     trials=trials,
                     nmse_max=nmse_max,
                 )

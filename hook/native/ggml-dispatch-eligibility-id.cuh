@@ -97,7 +97,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_id(int route, const ggml_dis
 
 // A configuration code on a MUL_MAT_ID node: valid code, a route that serves MUL_MAT_ID and passes the
 // check above, then the parameters' limits (mmq's J and stream-k: the MUL_MAT rules, which look at the
-// type, N and the device only).
+// type, N and the device only; its split needs a J).
 static inline ggml_dispatch_why ggml_dispatch_check_config_id(int config, const ggml_dispatch_mm_desc & d,
                                                               const ggml_dispatch_dev_desc & dev, bool ids_ok) {
     if (config == 0 || !ggml_dispatch_config_valid(config)) {
@@ -107,5 +107,5 @@ static inline ggml_dispatch_why ggml_dispatch_check_config_id(int config, const 
     if (why != GGML_DISPATCH_OK || !ggml_dispatch_config_has_params(config)) {
         return why;
     }
-    return ggml_dispatch_check_params(config, d, dev);
+    return ggml_dispatch_check_params(GGML_DISPATCH_OP_MUL_MAT_ID, config, d, dev);
 }

@@ -243,6 +243,9 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
             case GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_OFF: p.mmq_stream_k = GGML_DISPATCH_MMQ_STREAM_K_TILES; break;
             default: break;
         }
+        if (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_SPLIT_INDEX) == GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J) {
+            p.mmq_split = 2;
+        }
     }
     return p;
 }
@@ -284,8 +287,11 @@ static inline bool ggml_dispatch_mmq_J_compiled(ggml_type type, int J, bool fall
 // convert) has no meaning for f32 compute; mmq's J must have compiled code for the type on this cc
 // (fallback when N % 128 != 0, as mul_mat_q_case picks it) whose tiles fit smpbo, and stream-k on
 // needs a config with stream-k (at the given J, or at every J stock may pick).
-static inline ggml_dispatch_why ggml_dispatch_check_params(int config, const ggml_dispatch_mm_desc & d,
+static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, const ggml_dispatch_mm_desc & d,
                                                            const ggml_dispatch_dev_desc & dev) {
+    if (!ggml_dispatch_config_allows_op(config, op)) {
+        return GGML_DISPATCH_WHY_PARAMS;  // a parameter of another op (mmq's split: MUL_MAT_ID)
+    }
     const ggml_dispatch_params p = ggml_dispatch_params_of_config(config);
     const int route = ggml_dispatch_config_route(config);
     if (route == GGML_DISPATCH_ROUTE_CUBLAS) {
@@ -313,6 +319,9 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int config, const ggm
     if (route == GGML_DISPATCH_ROUTE_MMQ) {
         const bool fallback = d.src0_ne[1] % 128 != 0;
         const bool stream_k = p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_ON;
+        if (p.mmq_split != 0 && p.mmq_J == 0) {
+            return GGML_DISPATCH_WHY_PARAMS;  // the split's light side runs the configuration's own J
+        }
         if (p.mmq_J != 0) {
             return ggml_dispatch_mmq_J_compiled(d.src0_type, p.mmq_J, fallback, dev, stream_k) ? GGML_DISPATCH_OK
                                                                                                 : GGML_DISPATCH_WHY_PARAMS;
@@ -345,7 +354,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_config(int op, int config, c
     if (why != GGML_DISPATCH_OK || !ggml_dispatch_config_has_params(config)) {
         return why;
     }
-    return ggml_dispatch_check_params(config, d, dev);
+    return ggml_dispatch_check_params(op, config, d, dev);
 }
 
 // What stock ggml_cuda_mul_mat runs for the node: its cascade, in its order, through the tree's own

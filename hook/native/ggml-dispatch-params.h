@@ -57,6 +57,8 @@ struct ggml_dispatch_params {
     int cublas_compute = GGML_DISPATCH_CUBLAS_COMPUTE_STOCK;
     int mmq_J          = 0;  // 0: the tree's rule (fewest column tiles, then smallest J)
     int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
+    int mmq_split      = 0;  // MUL_MAT_ID: experts with at most mmq_split x J tokens run J and stream-k, the others stock's
+    int mmq_expert_filter = 0;  // set by the split for each of its two launches (ggml_dispatch_mmq_expert_skipped)
     int cublas_weight  = GGML_DISPATCH_CUBLAS_WEIGHT_STOCK;
     int refused        = 0;  // set by a reader that could not apply a value
     // FLASH_ATTN_EXT (fattn.cu, fattn-common.cuh); 0: the tree's choice
@@ -126,6 +128,15 @@ static inline void ggml_dispatch_mmq_no_stream_k() {
         p.refused = 1;
     }
 }
+
+// mmq split (MUL_MAT_ID): which experts a launch runs. > 0: those with at most that many tokens; < 0: those
+// with more than -filter tokens; 0: all. A block of a skipped expert exits as for an expert without tokens,
+// so the two launches of a split write disjoint experts' rows.
+#ifdef __CUDACC__
+static __device__ __forceinline__ bool ggml_dispatch_mmq_expert_skipped(int filter, int ntokens) {
+    return filter > 0 ? ntokens > filter : filter < 0 && ntokens <= -filter;
+}
+#endif
 
 // FlashAttention MMA_F16: the sparse gather (ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse): `hard` = the
 // gather kernel can run the node, `soft` = stock's threshold that it pays off.

@@ -26,9 +26,10 @@
 #    define __CUDA_ARCH_LIST__ GGML_DISPATCH_TEST_ARCH_LIST
 #endif
 
-#include "ggml-dispatch-eligibility.cuh"
+#include "ggml-dispatch-eligibility-id.cuh"
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@ struct stats {
     long why[GGML_DISPATCH_WHY_COUNT]           = {};
     long stock[ggml_dispatch::TRACE_ROUTE_COUNT] = {};
     std::vector<std::string> messages;
+    std::map<std::string, int> kinds;
 };
 
 static std::string where(const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev, int route) {
@@ -65,9 +67,12 @@ static std::string where(const ggml_dispatch_mm_desc & d, const ggml_dispatch_de
     return buf;
 }
 
+// The first 25 messages of each kind (the text before its first '(' or ':'), so that one frequent kind
+// does not hide another.
 static void fail(stats & s, const std::string & what) {
     s.violations++;
-    if (s.messages.size() < 25) {
+    const std::string kind = what.substr(0, what.find_first_of("(:"));
+    if (s.kinds[kind]++ < 25) {
         s.messages.push_back(what);
     }
 }
@@ -176,6 +181,20 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
                 if (w == GGML_DISPATCH_OK && why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK) {
                     fail(s, "C6 mmq parameters loosen the route's check: " + where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
                 }
+                // mmq's split is a MUL_MAT_ID parameter: refused on MUL_MAT; on MUL_MAT_ID it needs a J and
+                // otherwise changes nothing the check looks at
+                const int split = config | (GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J << GGML_DISPATCH_PARAM_MMQ_SPLIT_SHIFT);
+                if (ggml_dispatch_check_config(GGML_DISPATCH_OP_MUL_MAT, split, d, dev) == GGML_DISPATCH_OK) {
+                    fail(s, "C6 mmq split allowed on MUL_MAT: " + where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                const ggml_dispatch_why w_id = ggml_dispatch_check_config_id(config, d, dev, true);
+                const ggml_dispatch_why w_split = ggml_dispatch_check_config_id(split, d, dev, true);
+                if (j == 0 ? w_split == GGML_DISPATCH_OK : w_split != w_id) {
+                    fail(s, std::string("C6 mmq split on MUL_MAT_ID (") + ggml_dispatch_why_name(w_split) + ", J=" +
+                            std::to_string(8*j) + "): " + where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                s.configs += 2;
+                s.config_ok += w_split == GGML_DISPATCH_OK;
                 if (why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK || j == 0 || sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON) {
                     continue;
                 }
