@@ -252,10 +252,10 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
             Param(
                 "split",
                 ("2j",),
-                "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid of 2 column"
-                " tiles per expert); a second launch runs the others as the tree would. Each block reads its"
-                " expert's token count on the device, so the choice follows the routing without a host sync."
-                " Needs j",
+                "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid"
+                " of 2 column tiles per expert); a second launch runs the others as the tree would."
+                " Each block reads its expert's token count on the device, so the choice follows the"
+                " routing without a host sync. Needs j",
                 ops=(Op.MUL_MAT_ID,),
             ),
         ),
