@@ -40,6 +40,14 @@ class Dims:
     experts: int = 0
     experts_used: int = 0
     expert_ffn: int = 0
+    # "flat": every weight N(0, 0.02). "scaled": token embeddings N(0, 1) (torch.nn.Embedding's default)
+    # and the projections into the residual stream (attn_output, ffn_down, ffn_down_exps) N(0, 0.02 /
+    # sqrt(2 x layers)) (GPT-2's scaled residual init), so each token's residual stream stays its own
+    # through the layers as in a trained model. With "flat" the stream converges over the tokens (rank
+    # collapse at random init): a router then sends almost every token to the same few experts from the
+    # second layer on (traced on the H200 at ubatch 512: ~20 of 128 experts get tokens, one gets ~509 of
+    # 512), which no trained, load-balanced router does.
+    init: str = "flat"
 
 
 PRESETS: dict[str, Dims] = {
@@ -59,8 +67,24 @@ PRESETS: dict[str, Dims] = {
         experts=128,
         experts_used=8,
         expert_ffn=768,
+        init="scaled",
     ),
 }
+INITS: tuple[str, ...] = ("flat", "scaled")
+_RESIDUAL_OUT = ("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight")
+
+
+def init_scale(name: str, d: Dims) -> float:
+    """Factor on the N(0, 0.02) pool values for tensor ``name`` under ``d.init``."""
+    if d.init == "flat":
+        return 1.0
+    if d.init != "scaled":
+        raise ValueError(f"init {d.init!r} is not one of {', '.join(INITS)}")
+    if name == "token_embd.weight":
+        return 1.0 / 0.02
+    if name.endswith(_RESIDUAL_OUT):
+        return 1.0 / (2.0 * d.layers) ** 0.5
+    return 1.0
 
 
 def _gguf() -> Any:
@@ -181,7 +205,8 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
     vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     writer = gguf.GGUFWriter(out, d.arch)
     moe = f" moe {d.experts}x{d.experts_used} e{d.expert_ffn}" if d.experts else ""
-    writer.add_name(f"ggml-dispatch {d.arch} h{d.hidden} f{d.ffn}{moe} L{d.layers} (random weights)")
+    init = "" if d.init == "flat" else f", {d.init} init"
+    writer.add_name(f"ggml-dispatch {d.arch} h{d.hidden} f{d.ffn}{moe} L{d.layers} (random weights{init})")
     writer.add_block_count(d.layers)
     writer.add_context_length(8192)
     writer.add_embedding_length(d.hidden)
@@ -221,6 +246,8 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
             norm_or_weight = _fill(pool, n, offset=i * 104729)
         else:
             norm_or_weight = _fill(pool16, n, offset=i * 104729)
+            if (f := init_scale(name, d)) != 1.0:
+                norm_or_weight = (norm_or_weight.astype(np.float32) * f).astype(np.float16)
         writer.write_tensor_data(norm_or_weight)
     writer.close()
 
@@ -244,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tokenizer-from", type=Path, required=True)
     w.add_argument("-o", "--out", type=Path, required=True)
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--init", choices=INITS, help="weight scales (default: the preset's; see Dims.init)")
     args = ap.parse_args(argv)
     if args.cmd == "meta":
         extract_meta(args.src, args.out)
@@ -251,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         clone(args.meta, args.out, args.seed)
     else:
         base = PRESETS[args.preset]
-        dims = dataclasses.replace(base, layers=args.layers)
+        dims = dataclasses.replace(base, layers=args.layers, init=args.init or base.init)
         write_dense(args.out, dims, args.tokenizer_from, args.seed)
     print(args.out)
     return 0

@@ -2,7 +2,8 @@
 # Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 #
 # The MoE model on the lent GPU: the qwen3moe-a3b preset (Qwen3-30B-A3B dimensions, LAYERS layers, random
-# weights, Q4_K_M), its MUL_MAT_ID route trace with tokens-per-expert statistics, the census, and the
+# weights with the INIT scales (default scaled: routing that stays spread, see lab/models.py), Q4_K_M),
+# its MUL_MAT_ID route trace with tokens-per-expert statistics, the census, and the
 # MUL_MAT_ID harness cases under every routing kind. Reuses lab/autotune-verify.sh's tree build/at/llama.cpp
 # and build dir build/at/build-sys when present (configures that build dir if it is not). Each part is
 # bounded by DEADLINE seconds after the script starts (default 540) and resumable on a warm machine; each
@@ -35,7 +36,9 @@ source lab/cuda-env.sh
 W=$REPO/build/at
 TREE=$W/llama.cpp
 B=$W/build-sys
+INIT=${INIT:-scaled}  # lab/models.py Dims.init; "flat": the model of the sixth and seventh sessions
 NAME=qwen3moe-a3b-L$LAYERS
+[ "$INIT" = flat ] || NAME=$NAME-$INIT
 MODEL=$W/models/$NAME.gguf
 unset CC CXX CUDAHOSTCXX  # see lab/autotune-verify.sh: the image's static-libstdc++ g++ breaks the harness
 mkdir -p "$W/models" "$W/moe"
@@ -65,7 +68,7 @@ model)
     if [ ! -f "$MODEL" ]; then
         [ -f "$W/smollm2.gguf" ] || python3 -m lab.models clone .carry/smollm2.meta.gguf -o "$W/smollm2.gguf" ||
             die "clone of the tokenizer model failed"
-        python3 -m lab.models dense --preset qwen3moe-a3b --layers "$LAYERS" --tokenizer-from "$W/smollm2.gguf" \
+        python3 -m lab.models dense --preset qwen3moe-a3b --init "$INIT" --layers "$LAYERS" --tokenizer-from "$W/smollm2.gguf" \
             -o "$W/models/$NAME.f16.gguf" || die "writing the F16 model failed"
         timeout "$(left)" "$B/bin/llama-quantize" "$W/models/$NAME.f16.gguf" "$MODEL.part" Q4_K_M >"$W/moe/quantize.log" 2>&1 ||
             { tail -20 "$W/moe/quantize.log"; rm -f "$MODEL.part"; die "llama-quantize failed"; }

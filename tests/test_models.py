@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
 
 from census import gguf_meta
 from ggml_dispatch import fetch
@@ -123,3 +124,28 @@ def test_census_sees_the_moe_files_experts(smollm2_gguf: Path, tmp_path: Path) -
     assert (m.expert_count, m.expert_used_count) == (16, 8)
     exps = [t for t in m.matmul_weights() if t.name.endswith("_exps.weight")]
     assert len(exps) == 6 and all(t.n_dims == 3 for t in exps)
+
+
+def test_scaled_init_keeps_token_embeddings_large_and_residual_projections_small(
+    smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    """The MoE preset's default: embeddings N(0, 1), projections into the residual stream N(0, 0.02 /
+    sqrt(2 L)), everything else N(0, 0.02); --init flat gives the dense models' N(0, 0.02) throughout."""
+    assert models.PRESETS["qwen3moe-a3b"].init == "scaled" and models.PRESETS["llama8b"].init == "flat"
+    stds = {}
+    for init in models.INITS:
+        out = tmp_path / f"{init}.gguf"
+        models.write_dense(out, dataclasses.replace(_moe_dims(layers=2), init=init), smollm2_gguf)
+        r = gguf.GGUFReader(out)
+        stds[init] = {t.name: float(np.std(np.asarray(t.data, dtype=np.float32))) for t in r.tensors}
+        assert ("scaled init" in r.fields["general.name"].contents()) == (init == "scaled")
+    flat, scaled = stds["flat"], stds["scaled"]
+    assert flat["token_embd.weight"] == pytest.approx(0.02, rel=0.05)
+    assert scaled["token_embd.weight"] == pytest.approx(1.0, rel=0.05)
+    for name in ("blk.1.attn_output.weight", "blk.0.ffn_down_exps.weight"):
+        assert scaled[name] == pytest.approx(0.02 / 2.0, rel=0.05)  # 2 layers: 0.02 / sqrt(4)
+        assert flat[name] == pytest.approx(0.02, rel=0.05)
+    for name in ("blk.0.attn_q.weight", "blk.1.ffn_gate_exps.weight", "blk.0.ffn_gate_inp.weight"):
+        assert scaled[name] == pytest.approx(flat[name])
+    with pytest.raises(ValueError, match="init 'wide'"):
+        models.init_scale("token_embd.weight", dataclasses.replace(_moe_dims(), init="wide"))
