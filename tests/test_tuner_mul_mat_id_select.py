@@ -37,13 +37,15 @@ def test_each_point_under_every_routing_kind_with_used_from_the_down_rows() -> N
         row(512, 2048, 768, 128, 8, 40.0),
         row(512, 768, 2048, 64, 1, 5.0),  # no down row with E = 64: used unknown
     ]
-    sel = tmoe.select_mul_mat_id(rows, coverage=1.0, routes=("mmq", "cublas", "mmq/j=64,stream_k=off"))
+    split = "mmq/j=48,stream_k=on,split=2j"
+    routes = ("mmq", "cublas", "mmq/j=64,stream_k=off", split)
+    sel = tmoe.select_mul_mat_id(rows, coverage=1.0, routes=routes)
     ids = [c.id for c in sel.cases]
     assert ids[:3] == [f"MUL_MAT_ID:expert:q4_K:f32:N768:K2048:E128:U1:M512:{k}" for k in tmoe.ROUTING_KINDS]
     assert len(ids) == 6 and {c.used for c in sel.cases} == {8}
     assert sel.cases[0].est_us == 80.0  # summed over the census buckets
     spec = sel.cases[0].spec()
-    assert spec["routes"] == ["mmq", "mmq/j=64,stream_k=off"]  # cuBLAS does not serve MUL_MAT_ID
+    assert spec["routes"] == ["mmq", "mmq/j=64,stream_k=off", split]  # cuBLAS does not serve MUL_MAT_ID
     assert spec["routing"] == {"kind": "uniform"} and spec["used"] == 8 and spec["B"] == 1
     assert sel.skipped_rows == {tmoe.SKIP_NO_USED: 1} and sel.skipped == {tmoe.SKIP_NO_USED: 5.0}
 

@@ -207,7 +207,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
 
     assert candidate_configs(["mmq", "cublas"], "routes") == ("mmq", "cublas")
     every = candidate_configs(ALL_ROUTES, "all")
-    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2) + (1 + 1 + 2 * 3 * 2)
+    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2 * 2) + (1 + 1 + 2 * 3 * 2)
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
         [
@@ -223,6 +223,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     mmq = [registry.Config.parse(c) for c in every if c.startswith("mmq/")]
     assert {dict(c.params)["j"] for c in mmq} == {str(j) for j in range(8, 129, 8)}
     assert {dict(c.params)["stream_k"] for c in mmq} == {"on", "off"}
+    assert sum(dict(c.params).get("split") == "2j" for c in mmq) == 16 * 2  # every J x stream-k, split
     assert all(registry.canonical_config(c) == c for c in every)
     with pytest.raises(ValueError, match="configs mode"):
         candidate_configs(["mmq"], "some")
@@ -237,3 +238,13 @@ def test_cache_candidates_are_the_routes_and_f16_cublas_with_and_without_the_cop
         f"cublas/out={o},compute=f16{w}" for o in ("f16", "f32") for w in ("", ",weight=cached")
     )
     assert candidate_configs(["mmq"], "cache") == ("mmq",)
+
+
+def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
+    from tuner.select import ALL_ROUTES, candidate_configs
+
+    every = candidate_configs(ALL_ROUTES, "all")
+    sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
+    routes = sel.cases[0].routes
+    assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
+    assert len(routes) == len(every) - 16 * 2
