@@ -92,14 +92,22 @@ def required_buckets(key0: Any, M: int, used: Mapping[tuple[Any, int], int]) -> 
 def _why_not(
     config: str, by_bucket: Mapping[int, Mapping[str, Any]], params: Any, verdict: Any, slower: Any
 ) -> str:
-    """Empty when ``config`` is slower than stock beyond noise in no measured bucket and passes in at
-    least one."""
+    """Empty when ``config`` is shown harmless in every measured bucket (never wrong, at least the minimum
+    of paired trials where it ran, not slower than stock beyond noise) and passes in at least one."""
     reasons = []
     for b in sorted(by_bucket):
         name = registry.ROUTING_BUCKETS[b]
         ev = by_bucket[b].get(config)
         if ev is None:
             return f"not measured in bucket {name}"
+        if ev.numerics_failed:
+            return f"wrong in bucket {name}: off the CPU backend beyond the NMSE threshold"
+        if not ev.reference and ev.n_ok > 0 and ev.n_paired < params.min_trials:
+            # too few trials for a CI says nothing about harm: the race stops timing a configuration
+            # after its first trials where it lost to the bucket's best
+            raced = ", raced out" if ev.raced_out else ""
+            n = f"{ev.n_paired} paired ok trials (< {params.min_trials})"
+            return f"not shown harmless in bucket {name}: {n}{raced}"
         if slower(ev, params):
             return f"slower than stock beyond noise in bucket {name} (ratio {ev.ratio:.3f}x)"
         v = verdict(ev, params)

@@ -92,6 +92,27 @@ def test_winning_in_buckets_1_and_2_but_losing_in_3_gives_no_rule() -> None:
     assert point.routing0 is None
 
 
+@pytest.mark.parametrize("status", ["pruned", "wrong"])
+def test_a_config_the_race_stopped_or_found_wrong_in_one_bucket_gets_no_rule(status: str) -> None:
+    """The H200 sweep of the seventeenth session: the race stopped timing mmq/j=32 after one trial under
+    concentrated routing (0.57x of stock there), too few for a CI, and the rule was admitted on its
+    passes elsewhere. Harmlessness needs the evidence in every bucket; a wrong result anywhere refuses."""
+    speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 0.57}}
+    rows = moe_rows(speed, 256)
+    for r in rows:
+        if r["routing"] == 3 and r["config"] == J64 and (status == "wrong" or r["trial"] > 0):
+            r["status"] = status
+            if status == "pruned":
+                r["us"] = None
+    d = decide.decide(frame(rows), P)
+    assert moe_rules(d) == []
+    (why,) = [f.reason for f in d.refusals if f.route == J64 and f.key.op == "MUL_MAT_ID"]
+    if status == "pruned":
+        assert why == "not shown harmless in bucket concentrated: 1 paired ok trials (< 3), raced out"
+    else:
+        assert why.startswith("wrong in bucket concentrated")
+
+
 def test_a_config_that_ties_in_one_bucket_and_passes_in_the_others_gets_a_rule() -> None:
     # no harm in any bucket (a tie is not slower beyond noise) and faster beyond noise where it passes:
     # stock's own choice may already be the best one bucket allows (concentrated routing, all tokens on a

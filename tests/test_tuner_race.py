@@ -80,6 +80,8 @@ def test_the_first_trial_screen_drops_candidates_far_behind_the_best(unit: dict[
     # (index 0, the anchor) is never screened, nor a candidate without a first time; 0 or 1 turns it off
     assert unit["screen"] == [-1, -1, 1, -1, -1]
     assert unit["screen_off"] == -1 and unit["screen_one"] == -1
+    # MUL_MAT_ID's screen is against stock, not the best: only the candidate beyond 1.5 x stock goes
+    assert unit["screen_vs_stock"] == [-1, -1, -1, 0, -1] and unit["screen_vs_none"] == -1
 
 
 def test_a_per_call_candidate_races_only_against_per_call_rivals(unit: dict[str, Any]) -> None:

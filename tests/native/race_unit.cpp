@@ -35,6 +35,12 @@ int main() {
                 scr[3], scr[4], race_screened(first, 0, 0)[2], race_screened(first, 1.0, 0)[2]);
     // a per-call candidate is screened and raced only against the per-call best: cached (index 1) at 100,
     // per-call at 180 (index 2) and 280 (index 3, > 1.5 x 180), stock (index 0) at 400
+    // MUL_MAT_ID screens against stock (index 0 at 200): 151 and 149 stay (faster), a candidate at 301
+    // (> 1.5 x 200) goes; a reference without a time screens nothing
+    const std::vector<double> first_vs = { 200, 100, 151, 301, NAN };
+    const std::vector<int>    scr_vs   = race_screened_against(first_vs, 1.5, 0);
+    std::printf("\"screen_vs_stock\":[%d,%d,%d,%d,%d],\"screen_vs_none\":%d,", scr_vs[0], scr_vs[1], scr_vs[2],
+                scr_vs[3], scr_vs[4], race_screened_against({ NAN, 100, 400 }, 1.5, 0)[2]);
     const std::vector<double> first2 = { 400, 100, 180, 280 };
     const std::vector<int> scr2 = race_screened(first2, 1.5, 0, { true, false, true, true });
     const std::vector<int> scr3 = race_screened(first2, 1.5, 0);  // no classes: both against the cached 100

@@ -740,7 +740,11 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
              c.trials);
 
     // trials: candidates interleaved, order rotated each trial, stock in every trial as the anchor;
-    // racing (race.h) stops timing a candidate slower than the current best beyond noise
+    // racing (race.h) stops timing a candidate slower than the current best beyond noise. MUL_MAT_ID races
+    // against stock instead: its table rule must be harmless under every routing (codegen/moe.py), so a
+    // configuration slower than some bucket's best but not than stock there still needs its full trials,
+    // and one slower than stock beyond noise in any bucket is out of the routing-0 decision.
+    const bool vs_stock = c.op == ggml_dispatch_op_name(GGML_DISPATCH_OP_MUL_MAT_ID);
     const size_t                     n = cands.size();
     std::vector<std::vector<json>>   trial_rows((size_t) c.trials);
     std::vector<double>              anchors((size_t) c.trials, NAN);
@@ -851,7 +855,9 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             for (size_t k = 0; k < n; ++k) {
                 first[k] = pruned[k].empty() ? ok_us[k][0] : NAN;
             }
-            const std::vector<int> scr = race_screened(first, race.screen, 0, per_call);  // stock (k = 0): the anchor
+            // stock (k = 0) is the anchor, never screened
+            const std::vector<int> scr = vs_stock ? race_screened_against(first, race.screen, 0)
+                                                  : race_screened(first, race.screen, 0, per_call);
             for (size_t k = 0; k < n; ++k) {
                 if (scr[k] < 0) {
                     continue;
@@ -877,7 +883,7 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             const int best_any      = race_best(clean);
             const int best_per_call = race_best_among(clean, per_call);
             for (size_t k = 1; k < n; ++k) {  // stock (k = 0) is the anchor: always timed
-                const int best = per_call[k] ? best_per_call : best_any;
+                const int best = vs_stock ? 0 : per_call[k] ? best_per_call : best_any;
                 if (best < 0 || k == (size_t) best || !pruned[k].empty() ||
                         !race_prune(clean[k], clean[(size_t) best], race)) {
                     continue;

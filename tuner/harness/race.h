@@ -212,6 +212,21 @@ inline std::vector<int> race_screened(const std::vector<double> & first_us, doub
     return out;
 }
 
+// The screen against one reference candidate `ref` (MUL_MAT_ID: stock, index 0) instead of the best: a
+// candidate whose first trial is more than `screen` x the reference's is out; the reference stays.
+inline std::vector<int> race_screened_against(const std::vector<double> & first_us, double screen, size_t ref) {
+    std::vector<int> out(first_us.size(), -1);
+    if (!(screen > 1.0) || ref >= first_us.size() || !(std::isfinite(first_us[ref]) && first_us[ref] > 0)) {
+        return out;
+    }
+    for (size_t k = 0; k < first_us.size(); ++k) {
+        if (k != ref && std::isfinite(first_us[k]) && first_us[k] > screen * first_us[ref]) {
+            out[k] = (int) ref;
+        }
+    }
+    return out;
+}
+
 // Pruning by a model before timing (as Triton's prune_configs_by): an mmq configuration whose column-tile
 // width J gives as many column tiles over M as a smaller eligible J with the same other parameters does
 // the same number of tiles with more padded columns, so it is not timed. Recorded H200 sweeps never had
