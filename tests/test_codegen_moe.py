@@ -301,3 +301,33 @@ def test_in_sample_scores_every_bucket_with_the_routing_0_rule() -> None:
     assert sorted((h.key.routing, h.predicted, h.harm) for h in held) == [(b, J64, False) for b in (1, 2, 3)]
     text = "\n".join(loo.report(held))
     assert "in-sample: 3 held-out points" in text and "0 of 3 points beyond 2%" in text
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _moe_decisions(path: Path) -> tuple[list[decide.Rule], list[decide.Refusal]]:
+    d = decide.decide(pd.read_parquet(path), P)
+    return moe_rules(d), [f for f in d.refusals if f.key.op == "MUL_MAT_ID"]
+
+
+def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
+    """Real H200 sweeps (seventeenth session). The first raced against each bucket's best: its early-
+    pruned configurations (0.57-0.63x of stock under concentrated routing) no longer make rules. The
+    second raced against stock: its two rules, one a split, are the committed table's."""
+    first, refused = _moe_decisions(REPO / "evidence" / "h200-2026-12-04-s17" / "moe-tuning.parquet")
+    assert first == []
+    assert any(
+        f.route == "mmq/j=32,stream_k=off" and "not shown harmless in bucket concentrated" in f.reason
+        for f in refused
+    )
+    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h200-moe-scaled"
+    rules, _ = _moe_decisions(table_dir / "tuning.parquet")
+    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.route) for r in rules)
+    assert got == [
+        ("q4_K", 768, 128, "mmq/j=64,stream_k=off,split=2j"),
+        ("q4_K", 768, 512, "mmq/j=112,stream_k=off"),
+    ]
+    assert all(ratio >= 1.0 for r in rules for _, ratio in r.buckets)  # not slower in any bucket
+    committed = tbl.load(table_dir / "table.json")
+    assert sorted((r["src0_type"], r["N"], r["M_lo"], r["config"]) for r in committed["rules"]) == got
