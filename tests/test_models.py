@@ -149,3 +149,16 @@ def test_scaled_init_keeps_token_embeddings_large_and_residual_projections_small
         assert scaled[name] == pytest.approx(flat[name])
     with pytest.raises(ValueError, match="init 'wide'"):
         models.init_scale("token_embd.weight", dataclasses.replace(_moe_dims(), init="wide"))
+
+
+def test_flat_weights_collapse_the_routing_and_scaled_ones_keep_it_spread() -> None:
+    """The numpy replay of the preset's forward pass (lab/routing_sim.py, the weights write_dense writes):
+    under flat init the second layer already sends most of 128 tokens to one expert, as the H200 trace of
+    the flat model shows at ubatch 512; under scaled init every layer uses (nearly) all 128 experts."""
+    from lab import routing_sim
+
+    d = dataclasses.replace(models.PRESETS["qwen3moe-a3b"], layers=2)
+    flat = routing_sim.simulate(dataclasses.replace(d, init="flat"), tokens=128)
+    scaled = routing_sim.simulate(d, tokens=128)
+    assert flat[1]["max"] > 0.75 * 128 and flat[1]["experts"] < 80
+    assert all(r["experts"] >= 120 and r["max"] < 0.2 * 128 and r["cv"] < 0.5 for r in scaled)
