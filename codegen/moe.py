@@ -103,8 +103,8 @@ def _why_not(
         if ev.numerics_failed:
             return f"wrong in bucket {name}: off the CPU backend beyond the NMSE threshold"
         if not ev.reference and ev.n_ok > 0 and ev.n_paired < params.min_trials:
-            # too few trials for a CI says nothing about harm: the race stops timing a configuration
-            # after its first trials where it lost to the bucket's best
+            # too few trials for a CI says nothing about harm (a sweep that raced against each bucket's
+            # best stopped timing such configurations after one trial)
             raced = ", raced out" if ev.raced_out else ""
             n = f"{ev.n_paired} paired ok trials (< {params.min_trials})"
             return f"not shown harmless in bucket {name}: {n}{raced}"

@@ -105,6 +105,11 @@ def _fill(pool: np.ndarray, n: int, offset: int) -> np.ndarray:
     return np.tile(pool, reps)[start : start + n] if reps > 1 else pool[start : start + n].copy()
 
 
+def tensor_values(pool: np.ndarray, index: int, n: int, start: int = 0) -> np.ndarray:
+    """n values of the ``index``-th tensor of ``write_dense``'s list, from its element ``start``."""
+    return _fill(pool, n, offset=index * 104729 + start)
+
+
 def _copy_kv(reader: Any, writer: Any, skip: tuple[str, ...]) -> None:
     gguf = _gguf()
     for key, field in reader.fields.items():
@@ -243,9 +248,9 @@ def write_dense(out: Path, d: Dims, tokenizer_from: Path, seed: int = 0) -> None
         if len(ne) == 1:
             norm_or_weight = np.ones(n, dtype=np.float32)
         elif name.endswith("ffn_gate_inp.weight"):  # the router stays F32 (llama-quantize keeps it so)
-            norm_or_weight = _fill(pool, n, offset=i * 104729)
+            norm_or_weight = tensor_values(pool, i, n)
         else:
-            norm_or_weight = _fill(pool16, n, offset=i * 104729)
+            norm_or_weight = tensor_values(pool16, i, n)
             if (f := init_scale(name, d)) != 1.0:
                 norm_or_weight = (norm_or_weight.astype(np.float32) * f).astype(np.float16)
         writer.write_tensor_data(norm_or_weight)

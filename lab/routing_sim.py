@@ -47,13 +47,13 @@ def simulate(d: models.Dims, tokens: int, seed: int = 1) -> list[dict[str, float
         i, ne = index[name]
         pool = pool32 if name.endswith("ffn_gate_inp.weight") else pool16
         count = int(np.prod(ne)) if n is None else n
-        w = models._fill(pool, count, offset=i * 104729 + start) * models.init_scale(name, d)
+        w = models.tensor_values(pool, i, count, start) * models.init_scale(name, d)
         return w.reshape(rows, -1)
 
     ids = np.random.default_rng(seed).integers(0, VOCAB, tokens)
     emb = index["token_embd.weight"][0]
     scale = models.init_scale("token_embd.weight", d)
-    h = np.stack([models._fill(pool16, d.hidden, offset=emb * 104729 + t * d.hidden) for t in ids]) * scale
+    h = np.stack([models.tensor_values(pool16, emb, d.hidden, t * d.hidden) for t in ids]) * scale
     pos = np.arange(tokens, dtype=np.float64)
     H, KV, Dh = d.heads, d.kv_heads, d.head_dim
     mask = np.triu(np.full((tokens, tokens), -np.inf), 1)
