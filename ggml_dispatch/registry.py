@@ -251,11 +251,13 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
             Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
             Param(
                 "split",
-                ("2j",),
+                ("2j", "2j_wave"),
                 "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid"
                 " of 2 column tiles per expert); a second launch runs the others as the tree would."
                 " Each block reads its expert's token count on the device, so the choice follows the"
-                " routing without a host sync. Needs j",
+                " routing without a host sync. Needs j. 2j_wave (needs stream_k=off): that first launch"
+                " is one wave of blocks, each running a run of whole tiles in turn, so where every"
+                " expert went to the second launch it costs one wave of block starts, not one per tile",
                 ops=(Op.MUL_MAT_ID,),
             ),
         ),
@@ -494,8 +496,8 @@ def route_configs(route: Route | str) -> list[Config]:
     out = [Config(spec.route)]
     combos: list[tuple[tuple[str, str], ...]] = [()]
     for p in spec.params:
-        if len(p.values) == 1:  # a switch: combined left out (stock's behaviour) and on
-            combos = [c2 for c in combos for c2 in (c, (*c, (p.name, p.values[0])))]
+        if len(p.values) == 1 or p.ops:  # a switch, or a parameter of some ops only: left out, and each value
+            combos = [c2 for c in combos for c2 in (c, *((*c, (p.name, v)) for v in p.values))]
             continue
         combos = [(*c, (p.name, v)) for c in combos for v in p.values]
     alone = [((p.name, p.values[0]),) for p in spec.params if len(p.values) == 1]
@@ -513,10 +515,12 @@ def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
 
 def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
     """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance,
-    and for an mmq split without its J (a sweep leaves them out; the runtime refuses them as
-    ineligible:params)."""
+    for an mmq split without its J, and for a 2j_wave split without stream_k=off (a sweep leaves them
+    out; the runtime refuses them as ineligible:params)."""
     values = dict(params)
     if route is Route.MMQ and "split" in values and "j" not in values:
+        return False
+    if route is Route.MMQ and values.get("split") == "2j_wave" and values.get("stream_k") != "off":
         return False
     if route is not Route.FA_MMA or "ncols1" not in values or "ncols2" not in values:
         return True

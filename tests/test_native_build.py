@@ -404,8 +404,12 @@ def grids(
     broken = src.replace("if (dev.smpbo < 48 * 1024) {", "if (dev.smpbo < 1) {")
     # and mmq's split allowed without the J its light side runs
     broken2 = broken.replace("if (p.mmq_split != 0 && p.mmq_J == 0) {", "if (false) {")
-    assert src != broken != broken2
-    broken = broken2
+    # and 2j_wave allowed with stream-k (whose first launch would then need a fixup buffer)
+    broken3 = broken2.replace(
+        "if (p.mmq_split_wave != 0 && p.mmq_stream_k != GGML_DISPATCH_MMQ_STREAM_K_TILES) {", "if (false) {"
+    )
+    assert src != broken != broken2 != broken3
+    broken = broken3
     (mutant / "ggml-dispatch-eligibility.cuh").write_text(broken)
     # beside it, so that its own include of the MUL_MAT check finds the mutant
     shutil.copy2(patched_tree / CUDA / "ggml-dispatch-eligibility-id.cuh", mutant)
@@ -461,6 +465,7 @@ def test_grid_catches_a_missing_hard_limit(grids: dict[str, dict[str, Any]]) -> 
     assert g["rc"] != 0 and g["violations"] > 0
     assert any("mmq" in m and "tree no, check ok" in m for m in g["messages"])
     assert any("C6 mmq split on MUL_MAT_ID (ok, J=0)" in m for m in g["messages"])
+    assert any("C6 mmq split=2j_wave on MUL_MAT_ID (ok" in m for m in g["messages"])
 
 
 # --------------------------------------------------------------------------------------------

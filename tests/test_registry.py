@@ -130,7 +130,7 @@ def test_issue_configurations_are_declared() -> None:
     assert {p.name: p.values for p in mmq.params} == {
         "j": tuple(str(j) for j in range(8, 129, 8)),
         "stream_k": ("on", "off"),
-        "split": ("2j",),
+        "split": ("2j", "2j_wave"),
     }
 
 
@@ -140,7 +140,12 @@ def test_mmq_split_is_a_mul_mat_id_configuration_that_needs_its_j() -> None:
     assert registry.route_allowed("MUL_MAT", "mmq/j=48,stream_k=off")
     configs = [str(c) for c in registry.route_configs("mmq")]
     assert split in configs and "mmq/split=2j" not in configs  # the light side's J is the point
-    assert len(configs) == 1 + 16 * 2 * 2
+    # 2j_wave only beside stream_k=off (its first launch is the stream-k kernel over whole tiles)
+    assert "mmq/j=48,stream_k=off,split=2j_wave" in configs
+    assert "mmq/j=48,stream_k=on,split=2j_wave" not in configs
+    assert len(configs) == 1 + 16 * 2 * 2 + 16
+    wave = registry.Config.parse("mmq/j=48,stream_k=off,split=2j_wave")
+    assert registry.Config.from_code(wave.code) == wave and wave.code != registry.Config.parse(split).code
     assert registry.Config.from_code(registry.Config.parse(split).code) == registry.Config.parse(split)
 
 
@@ -394,5 +399,5 @@ def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
     # a config without the switch is the per-call path: its code leaves the weight field 0
     c = registry.Config.parse("cublas/weight=cached")
     assert c.code != registry.Config.parse("cublas").code and registry.Config.from_code(c.code) == c
-    # mmq's one switch (split, MUL_MAT_ID only) is swept set only together with a J
-    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2
+    # mmq's split (MUL_MAT_ID only) is swept left out and set, only together with a J (2j_wave: stream_k=off)
+    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2 + 16

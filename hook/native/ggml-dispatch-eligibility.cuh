@@ -243,8 +243,10 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
             case GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_OFF: p.mmq_stream_k = GGML_DISPATCH_MMQ_STREAM_K_TILES; break;
             default: break;
         }
-        if (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_SPLIT_INDEX) == GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J) {
-            p.mmq_split = 2;
+        switch (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_SPLIT_INDEX)) {
+            case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J:      p.mmq_split = 2; break;
+            case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_WAVE: p.mmq_split = 2; p.mmq_split_wave = 1; break;
+            default: break;
         }
     }
     return p;
@@ -322,8 +324,11 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
         if (p.mmq_split != 0 && p.mmq_J == 0) {
             return GGML_DISPATCH_WHY_PARAMS;  // the split's light side runs the configuration's own J
         }
+        if (p.mmq_split_wave != 0 && p.mmq_stream_k != GGML_DISPATCH_MMQ_STREAM_K_TILES) {
+            return GGML_DISPATCH_WHY_PARAMS;  // one wave over whole tiles is the stream-k kernel without a fixup
+        }
         if (p.mmq_J != 0) {
-            return ggml_dispatch_mmq_J_compiled(d.src0_type, p.mmq_J, fallback, dev, stream_k) ? GGML_DISPATCH_OK
+            return ggml_dispatch_mmq_J_compiled(d.src0_type, p.mmq_J, fallback, dev, stream_k || p.mmq_split_wave != 0) ? GGML_DISPATCH_OK
                                                                                                 : GGML_DISPATCH_WHY_PARAMS;
         }
         if (stream_k) {

@@ -33,6 +33,8 @@ enum ggml_dispatch_mmq_stream_k {
     GGML_DISPATCH_MMQ_STREAM_K_STOCK = 0,
     GGML_DISPATCH_MMQ_STREAM_K_ON = 1,     // one block per SM, partial tiles fixed up
     GGML_DISPATCH_MMQ_STREAM_K_TILES = 2,  // one block per output tile, no fixup
+    GGML_DISPATCH_MMQ_STREAM_K_WAVE = 3,   // a split's first launch under 2j_wave: about one wave of blocks, each
+                                           // running the same number of whole tiles in turn, no fixup
 };
 
 enum ggml_dispatch_fa_sparse {
@@ -58,6 +60,7 @@ struct ggml_dispatch_params {
     int mmq_J          = 0;  // 0: the tree's rule (fewest column tiles, then smallest J)
     int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
     int mmq_split      = 0;  // MUL_MAT_ID: experts with at most mmq_split x J tokens run J and stream-k, the others stock's
+    int mmq_split_wave = 0;  // the split's first launch as one wave of blocks over whole tiles (split=2j_wave)
     int mmq_expert_filter = 0;  // set by the split for each of its two launches (ggml_dispatch_mmq_expert_skipped)
     int cublas_weight  = GGML_DISPATCH_CUBLAS_WEIGHT_STOCK;
     int refused        = 0;  // set by a reader that could not apply a value
@@ -112,11 +115,28 @@ static inline bool ggml_dispatch_cublas_f32_output(bool stock, ggml_type compute
     return p.cublas_out == GGML_DISPATCH_CUBLAS_OUT_F32;
 }
 
+// mmq under STREAM_K_WAVE: the largest divisor of the tile count within two blocks per SM, so that every
+// block's range of the stream-k kernel is whole tiles (no fixup, no buffer from the pool). Without such a
+// divisor down to half of that, one block per tile.
+static inline int ggml_dispatch_mmq_wave_blocks(int ntiles_dst, int nsm) {
+    const int cap = 2*nsm;
+    if (ntiles_dst <= cap) {
+        return ntiles_dst;
+    }
+    for (int blocks = cap; blocks >= cap/2; --blocks) {
+        if (ntiles_dst % blocks == 0) {
+            return blocks;
+        }
+    }
+    return ntiles_dst;
+}
+
 // mmq: the grid of the stream-k kernel (stock: one block per tile when tiling is >= 90% efficient).
 static inline int ggml_dispatch_mmq_stream_k_blocks(int stock, int ntiles_dst, int nsm) {
     switch (ggml_dispatch_params_current().mmq_stream_k) {
         case GGML_DISPATCH_MMQ_STREAM_K_ON:    return nsm;
         case GGML_DISPATCH_MMQ_STREAM_K_TILES: return ntiles_dst;
+        case GGML_DISPATCH_MMQ_STREAM_K_WAVE:  return ggml_dispatch_mmq_wave_blocks(ntiles_dst, nsm);
         default:                               return stock;
     }
 }

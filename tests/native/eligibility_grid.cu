@@ -195,6 +195,22 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
                 }
                 s.configs += 2;
                 s.config_ok += w_split == GGML_DISPATCH_OK;
+                // 2j_wave: the split without stream-k only (its first launch is the stream-k kernel over whole
+                // tiles), where that J's code has a stream-k config
+                const int wave = config | (GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_WAVE << GGML_DISPATCH_PARAM_MMQ_SPLIT_SHIFT);
+                const ggml_dispatch_why w_wave = ggml_dispatch_check_config_id(wave, d, dev, true);
+                bool wave_ok = false;
+                if (j != 0 && sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_OFF && w_id == GGML_DISPATCH_OK) {
+                    const ggml_cuda_mmq_config cw = ggml_cuda_mmq_get_config(d.src0_type, 8*j, fallback, dev.cc);
+                    wave_ok = cw.stream_k;
+                }
+                if (wave_ok != (w_wave == GGML_DISPATCH_OK)) {
+                    fail(s, std::string("C6 mmq split=2j_wave on MUL_MAT_ID (") + ggml_dispatch_why_name(w_wave) + ", J=" +
+                            std::to_string(8*j) + ", stream_k " + std::to_string(sk) + "): " +
+                            where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                s.configs++;
+                s.config_ok += w_wave == GGML_DISPATCH_OK;
                 if (why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK || j == 0 || sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON) {
                     continue;
                 }
