@@ -562,6 +562,21 @@ STOCK = {
 
 
 @needs_nvcc
+def test_the_split_wave_grid_is_whole_tiles_per_block_within_two_blocks_per_sm(
+    glue: dict[str, Path],
+) -> None:
+    out, _ = run_glue(glue["no_table"], {})
+    got = {(n, sm): b for n, sm, b in out["wave_blocks"]}
+    # qwen3moe-a3b: gate/up 6 row tiles x 2 column tiles x 128 experts, down 16 x 2 x 128
+    assert got[(1536, 132)] == 256 and got[(4096, 132)] == 256
+    assert got[(200, 132)] == 200  # fewer tiles than two per SM: one block each
+    assert got[(1031, 132)] == 1031  # prime: no divisor near one wave, one block per tile
+    assert got[(411, 132)] == 137  # 3 x 137: the largest divisor within 264
+    for (n, sm), b in got.items():
+        assert n % b == 0 and (b <= 2 * sm or b == n)  # every block's range is whole tiles: no fixup
+
+
+@needs_nvcc
 def test_glue_default_mode_runs_stock_and_traces_it(glue: dict[str, Path], tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     out, log = run_glue(glue["no_table"], {"GGML_CUDA_ROUTE_TRACE": str(trace)})

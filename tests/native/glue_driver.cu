@@ -94,6 +94,17 @@ int main() {
                 ggml_cuda_dispatch_graph_update_error(0, cudaErrorInvalidValue) ? "true" : "false",
                 ggml_cuda_dispatch_graph_update_error(0, cudaSuccess) ? "true" : "false");
 
+    // the mmq split's one-wave grid (2j_wave) for tile counts of the qwen3moe-a3b shapes and two edge cases
+    {
+        const int cases[][2] = {{1536, 132}, {4096, 132}, {200, 132}, {1031, 132}, {3 * 137, 132}};
+        std::printf("{\"wave_blocks\":[");
+        for (size_t i = 0; i < sizeof(cases)/sizeof(cases[0]); ++i) {
+            std::printf("%s[%d,%d,%d]", i ? "," : "", cases[i][0], cases[i][1],
+                        ggml_dispatch_mmq_wave_blocks(cases[i][0], cases[i][1]));
+        }
+        std::printf("]}\n");
+    }
+
     // tensors as llama.cpp builds them (names included), allocated in a CPU buffer
     ggml_init_params params = {ggml_tensor_overhead() * 64 + ggml_graph_overhead(), nullptr, true};
     ggml_context *   ctx    = ggml_init(params);
