@@ -156,6 +156,12 @@ static inline void ggml_dispatch_mmq_no_stream_k() {
 static __device__ __forceinline__ bool ggml_dispatch_mmq_expert_skipped(int filter, int ntokens) {
     return filter > 0 ? ntokens > filter : filter < 0 && ntokens <= -filter;
 }
+
+// A tile with no work for the launch: its first column `col0` past its expert's `ntokens` (the tree's own
+// test), or an expert the launch leaves to the other one.
+static __device__ __forceinline__ bool ggml_dispatch_mmq_tile_idle(int filter, int col0, int ntokens) {
+    return col0 >= ntokens || ggml_dispatch_mmq_expert_skipped(filter, ntokens);
+}
 #endif
 
 // FlashAttention MMA_F16: the sparse gather (ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse): `hard` = the
