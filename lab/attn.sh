@@ -33,7 +33,9 @@
 #                 (GGML_CUDA_DISPATCH_WARMUP=off, which its records' environment names; file ab-<model>-nowarm-*):
 #                 against the same call's A/B with it, each paired with its own stock runs;
 #                 HOOK_ARM=1 adds the arm `hook`: a copy of PART=build's llama-bench (the hook, no table)
-#                 run with the dispatch on, so hook/stock is the hook's own cost and table/hook the rules'
+#                 run with the dispatch on, so hook/stock is the hook's own cost and table/hook the rules';
+#                 AB_BENCH="llama-bench args" replaces every bench above with that one (one focused test set,
+#                 e.g. the depth fill's ubatch varied: "-ngl 99 -fa on -ctk f16 -ctv f16 -p 2,3 -n 0 -d 49152 -ub 256,512")
 #
 #   PART=profile  after PART=table, or TABLE=a committed table.json installed first: CUPTI kernel timelines
 #                 of stock and that table, tg32 and tg96 at AB_DEPTHS
@@ -347,6 +349,7 @@ table)
         bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 2,3,4 -n 32 -d ${AB_DEPTHS:-$DEPTHS}")
         [ -n "${AB_NO_PP512:-}" ] || bench+=(--bench "-ngl 99 -fa on -ctk $kv -ctv $kv -p 512 -n 0 -d 16384")
     done
+    [ -n "${AB_BENCH:-}" ] && bench=(--bench "$AB_BENCH")
     models=()
     for m in ${AB_MODELS:-qwen3-seed}; do  # one model per call fits a call's budget: AB_MODELS=llama8b next
         case $m in qwen3-seed) models+=(--model "qwen3-seed=$QWEN") ;; llama8b) models+=(--model "llama8b=$L8B") ;;
