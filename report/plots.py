@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -53,6 +54,10 @@ _DPI: Final = 100
 
 def _png(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
+    with warnings.catch_warnings():
+        # a plot with many routes' legends may not fit tightly; it is still readable, so no warning on stderr
+        warnings.filterwarnings("ignore", message="Tight layout not applied", category=UserWarning)
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
     return buf.getvalue()
@@ -141,7 +146,6 @@ def plot_shape(key: ShapeKey, points: Sequence[Point], rules: Sequence[Mapping[s
     ax.set_title(f"{shape_label(key)}\n{gpu}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -181,7 +185,6 @@ def plot_type_speedups(tkey: tuple[str, str, str, str], points: Sequence[Point],
     ax.grid(True, which="both", alpha=0.3)
     if by_shape:
         ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -198,7 +201,6 @@ def plot_census(title: str, shares: Sequence[tuple[str, float]]) -> bytes:
     ax.set_xlabel("share of census est_us (%)")
     ax.set_title(title, fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -270,7 +272,6 @@ def plot_gain(gains: Sequence[PointGain], with_table: bool) -> bytes:
     handles = [Patch(color=route_color(r, others), label=r) for r in used]
     ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="upper right")
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -306,7 +307,6 @@ def plot_ab(comps: Sequence[AbComparison], predicted: Mapping[int, float]) -> by
     ax.grid(True, axis="x", alpha=0.3)
     if comps:
         ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -343,5 +343,4 @@ def plot_profile(profile: timeline.Profile) -> bytes:
     ax.set_title("where a run's time goes (CUPTI kernel timelines)", fontsize=9)
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
     return _png(fig)
