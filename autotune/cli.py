@@ -102,6 +102,15 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     help="the KV cache type of the --depth workload (llama-bench -ctk/-ctv).",
 )
 @click.option(
+    "--kv-shadow-budget",
+    type=click.IntRange(0, 1 << 30),
+    default=0,
+    show_default=True,
+    help="MiB of VRAM the table may use at run time for an f16 shadow of a quantized KV cache: attention "
+    "configurations that read the shadow (kv=shadow, measured with --depth and a quantized --kv-type) "
+    "become eligible rules; 0 leaves them out.",
+)
+@click.option(
     "--cuda-arch",
     default="native",
     show_default=True,
@@ -173,6 +182,7 @@ def autotune_cmd(
     ubatch: str,
     depth: str | None,
     kv_type: str,
+    kv_shadow_budget: int,
     cuda_arch: str,
     nvcc: Path | None,
     cuda_home: Path | None,
@@ -210,8 +220,20 @@ def autotune_cmd(
     Examples:
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 49152 --kv-type q8_0 \\
+          --kv-shadow-budget 4096
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
+    quantized_kv = bool(depth) and kv_type not in ("f16", "bf16")
+    if kv_shadow_budget and not quantized_kv:
+        raise click.UsageError("--kv-shadow-budget needs --depth and a quantized --kv-type (e.g. q8_0)")
+    if quantized_kv and not kv_shadow_budget:
+        click.echo(
+            f"note: --kv-type {kv_type} without --kv-shadow-budget: attention configurations that read "
+            "an f16 shadow of the KV cache are measured but left out of the table "
+            "(--kv-shadow-budget MiB admits them)",
+            err=True,
+        )
     try:
         archs = env_mod.parse_archs(cuda_arch)
     except ValueError as e:
@@ -273,6 +295,7 @@ def autotune_cmd(
         ubatches=_ints(ubatch),
         depths=_ints(depth, "depth") if depth is not None else (),
         kv_type=kv_type,
+        kv_shadow_budget=kv_shadow_budget,
         cuda_arch=cuda_arch,
         nvcc=compiler,
         jobs=jobs or os.cpu_count() or 2,

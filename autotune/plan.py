@@ -80,6 +80,7 @@ class Options:
     skip: frozenset[str] = frozenset()
     depths: tuple[int, ...] = ()  # KV depths of the attention workload (none: no attention tuning)
     kv_type: str = "f16"  # its KV cache type
+    kv_shadow_budget: int = 0  # MiB for f16 shadows of a quantized KV cache (codegen's option); 0: none
     tool: tuple[str, ...] = ("ggml-dispatch",)  # how the stage CLIs are called
     generator: tuple[str, ...] = ()  # e.g. ("-G", "Ninja")
     built: bool = False  # the build folder already holds a configured build (reused)
@@ -355,11 +356,26 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
             (tuning, *((matmul_tuning, attention_tuning) if depth_traces else ())),
         )
     )
+    shadow = ("--kv-shadow-budget", str(opts.kv_shadow_budget)) if opts.kv_shadow_budget else ()
     stages.append(
         Stage(
             "codegen",
-            "no-harm decisions -> table.json + ggml-dispatch-table.h",
-            (Step((*tool, "codegen", str(tuning), "--census", str(census), "-o", str(out))),),
+            "no-harm decisions -> table.json + ggml-dispatch-table.h"
+            + (f" (KV shadow budget {opts.kv_shadow_budget} MiB)" if opts.kv_shadow_budget else ""),
+            (
+                Step(
+                    (
+                        *tool,
+                        "codegen",
+                        str(tuning),
+                        "--census",
+                        str(census),
+                        "-o",
+                        str(out),
+                        *shadow,
+                    )
+                ),
+            ),
             0.2,
             (table, out / "ggml-dispatch-table.h"),
         )

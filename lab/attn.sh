@@ -53,6 +53,13 @@
 #                 the refill after an outside write) must print the same PPL; and llama-bench tg32 and
 #                 pp2 at depth 49152 (q8_0, -r 3, one run each: indicative, not an A/B) stock, fa_mma, and
 #                 fa_mma/kv=shadow and fa_vec/kv=shadow forced
+#   PART=autotune `ggml-dispatch autotune` on the qwen3 seed-shape model with --depth (after PART=build, whose
+#                 tree, build dir and model it reuses): decode workloads and verify at AT_DEPTHS (default
+#                 16384,49152) with an AT_KV (default q8_0) cache, every FlashAttention configuration tuned,
+#                 table, rebuild, stock-vs-table A/B and REPORT.md into build/at/autotune-attn; resumable
+#                 (call again on the warm machine); AT_TUNE_S (default 120) per sweep, AT_PAIRS (default 5);
+#                 AT_SHADOW_MIB=N passes --kv-shadow-budget N (on a finished run: codegen onward again, same
+#                 sweep; the folder's table and A/B are replaced, so pack the earlier call's first)
 #   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
 #                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
 #                 the committed table's configurations, each also with kv=shadow); then merged with the
@@ -63,7 +70,7 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
-: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|shadow-probe|shadow|table|profile}"
+: "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|shadow-probe|shadow|table|profile|autotune}"
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -425,6 +432,19 @@ profile)
     python3 lab/attn_profile_summary.py "$P" | tee "$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.md"
     # the GPU idle before kernels' first launches in each process (CUDA's lazy loading)
     python3 lab/first_use_gaps.py "$P" >>"$OUT/attn-profile-${AB_MODELS:-qwen3-seed}.md"
+    ;;
+autotune)
+    need_build
+    timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+        autotune --llama-cpp "$TREE" --model "$QWEN" --build-dir "$B" --cuda-arch 90 --workload decode \
+        --depth "${AT_DEPTHS:-16384,49152}" --kv-type "${AT_KV:-q8_0}" --trials 5 --tune-seconds "${AT_TUNE_S:-120}" \
+        --pairs "${AT_PAIRS:-5}" --reps 3 ${AT_SHADOW_MIB:+--kv-shadow-budget "$AT_SHADOW_MIB"} \
+        -o "$W/autotune-attn" 2>&1 | tee "$OUT/autotune-attn.log"
+    rc=${PIPESTATUS[0]}
+    echo "autotune rc=$rc" | tee -a "$OUT/autotune-attn.log"
+    [ -f "$W/autotune-attn/REPORT.md" ] && cp "$W/autotune-attn/REPORT.md" "$OUT/autotune-attn-REPORT.md"
+    tar -czf "$OUT/autotune-attn.tar.gz" -C "$W" autotune-attn
+    [ "$rc" -eq 0 ] || die "autotune (rc $rc; call again on the warm machine to resume)"
     ;;
 ab-qwen3 | ab-8b)
     need_build

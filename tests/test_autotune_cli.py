@@ -119,6 +119,50 @@ def test_dry_run_with_depths_tunes_attention_too(tree: Path, smollm2: Path, tmp_
     assert bad.exit_code == 2 and "--kv-type" in bad.output
 
 
+def test_kv_shadow_budget_reaches_codegen(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+    """A quantized --depth KV cache measures kv=shadow configurations; codegen admits them only under a
+    budget, so autotune says so without one and passes it on with one (the table's run-time cap)."""
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "--dry-run"]
+    runner = CliRunner()
+    q8 = ["--depth", "49152", "--kv-type", "q8_0"]
+    res = runner.invoke(main, [*args, "-o", str(tmp_path / "a"), *q8], env=NO_GPU)
+    assert res.exit_code == 0, res.output
+    assert "without --kv-shadow-budget" in res.stderr and "--kv-shadow-budget" not in res.stdout
+    res = runner.invoke(
+        main,
+        [*args, "-o", str(tmp_path / "b"), *q8, "--kv-shadow-budget", "4096"],
+        env=NO_GPU,
+    )
+    assert res.exit_code == 0, res.output
+    codegen = [ln for ln in res.stdout.splitlines() if " codegen " in ln]
+    assert len(codegen) == 1 and codegen[0].endswith("--kv-shadow-budget 4096"), codegen
+    assert "KV shadow budget 4096 MiB" in res.stdout and "note:" not in res.stderr
+    for extra in (["--kv-shadow-budget", "64"], ["--depth", "4096", "--kv-shadow-budget", "64"]):
+        bad = runner.invoke(main, [*args, "-o", str(tmp_path / "c"), *extra], env=NO_GPU)
+        assert bad.exit_code == 2 and "needs --depth and a quantized --kv-type" in bad.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_new_kv_shadow_budget_redoes_codegen_onward_not_the_sweep(
+    tree: Path, smollm2: Path, tmp_path: Path
+) -> None:
+    def keys(budget: int) -> dict[str, str]:
+        opts = plan_mod.Options(
+            llama_cpp=tree,
+            models=(smollm2,),
+            out=tmp_path / "o",
+            build_dir=tmp_path / "b",
+            depths=(49152,),
+            kv_type="q8_0",
+            kv_shadow_budget=budget,
+        )
+        return {s.name: run_mod.stage_key(s) for s in plan_mod.plan(opts)}
+
+    before, after = keys(0), keys(2048)
+    changed = [n for n in before if before[n] != after[n]]
+    assert changed == ["codegen"]  # done_stages stops at the first changed stage: codegen and all after it
+
+
 def test_refuses_without_a_gpu(tree: Path, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     res = CliRunner().invoke(
@@ -381,6 +425,7 @@ def test_every_planned_command_parses_with_its_stage_cli(
         tune_seconds=60.0,
         depths=depths,
         kv_type="q8_0",
+        kv_shadow_budget=1024 if depths else 0,
     )
     stages = plan_mod.plan(opts)
     # the announced tune time: --tune-seconds bounds each sweep (the matmul one, and the attention one)
