@@ -445,11 +445,13 @@ class GainModel:
 
 
 def effective_M(test: str, ubatch: int) -> int | None:
-    """M of the matmuls a llama-bench test runs: ppN -> min(N, ubatch), tgN -> 1; None if unknown."""
-    m = re.fullmatch(r"pp(\d+)", test)
+    """M of the matmuls a llama-bench test runs: ppN -> min(N, ubatch), tgN -> 1, also at a depth and KV
+    cache (``pp3 @ d16384 kv q8_0``: the timed step, not the untimed depth fill); None if unknown."""
+    base = re.sub(r"( @ d\d+)?( kv \S+(/\S+)?)?$", "", test)
+    m = re.fullmatch(r"pp(\d+)", base)
     if m:
         return min(int(m.group(1)), ubatch)
-    if re.fullmatch(r"tg\d+", test):
+    if re.fullmatch(r"tg\d+", base):
         return 1
     return None
 

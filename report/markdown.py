@@ -201,7 +201,8 @@ def _profile_prediction_rows(
         if d.arm != "table" or d.test not in stock:
             continue
         test, ubatch = timeline.test_case(d.test)
-        gains = gain_model.at(effective_M(test, ubatch or 1))
+        M = effective_M(test, ubatch or 1)
+        gains = gain_model.at(M) if M is not None else None
         pred = gains.table if gains is not None else None
         if pred is None:
             continue
@@ -651,7 +652,8 @@ def _ab_predicted(
         return out
     for i, c in enumerate(comps):
         if (c.arm, c.baseline) == ("table", "stock"):
-            gains = model.at(effective_M(c.test, c.ubatch))
+            M = effective_M(c.test, c.ubatch)
+            gains = model.at(M) if M is not None else None  # at(None) is the whole census
             if gains is not None and gains.table is not None:
                 out[i] = gains.table.speedup
     return out
@@ -717,7 +719,7 @@ def _section_ab(
     for i, c in enumerate(comps):
         M = effective_M(c.test, c.ubatch)
         pred = ab_predicted.get(i)
-        gains = model.at(M)
+        gains = model.at(M) if M is not None else None
         rule = gains.chosen if gains is not None else None
         implied = "–"
         if pred is not None and pred != 1.0:

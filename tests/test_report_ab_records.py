@@ -467,3 +467,42 @@ def test_summary_says_how_many_losses_chance_alone_gives() -> None:
     found = sum(c.ratio.below for c in comps)
     assert f"about 1.0 of these 39 comparisons would show a loss ({found} do)" in line
     assert markdown.chance_note(comps[:9]) == []
+
+
+def test_a_depth_test_is_predicted_at_its_own_M(tmp_path: Path) -> None:
+    """The autotune table of the twenty-second session (H100; matmul rules at M 256-1024 only) with its
+    A/B at depth: a pp2-pp4 / tg32 test at a depth gets the matmul prediction at its M (1.000: no rule
+    there), pp512 @ d16384 the one at M = 512, and no test the whole census' figure (1.491x)."""
+    import io
+    import tarfile
+
+    s22 = REPO / "evidence" / "h100-2026-12-06-s22"
+    with tarfile.open(s22 / "call2" / "1-attn-autotune.tar.gz") as outer:
+        inner = outer.extractfile("1-attn-autotune/autotune-attn.tar.gz")
+        assert inner is not None
+        with tarfile.open(fileobj=io.BytesIO(inner.read())) as t:
+            for name in ("tuning.parquet", "census.parquet", "table.json"):
+                f = t.extractfile(f"autotune-attn/{name}")
+                assert f is not None
+                (tmp_path / name).write_bytes(f.read())
+    res = CliRunner().invoke(
+        main,
+        [
+            "report",
+            *("--tuning", str(tmp_path / "tuning.parquet"), "--census", str(tmp_path / "census.parquet")),
+            *("--table", str(tmp_path / "table.json"), "--ab", str(s22 / "ab-qwen3-seed-q8_0-d4096.jsonl")),
+            "-o",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    rows = {
+        line.split(" | ")[0].removeprefix("| qwen3-seed "): line.rstrip(" |").rsplit(" | ", 1)[1]
+        for line in (tmp_path / "r" / "REPORT.md").read_text().splitlines()
+        if line.startswith("| qwen3-seed ") and "kv q8_0 ub512" in line
+    }
+    assert {
+        t: rows[f"{t} kv q8_0 ub512"] for t in ("pp2 @ d4096", "pp4 @ d4096", "tg32 @ d4096")
+    } == dict.fromkeys(("pp2 @ d4096", "pp4 @ d4096", "tg32 @ d4096"), "1.000")
+    assert float(rows["pp512 @ d16384 kv q8_0 ub512"]) > 1.2
+    assert "1.491" not in rows.values()

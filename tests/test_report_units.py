@@ -36,7 +36,16 @@ def test_weighted_speedup_is_amdahl() -> None:
 
 @pytest.mark.parametrize(
     ("test", "ubatch", "M"),
-    [("pp512", 512, 512), ("pp2048", 512, 512), ("pp2048", 2048, 2048), ("pp64", 512, 64), ("tg128", 512, 1)],
+    [
+        ("pp512", 512, 512),
+        ("pp2048", 512, 512),
+        ("pp2048", 2048, 2048),
+        ("pp64", 512, 64),
+        ("tg128", 512, 1),
+        ("pp3 @ d16384", 512, 3),
+        ("pp512 @ d16384 kv q8_0", 256, 256),
+        ("tg32 @ d49152 kv q8_0/f16", 512, 1),
+    ],
 )
 def test_effective_M(test: str, ubatch: int, M: int) -> None:
     assert analysis.effective_M(test, ubatch) == M
@@ -44,6 +53,7 @@ def test_effective_M(test: str, ubatch: int, M: int) -> None:
 
 def test_effective_M_unknown() -> None:
     assert analysis.effective_M("pp512+tg128", 512) is None
+    assert analysis.effective_M("pp512+tg128 @ d4096", 512) is None
 
 
 def test_paired_ratio() -> None:
