@@ -159,6 +159,7 @@ def codegen_cmd(
     census_df = None
     if census_path is not None:
         census_df = census_artifact.read(census_path).frame()
+    shadow_left_out = kv_shadow.faster_left_out(df, kv_shadow_budget)
     df = kv_shadow.keep_rows(df, kv_shadow_budget, tuning)
     decisions, plan = cache.decide_with_cache(df, census_df, cache_budget, params, tuning)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
@@ -226,6 +227,11 @@ def codegen_cmd(
             echo(f"  not cached: {s.key.label()} ({s.saved_per_mib:.3f} us/MiB): {why}")
     if kv_shadow.budget_bytes(table):
         echo(f"KV shadow: budget {table['kv_shadow']['budget_mib']} MiB (a run-time cap on the f16 shadows)")
+    if shadow_left_out:
+        echo(
+            f"KV shadow: left out (no --kv-shadow-budget): at {shadow_left_out} attention points a kv=shadow "
+            "configuration was measured faster than stock; --kv-shadow-budget MiB admits them"
+        )
     refused = table["refused"]
     if verbose:
         echo(f"refused candidates ({len(refused)}):")

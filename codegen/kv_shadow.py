@@ -52,6 +52,25 @@ def keep_rows(df: pd.DataFrame, budget_mib: int | None, path: str | Path = "<tun
     return df[~mask] if mask.any() else df
 
 
+_POINT = ("op", "layout", "k_type", "v_type", "D_K", "D_V", "gqa", "N", "K", "B", "M")
+
+
+def faster_left_out(df: pd.DataFrame, budget_mib: int | None) -> int:
+    """How many points a shadow configuration was measured faster than stock at (median of its ok trials'
+    anchor_us/us above 1) that the table cannot use: no budget. 0 under a budget."""
+    if budget_mib or not len(df):
+        return 0
+    rows = df[shadow_rows(df).to_numpy() & (df["status"] == "ok").to_numpy()]
+    if not len(rows):
+        return 0
+    keys = [c for c in _POINT if c in rows.columns]
+    cols = [*keys, "config"]
+    ratio = (rows["anchor_us"] / rows["us"]).rename("ratio")
+    medians = pd.concat([rows[cols], ratio], axis=1).groupby(cols, dropna=False)["ratio"]
+    best = medians.median().groupby(level=list(range(len(keys))), dropna=False).max()
+    return int((best > 1.0).sum())
+
+
 def section(budget_mib: int) -> dict[str, Any]:
     """The table's ``kv_shadow`` field."""
     return {"budget_mib": budget_mib, "budget_bytes": budget_mib * MIB}
