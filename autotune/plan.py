@@ -362,20 +362,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
             "codegen",
             "no-harm decisions -> table.json + ggml-dispatch-table.h"
             + (f" (KV shadow budget {opts.kv_shadow_budget} MiB)" if opts.kv_shadow_budget else ""),
-            (
-                Step(
-                    (
-                        *tool,
-                        "codegen",
-                        str(tuning),
-                        "--census",
-                        str(census),
-                        "-o",
-                        str(out),
-                        *shadow,
-                    )
-                ),
-            ),
+            (Step((*tool, "codegen", str(tuning), "--census", str(census), "-o", str(out), *shadow)),),
             0.2,
             (table, out / "ggml-dispatch-table.h"),
         )

@@ -159,8 +159,7 @@ def codegen_cmd(
     census_df = None
     if census_path is not None:
         census_df = census_artifact.read(census_path).frame()
-    shadow_left_out = kv_shadow.faster_left_out(df, kv_shadow_budget)
-    df = kv_shadow.keep_rows(df, kv_shadow_budget, tuning)
+    df, shadow_left_out = kv_shadow.keep_rows(df, kv_shadow_budget, tuning)
     decisions, plan = cache.decide_with_cache(df, census_df, cache_budget, params, tuning)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
     if reference and _under_tables(out_dir):

@@ -20,7 +20,7 @@ import pandas as pd
 
 from codegen import decide
 from codegen import table as tbl
-from ggml_dispatch import registry
+from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
 
 MIB: Final = 1 << 20
@@ -40,35 +40,33 @@ def shadow_rows(df: pd.DataFrame) -> pd.Series:
     return df.apply(lambda r: is_shadow(decide.config_of(r)), axis=1).astype(bool)
 
 
-def keep_rows(df: pd.DataFrame, budget_mib: int | None, path: str | Path = "<tuning>") -> pd.DataFrame:
-    """The rows the decision sees: shadow rows only under a positive budget."""
+def keep_rows(
+    df: pd.DataFrame, budget_mib: int | None, path: str | Path = "<tuning>"
+) -> tuple[pd.DataFrame, int]:
+    """The rows the decision sees (shadow rows only under a positive budget), and at how many points a
+    shadow configuration left out was measured faster than stock (median per-trial anchor_us/us above 1)."""
     if budget_mib is not None and not 0 <= budget_mib <= MAX_BUDGET_MIB:
         raise InputError(
             path, f"KV shadow budget must be in [0, {MAX_BUDGET_MIB}] MiB", field="--kv-shadow-budget"
         )
     if budget_mib:
-        return df
+        return df, 0
     mask = shadow_rows(df)
-    return df[~mask] if mask.any() else df
+    if not mask.any():
+        return df, 0
+    return df[~mask], _faster_points(df[mask])
 
 
-_POINT = ("op", "layout", "k_type", "v_type", "D_K", "D_V", "gqa", "N", "K", "B", "M")
-
-
-def faster_left_out(df: pd.DataFrame, budget_mib: int | None) -> int:
-    """How many points a shadow configuration was measured faster than stock at (median of its ok trials'
-    anchor_us/us above 1) that the table cannot use: no budget. 0 under a budget."""
-    if budget_mib or not len(df):
-        return 0
-    rows = df[shadow_rows(df).to_numpy() & (df["status"] == "ok").to_numpy()]
+def _faster_points(rows: pd.DataFrame) -> int:
+    rows = rows[rows["status"] == schema.TrialStatus.OK.value]
     if not len(rows):
         return 0
-    keys = [c for c in _POINT if c in rows.columns]
-    cols = [*keys, "config"]
-    ratio = (rows["anchor_us"] / rows["us"]).rename("ratio")
-    medians = pd.concat([rows[cols], ratio], axis=1).groupby(cols, dropna=False)["ratio"]
-    best = medians.median().groupby(level=list(range(len(keys))), dropna=False).max()
-    return int((best > 1.0).sum())
+    point = [*registry.key_class("FLASH_ATTN_EXT").fields(), "M"]
+    ratios = rows[point].assign(
+        config=rows.apply(decide.config_of, axis=1), ratio=rows["anchor_us"] / rows["us"]
+    )
+    medians = ratios.groupby([*point, "config"], dropna=False)["ratio"].median()
+    return int((medians.groupby(level=list(range(len(point))), dropna=False).max() > 1.0).sum())
 
 
 def section(budget_mib: int) -> dict[str, Any]:

@@ -392,8 +392,16 @@ class GainModel:
     def _chosen_route(self, rec: Mapping[str, Any], _gpu: schema.GpuId) -> str | None:
         return self._chosen.get((registry.shape_key(rec), int(rec["M"])))
 
-    def at(self, M: int | None = None) -> Gains | None:
-        """Gains over the census rows at ``M`` (all rows with None); None where the census has none."""
+    def whole(self) -> Gains | None:
+        """Gains over every census row; None for an empty census."""
+        return self._over(None)
+
+    def at(self, M: int | None) -> Gains | None:
+        """Gains over the census rows at ``M``; None where M is unknown (``effective_M`` of an unknown
+        test) or the census has no row there."""
+        return None if M is None else self._over(M)
+
+    def _over(self, M: int | None) -> Gains | None:
         if M not in self._cache:
             rows = [r for r in self._census if M is None or int(r["M"]) == M]
             self._cache[M] = self._predict(rows) if rows else None
@@ -417,7 +425,7 @@ class GainModel:
 
     def points(self) -> list[PointGain]:
         """Every census point with its share of the model's baseline, census order of points."""
-        gains = self.at(None)
+        gains = self.whole()
         if gains is None:
             return []
         by_key = {(p.shape, p.M): p for p in self._tuning.points}

@@ -201,8 +201,7 @@ def _profile_prediction_rows(
         if d.arm != "table" or d.test not in stock:
             continue
         test, ubatch = timeline.test_case(d.test)
-        M = effective_M(test, ubatch or 1)
-        gains = gain_model.at(M) if M is not None else None
+        gains = gain_model.at(effective_M(test, ubatch or 1))
         pred = gains.table if gains is not None else None
         if pred is None:
             continue
@@ -503,7 +502,7 @@ def _section_summary(
             )  # fmt: skip
         else:
             md.append("- Per op: no table rule is slower than stock beyond noise at a measured point.")
-    gains = model.at(None) if model is not None else None
+    gains = model.whole() if model is not None else None
     if gains is not None and gains.table is not None:
         md.append(
             f"- Predicted matmul-time speed-up of the table over the whole census: "
@@ -545,7 +544,7 @@ def _section_overview(inputs: Inputs, tuning: TuningAnalysis, model: GainModel |
     )
     if inputs.table is not None:
         md.append(f"- table: {len(inputs.table.rules)} rules.")
-    gains = model.at(None) if model is not None else None
+    gains = model.whole() if model is not None else None
     if gains is not None:
         md.append(
             f"- census: {_baseline_words(gains.chosen)}; predicted matmul-time speed-up if every measured "
@@ -652,8 +651,7 @@ def _ab_predicted(
         return out
     for i, c in enumerate(comps):
         if (c.arm, c.baseline) == ("table", "stock"):
-            M = effective_M(c.test, c.ubatch)
-            gains = model.at(M) if M is not None else None  # at(None) is the whole census
+            gains = model.at(effective_M(c.test, c.ubatch))
             if gains is not None and gains.table is not None:
                 out[i] = gains.table.speedup
     return out
@@ -719,7 +717,7 @@ def _section_ab(
     for i, c in enumerate(comps):
         M = effective_M(c.test, c.ubatch)
         pred = ab_predicted.get(i)
-        gains = model.at(M) if M is not None else None
+        gains = model.at(M)
         rule = gains.chosen if gains is not None else None
         implied = "–"
         if pred is not None and pred != 1.0:
@@ -730,7 +728,7 @@ def _section_ab(
                 md_escape(c.test),
                 str(c.ubatch),
                 f"{c.arm}/{c.baseline}",
-                "all" if M is None else str(M),
+                "–" if M is None else str(M),
                 fmt_ratio(c.ratio.point),
                 fmt_ratio(pred),
                 "–" if rule is None else fmt_ratio(rule.speedup),

@@ -97,7 +97,7 @@ def test_diff_and_report_print_the_same_prediction(tmp_path: Path) -> None:
     rows, _ = inputs.load_census(census)
     df, _ = inputs.load_tuning(tuning, inputs.params_from_table(view))
     model = analysis.GainModel(rows, analysis.analyse_tuning(df, inputs.params_from_table(view)), view)
-    gains = model.at(None)
+    gains = model.whole()
     assert gains is not None and gains.table is not None
     assert gains.table.total_a_us == pytest.approx(pred["total_a_us"], rel=1e-12)
     assert gains.table.total_b_us == pytest.approx(pred["total_b_us"], rel=1e-12)
