@@ -14,20 +14,25 @@
 Each prediction is scored with the dropped point's own measurements: its time over the oracle's, and
 whether it is slower than stock beyond noise there (harm).
 
-``python -m codegen.loo tables/cuda-sm90-nvidia-h200/tuning.parquet``
+``python -m codegen.loo tables/cuda-sm90-nvidia-h200/tuning.parquet`` (``--kv-shadow-budget MiB`` as the
+table was made: without it kv=shadow rows are left out, as codegen leaves them out)
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 
-from codegen import decide
+from codegen import decide, kv_shadow
 from codegen import table as tbl
 from ggml_dispatch import registry, schema
+from ggml_dispatch.artifacts import tuning as tuning_artifact
+from ggml_dispatch.errors import InputError
 
 ShapeKey = schema.ShapeKey
 
@@ -220,11 +225,28 @@ def report(held: Sequence[Held]) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m codegen.loo TUNING.parquet", file=sys.stderr)
-        return 2
-    df = pd.read_parquet(argv[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m codegen.loo",
+        description=__doc__.split("\n\n")[0],
+        epilog="example: python -m codegen.loo tables/cuda-sm90-nvidia-h200-attn-shadow/merged.parquet "
+        "--kv-shadow-budget 16384",
+    )
+    ap.add_argument("tuning", type=Path, help="a tuning.parquet (tune run / tune merge)")
+    ap.add_argument(
+        "--kv-shadow-budget",
+        type=int,
+        metavar="MiB",
+        help="as codegen's: kv=shadow rows count only under a positive budget (the table's own)",
+    )
+    a = ap.parse_args(argv)
     params = decide.Params()
+    try:
+        df = tuning_artifact.read(a.tuning).frame()
+        decide.check_rows(df, a.tuning, params)
+        df, _ = kv_shadow.keep_rows(df, a.kv_shadow_budget, a.tuning)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
     for line in report(interpolation_loo(df, params) + class_loo(df, params) + in_sample(df, params)):
         print(line)
     return 0

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from codegen import decide, loo
+from codegen import decide, kv_shadow, loo
+from ggml_dispatch.artifacts import tuning
 
 TUNING = Path(__file__).resolve().parent.parent / "tables" / "cuda-sm90-nvidia-h200-attn" / "tuning.parquet"
 
@@ -36,3 +38,29 @@ def test_a_mul_mat_id_point_of_any_bucket_is_answered_by_its_routing_0_rule() ->
     assert claimed and {h.key.routing for h in claimed} == {1, 2, 3}  # each answered by the routing-0 rule
     assert {h.via for h in claimed} == {"measured"}
     assert all(f"routing={h.key.routing}" in loo._point(h) for h in held)
+
+
+SHADOW_SWEEP = TUNING.parent.parent / "cuda-sm90-nvidia-h200-attn-shadow" / "tuning-q8_0.parquet"
+
+
+def test_main_answers_bad_input_with_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    not_parquet = tmp_path / "tuning.parquet"
+    not_parquet.write_text("M,N,K\n1,2,3\n")
+    assert loo.main([str(not_parquet)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith(f"error: {not_parquet}: ")
+    assert loo.main([str(SHADOW_SWEEP), "--kv-shadow-budget", "-5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--kv-shadow-budget" in err and err.count("\n") == 1
+
+
+def test_kv_shadow_rows_decide_only_under_a_budget_as_in_codegen() -> None:
+    df = tuning.read(SHADOW_SWEEP).frame()
+    claimed: dict[int | None, set[str]] = {}
+    for budget in (None, 16384):
+        kept, _ = kv_shadow.keep_rows(df, budget)
+        claimed[budget] = {h.predicted for h in loo.in_sample(kept, decide.Params()) if h.predicted}
+    assert not any("kv=shadow" in c for c in claimed[None])
+    assert any("kv=shadow" in c for c in claimed[16384])
