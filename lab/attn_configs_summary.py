@@ -19,9 +19,17 @@ from statistics import median
 
 
 def main(argv: list[str]) -> int:
+    from ggml_dispatch.errors import InputError
     from tuner import results
 
-    df = results.read_tuning(Path(argv[0]))[0].to_pandas()
+    if len(argv) != 1:
+        print("usage: python lab/attn_configs_summary.py TUNING.parquet", file=sys.stderr)
+        return 2
+    try:
+        df = results.read_tuning(Path(argv[0]))[0].to_pandas()
+    except InputError as e:
+        print(f"attn_configs_summary: {e}", file=sys.stderr)
+        return 2
     fa = df[df["op"] == "FLASH_ATTN_EXT"]
     if fa.empty:
         print("no FLASH_ATTN_EXT rows")

@@ -20,10 +20,10 @@ would have left (the others marked pruned) and lists every rule that differs fro
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,15 +31,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ggml_dispatch.errors import InputError
+from tuner import journal
+
 MMQ = re.compile(r"mmq/j=(\d+)(,.*)?$")
 
 
 def cases(path: Path) -> Iterator[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        for i, line in enumerate(f):
-            if i:
-                yield json.loads(line)
+    yield from (r for r in journal.journal_records(path) if r["kind"] == "case")
 
 
 def timed(t: dict[str, Any]) -> bool:
@@ -153,7 +152,12 @@ def main() -> None:
     ap.add_argument("--screen", type=float, action="append", help="screen factors to replay [1.5]")
     ap.add_argument("--tuning", type=Path, help="the sweep's tuning.parquet: decide again and compare")
     a = ap.parse_args()
-    all_cases = list(cases(a.journal))
+    try:
+        all_cases = list(cases(a.journal))
+        baseline = list(cases(a.baseline)) if a.baseline else []
+    except InputError as e:
+        print(f"race_replay: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     coef = fit(all_cases)
     print(
         f"fit per trial: {coef[0]:.3f} s setup (trial 0) + {coef[1]:.4f} s per timed candidate "
@@ -162,7 +166,7 @@ def main() -> None:
     measured = sum(d["wall_s"] for d in all_cases)
     base = None
     if a.baseline:
-        walls = {d["case"]: d["wall_s"] for d in cases(a.baseline)}
+        walls = {d["case"]: d["wall_s"] for d in baseline}
         base = sum(walls[d["case"]] for d in all_cases if d["case"] in walls)
         print(
             f"{len(all_cases)} cases: measured {measured:.0f} s; "

@@ -17,16 +17,16 @@ Markdown on stdout.
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
-import json
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tuner import results
+from ggml_dispatch.errors import InputError
+from tuner import journal, results
 
 
 def predecessor_spread(rec: dict[str, Any]) -> Iterator[tuple[float, str, dict[str, float]]]:
@@ -79,13 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("journal", type=Path)
     a = ap.parse_args(argv)
-    opener = gzip.open if a.journal.suffix == ".gz" else open
+    try:
+        recs = [r for r in journal.journal_records(a.journal) if r["kind"] == "case"]
+    except InputError as e:
+        print(f"stock_wrong: {e}", file=sys.stderr)
+        return 2
     print(f"# Stock wrong against the CPU backend: {a.journal}\n")
     print("| case | GPU | stock wrong in trials | NMSE | anchor us wrong / right | also wrong there |")
     print("|---|---|---|---|---|---|")
     n = 0
-    with opener(a.journal, "rt") as f:
-        recs = [r for r in (json.loads(line) for line in f) if r.get("kind") == "case"]
     for rec in recs:
         stock = [r for r in rec["trials"] if r["route"] == "stock"]
         bad = results.stock_wrong_trials(rec)

@@ -77,3 +77,12 @@ def test_report_reads_an_attention_sweep(tmp_path: Path) -> None:
     text = (tmp_path / "rep" / "REPORT.md").read_text()
     assert "FLASH_ATTN_EXT" in text and "q8_0" in text
     assert list((tmp_path / "rep" / "plots").glob("*flash_attn_ext-attention-q8_0-q8_0*.png"))
+
+
+def test_a_file_that_is_not_a_tuning_parquet_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert attn_configs_summary.main([str(tmp_path / "missing.parquet")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("attn_configs_summary: ") and "missing.parquet: no such file" in err
+    assert err.count("\n") == 1

@@ -67,3 +67,13 @@ def test_predecessor_spread_of_the_recorded_sweep(capsys: pytest.CaptureFixture[
     }
     ((spread, route, meds),) = list(stock_wrong.predecessor_spread(rec))
     assert route == "b" and meds == {"a": 2.0, "c": 3.0} and spread == 1.5
+
+
+def test_stock_wrong_answers_a_damaged_journal_with_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "tuning.journal.jsonl"
+    bad.write_text('{"kind": "journal"}\n{"kind": "case", "trials": [\n{"kind": "case"}\n')
+    assert stock_wrong.main([str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"stock_wrong: {bad}:2: not a JSON object (the journal is damaged)\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ggml_dispatch.errors import InputError
-from tuner.journal import JOURNAL_SCHEMA, Journal, read_journal
+from tuner.journal import JOURNAL_SCHEMA, Journal, journal_records, read_journal
 
 IDENT = {"census_sha256": "ab" * 32, "shard": "0/1"}
 
@@ -95,3 +95,37 @@ def test_unsound_cases_are_the_failed_and_those_with_a_wrong_trial(tmp_path: Pat
             j.append(r)
         j.append(rec("b"))  # b measured again: its later record replaces the failed one
     assert read_journal(p).unsound_ids() == {"c", "d"}
+
+
+REAL_JOURNAL = (
+    Path(__file__).resolve().parent.parent / "tables/cuda-sm90-nvidia-h200-configs/tuning.journal.jsonl.gz"
+)
+
+
+def test_journal_records_reads_a_recorded_gzip_journal_line_by_line(tmp_path: Path) -> None:
+    recs = journal_records(REAL_JOURNAL)
+    assert recs[0]["kind"] == "journal" and recs[0]["schema"] == JOURNAL_SCHEMA
+    assert len(recs) > 1 and {r["kind"] for r in recs[1:]} == {"case"}
+    torn = tmp_path / "torn.jsonl"  # a killed run's last line, as read_journal leaves it out
+    torn.write_text('{"kind": "journal"}\n{"kind": "case", "case": "a"}\n{"kind": "ca')
+    assert [r["kind"] for r in journal_records(torn)] == ["journal", "case"]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "says"),
+    [
+        ("j.jsonl", b'{"kind": "journal"}\nnot json\n{"kind": "case"}\n', ":2: not a JSON object"),
+        ("j.jsonl", b'{"kind": "journal"}\n[1, 2]\n', ":2: not a journal record"),
+        ("j.jsonl.gz", b'{"kind": "journal"}\n', "cannot read the journal (BadGzipFile"),
+    ],
+)
+def test_journal_records_names_the_file_and_line_of_bad_input(
+    tmp_path: Path, name: str, data: bytes, says: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(InputError) as e:
+        journal_records(path)
+    assert str(e.value).startswith(str(path)) and says in str(e.value)
+    with pytest.raises(InputError, match="no such file"):
+        journal_records(tmp_path / "missing.jsonl")

@@ -7,6 +7,7 @@ most the case in flight: a torn last line is ignored with a warning and its case
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import dataclass, field
@@ -41,6 +42,36 @@ class JournalContents:
                 for t in c.get("trials") or ()
             )
         }
+
+
+def journal_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every line of a journal as written (plain or ``.gz``, the header first, repeated cases kept): what the
+    lab's analyses of one sweep read. A torn last line (a killed run) is left out, as :func:`read_journal`
+    leaves it; a missing file, bad gzip or any other line that is not a record is an InputError naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, "no such file (expected a tuning journal, .jsonl or .jsonl.gz)")
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise InputError(p, f"cannot read the journal ({e.__class__.__name__}: {e})") from None
+    last = max((i for i, raw in enumerate(lines, start=1) if raw.strip()), default=0)
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            if i == last and out:
+                break
+            raise InputError(p, "not a JSON object (the journal is damaged)", line=i) from None
+        if not isinstance(rec, dict) or "kind" not in rec:
+            raise InputError(p, "not a journal record", line=i)
+        out.append(rec)
+    return out
 
 
 def read_journal(path: str | Path) -> JournalContents:
