@@ -111,6 +111,14 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     "become eligible rules; 0 leaves them out.",
 )
 @click.option(
+    "--depth-fill",
+    is_flag=True,
+    help="with --depth: tune the KV fill's last step at each depth too (the ubatch's FlashAttention "
+    "there), besides decode and verify. A kv=shadow rule there makes the shadow during the fill, not in "
+    "the first decode step; the fill's points are large, so they come early in the sweep: give "
+    "--tune-seconds room.",
+)
+@click.option(
     "--cuda-arch",
     default="native",
     show_default=True,
@@ -183,6 +191,7 @@ def autotune_cmd(
     depth: str | None,
     kv_type: str,
     kv_shadow_budget: int,
+    depth_fill: bool,
     cuda_arch: str,
     nvcc: Path | None,
     cuda_home: Path | None,
@@ -225,6 +234,8 @@ def autotune_cmd(
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
     quantized_kv = bool(depth) and kv_type not in ("f16", "bf16")
+    if depth_fill and not depth:
+        raise click.UsageError("--depth-fill needs --depth")
     if kv_shadow_budget and not quantized_kv:
         raise click.UsageError("--kv-shadow-budget needs --depth and a quantized --kv-type (e.g. q8_0)")
     if quantized_kv and not kv_shadow_budget:
@@ -296,6 +307,7 @@ def autotune_cmd(
         depths=_ints(depth, "depth") if depth is not None else (),
         kv_type=kv_type,
         kv_shadow_budget=kv_shadow_budget,
+        depth_fill=depth_fill,
         cuda_arch=cuda_arch,
         nvcc=compiler,
         jobs=jobs or os.cpu_count() or 2,

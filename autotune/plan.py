@@ -81,6 +81,7 @@ class Options:
     depths: tuple[int, ...] = ()  # KV depths of the attention workload (none: no attention tuning)
     kv_type: str = "f16"  # its KV cache type
     kv_shadow_budget: int = 0  # MiB for f16 shadows of a quantized KV cache (codegen's option); 0: none
+    depth_fill: bool = False  # the attention census keeps each depth's last KV-fill point too
     tool: tuple[str, ...] = ("ggml-dispatch",)  # how the stage CLIs are called
     generator: tuple[str, ...] = ()  # e.g. ("-G", "Ninja")
     built: bool = False  # the build folder already holds a configured build (reused)
@@ -264,7 +265,9 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
         census_steps.append(Step((*tool, "census", "ingest", *map(str, traces), "-o", str(census))))
     depth_traces = [str(t) for t in traces if t.name.endswith(f".{DEPTH_WORKLOAD}.jsonl")]
     if depth_traces:
-        # decode and verify points only: the depth fill runs at the ubatch, one point per KV length
+        # decode and verify points (the depth fill runs at the ubatch, one point per KV length), and with
+        # depth_fill the fill's last point at each depth
+        fill = ("--fill-kv", ",".join(map(str, opts.depths))) if opts.depth_fill else ()
         census_steps.append(
             Step(
                 (
@@ -274,6 +277,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
                     *depth_traces,
                     "--max-m",
                     str(DEPTH_MAX_M),
+                    *fill,
                     "-o",
                     str(attention),
                 )

@@ -13,7 +13,7 @@ where the trace carries one):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -147,6 +147,39 @@ def attention_rows(tallies: Mapping[RouteKey, Tally]) -> list[dict[str, Any]]:
             if have["est_kind"] != row["est_kind"]:
                 have["est_kind"] = "mixed"
     return sorted(merged.values(), key=lambda r: (-r["est_us"], r["M"], r["n_kv"]))
+
+
+# llama.cpp pads the KV length a FlashAttention node sees to this many cells (FATTN_KQ_STRIDE)
+KV_PAD: Final = 256
+
+# the fields that make one attention point apart from its KV length (and what was counted of it)
+_POINT_FIELDS: Final = (
+    "gpu_name", "op", "layout", "k_type", "v_type", "D_K", "D_V", "gqa", "M", "seqs", "mask", "sinks",
+    "softcap", "alibi",
+)  # fmt: skip
+
+
+def keep_points(
+    rows: Sequence[dict[str, Any]], max_m: int, fill_kv: Sequence[int] = ()
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The decode and verify points (at most ``max_m`` Q columns) and, for each KV length L of
+    ``fill_kv``, the last point of a depth-L KV fill: per attention point above ``max_m`` Q columns (the
+    fill runs at the ubatch, one point per KV length on the way), the one with the largest KV length at
+    most L rounded up to :data:`KV_PAD`. Returns (decode and verify rows, fill rows), each in the rows'
+    order."""
+    small = [r for r in rows if r["M"] <= max_m]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["M"] > max_m:
+            groups.setdefault(tuple(r[f] for f in _POINT_FIELDS), []).append(r)
+    chosen: set[int] = set()
+    for length in fill_kv:
+        top = -(-int(length) // KV_PAD) * KV_PAD
+        for group in groups.values():
+            below = [r["n_kv"] for r in group if r["n_kv"] <= top]
+            if below:
+                chosen.update(id(r) for r in group if r["n_kv"] == max(below))
+    return small, [r for r in rows if id(r) in chosen]
 
 
 def key_of(row: Mapping[str, Any]) -> registry.FlashAttnKey:

@@ -165,8 +165,18 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
     help="keep only calls with at most this many Q columns (decode and verify: a depth run's KV fill "
     "runs at the ubatch, one point per KV length on the way).",
 )
+@click.option(
+    "--fill-kv",
+    "fill_kv_text",
+    default=None,
+    metavar="LIST",
+    help="with --max-m: also keep the KV fill's last point below each of these KV lengths (a depth run's "
+    "depths, e.g. 16384,49152), so the table may choose the fill's kernel at that depth too.",
+)
 @allow_mixed_option("accept traces of several upstream commits (stamped as a list).")
-def attention_cmd(traces: tuple[Path, ...], output: Path, max_m: int | None, allow_mixed: bool) -> None:
+def attention_cmd(
+    traces: tuple[Path, ...], output: Path, max_m: int | None, fill_kv_text: str | None, allow_mixed: bool
+) -> None:
     """FLASH_ATTN_EXT calls of route traces -> the attention census.
 
     One row per GPU, attention shape key (K/V types, head dims D_K/D_V, GQA ratio, KV-length bucket
@@ -175,9 +185,11 @@ def attention_cmd(traces: tuple[Path, ...], output: Path, max_m: int | None, all
     are left to `census ingest`.
 
     \b
-    Example:
+    Examples:
       ggml-dispatch census attention decode-d16384.jsonl --max-m 16 -o attention.parquet
+      ggml-dispatch census attention depth.jsonl --max-m 16 --fill-kv 16384,49152 -o attention.parquet
     """
+    fill_kv = _fill_kv(fill_kv_text, max_m)
     fileio.check_output(output, traces)
     agg = aggregate.Aggregator()
     reports: list[trace.FileReport] = []
@@ -190,9 +202,12 @@ def attention_cmd(traces: tuple[Path, ...], output: Path, max_m: int | None, all
             _warn(show.safe(w))
     rows = attention.attention_rows(agg.tallies)
     if max_m is not None:
-        kept = [r for r in rows if r["M"] <= max_m]
+        kept, fill = attention.keep_points(rows, max_m, fill_kv)
         _info(f"--max-m {max_m}: {len(kept)} of {len(rows)} attention points kept")
-        rows = kept
+        if fill_kv:
+            at = ", ".join(str(r["n_kv"]) for r in fill) or "none"
+            _info(f"--fill-kv: {len(fill)} point(s) of the KV fill kept too (n_kv {at})")
+        rows = sorted(kept + fill, key=lambda r: (-r["est_us"], r["M"], r["n_kv"]))
     table = attention.write(rows, output, {str(f.path): f.sha256 for f in reports}, traces[-1])
     total = sum(x["est_us"] for x in rows) or 1.0
     for row in rows[:20]:
@@ -203,6 +218,22 @@ def attention_cmd(traces: tuple[Path, ...], output: Path, max_m: int | None, all
             f"({100 * row['est_us'] / total:.1f}%)"
         )
     _info(f"wrote {output} ({table.num_rows} rows)")
+
+
+def _fill_kv(text: str | None, max_m: int | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    if max_m is None:
+        raise click.UsageError("--fill-kv adds to what --max-m keeps: give --max-m too")
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise click.BadParameter(
+            f"{text!r}: expected KV lengths >= 1, comma-separated", param_hint="--fill-kv"
+        )
+    return values
 
 
 @census.command("from-gguf")

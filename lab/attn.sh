@@ -59,7 +59,9 @@
 #                 table, rebuild, stock-vs-table A/B and REPORT.md into build/at/autotune-attn; resumable
 #                 (call again on the warm machine); AT_TUNE_S (default 120) per sweep, AT_PAIRS (default 5);
 #                 AT_SHADOW_MIB=N passes --kv-shadow-budget N (on a finished run: codegen onward again, same
-#                 sweep; the folder's table and A/B are replaced, so pack the earlier call's first)
+#                 sweep; the folder's table and A/B are replaced, so pack the earlier call's first); AT_FILL=1
+#                 passes --depth-fill (each depth's last KV-fill point tuned too: census onward again);
+#                 AT_DIR (default autotune-attn) names the folder under build/at
 #   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
 #                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
 #                 the committed table's configurations, each also with kv=shadow); then merged with the
@@ -439,11 +441,11 @@ autotune)
         autotune --llama-cpp "$TREE" --model "$QWEN" --build-dir "$B" --cuda-arch 90 --workload decode \
         --depth "${AT_DEPTHS:-16384,49152}" --kv-type "${AT_KV:-q8_0}" --trials 5 --tune-seconds "${AT_TUNE_S:-120}" \
         --pairs "${AT_PAIRS:-5}" --reps 3 ${AT_SHADOW_MIB:+--kv-shadow-budget "$AT_SHADOW_MIB"} \
-        -o "$W/autotune-attn" 2>&1 | tee "$OUT/autotune-attn.log"
+        ${AT_FILL:+--depth-fill} -o "$W/${AT_DIR:-autotune-attn}" 2>&1 | tee "$OUT/autotune-attn.log"
     rc=${PIPESTATUS[0]}
     echo "autotune rc=$rc" | tee -a "$OUT/autotune-attn.log"
-    [ -f "$W/autotune-attn/REPORT.md" ] && cp "$W/autotune-attn/REPORT.md" "$OUT/autotune-attn-REPORT.md"
-    tar -czf "$OUT/autotune-attn.tar.gz" -C "$W" autotune-attn
+    [ -f "$W/${AT_DIR:-autotune-attn}/REPORT.md" ] && cp "$W/${AT_DIR:-autotune-attn}/REPORT.md" "$OUT/autotune-attn-REPORT.md"
+    tar -czf "$OUT/autotune-attn.tar.gz" -C "$W" "${AT_DIR:-autotune-attn}"
     [ "$rc" -eq 0 ] || die "autotune (rc $rc; call again on the warm machine to resume)"
     ;;
 ab-qwen3 | ab-8b)

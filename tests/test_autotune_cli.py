@@ -143,6 +143,23 @@ def test_kv_shadow_budget_reaches_codegen(tree: Path, smollm2: Path, tmp_path: P
     assert not (tmp_path / "c").exists()
 
 
+def test_depth_fill_adds_each_depths_last_fill_point_to_the_attention_census(
+    tree: Path, smollm2: Path, tmp_path: Path
+) -> None:
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "--dry-run"]
+    runner = CliRunner()
+    res = runner.invoke(
+        main, [*args, "-o", str(tmp_path / "a"), "--depth", "16384,49152", "--depth-fill"], env=NO_GPU
+    )
+    assert res.exit_code == 0, res.output
+    census = [ln for ln in res.stdout.splitlines() if " census attention " in ln]
+    assert len(census) == 1 and "--max-m 16 --fill-kv 16384,49152 -o" in census[0], census
+    res = runner.invoke(main, [*args, "-o", str(tmp_path / "b"), "--depth", "16384"], env=NO_GPU)
+    assert res.exit_code == 0 and "--fill-kv" not in res.stdout
+    bad = runner.invoke(main, [*args, "-o", str(tmp_path / "c"), "--depth-fill"], env=NO_GPU)
+    assert bad.exit_code == 2 and "--depth-fill needs --depth" in bad.stderr and not (tmp_path / "c").exists()
+
+
 def test_a_new_kv_shadow_budget_redoes_codegen_onward_not_the_sweep(
     tree: Path, smollm2: Path, tmp_path: Path
 ) -> None:

@@ -520,3 +520,29 @@ def test_census_attention_max_m_keeps_decode_and_verify(tmp_path: Path) -> None:
     assert f"--max-m 8: {len(want)} of {len(rows)} attention points kept" in small.output
     bad = cli("census", "attention", DEPTH_TRACE, "--max-m", "0", "-o", tmp_path / "x.parquet")
     assert bad.exit_code == 2 and not (tmp_path / "x.parquet").exists()
+
+
+def test_census_attention_fill_kv_keeps_each_depths_last_fill_point(tmp_path: Path) -> None:
+    """The trace's M = 512 rows are the KV fill (one point per KV length on the way, in steps of the
+    ubatch) and the pp512 tests (n_kv = depth + 512): --fill-kv keeps the fill's point at each depth."""
+    from tuner.attention import read_attention_census
+
+    res = cli(
+        "census", "attention", DEPTH_TRACE, "--max-m", "16", "--fill-kv", "16384,49152,10000",
+        "-o", tmp_path / "f.parquet",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = read_attention_census(tmp_path / "f.parquet")
+    fill = sorted(r["n_kv"] for r in rows if r["M"] > 16)
+    assert fill == [10240, 16384, 49152]  # 10000 rounded up to the KV padding (256) and down to a step
+    assert len([r for r in rows if r["M"] <= 16]) == 16
+    assert "--fill-kv: 3 point(s) of the KV fill kept too" in res.output
+    est = [r["est_us"] for r in rows]
+    assert est == sorted(est, reverse=True)
+    for extra in (
+        ["--fill-kv", "16384"],
+        ["--max-m", "16", "--fill-kv", "0"],
+        ["--max-m", "16", "--fill-kv", "x"],
+    ):
+        bad = cli("census", "attention", DEPTH_TRACE, *extra, "-o", tmp_path / "x.parquet")
+        assert bad.exit_code == 2 and "--fill-kv" in bad.output and not (tmp_path / "x.parquet").exists()
