@@ -62,6 +62,8 @@ class AbRecord:
     # the mean of repetitions 2.. (llama-bench's samples); None with fewer than 2. Repetition 1 is the
     # first time the test's shapes run at their depth in the process: one-off costs land there alone
     later_tps: float | None = None
+    # the last repetition alone (with -r 3 and CUDA graphs: a replay, the steady state); None below 3 samples
+    last_tps: float | None = None
 
 
 def _record(r: Any) -> AbRecord:
@@ -70,7 +72,10 @@ def _record(r: Any) -> AbRecord:
     if r.provenance is not None and " kv " not in test:
         test += kv_from_command(r.provenance.command)  # written before test names carried the KV types
     later = sum(r.samples_tps[1:]) / (len(r.samples_tps) - 1) if len(r.samples_tps) >= 2 else None
-    return AbRecord(r.model, test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak, later_tps=later)
+    last = r.samples_tps[-1] if len(r.samples_tps) >= 3 else None
+    return AbRecord(
+        r.model, test, r.ubatch, r.arm, r.pair, r.tps, peak_vram_mib=peak, later_tps=later, last_tps=last
+    )
 
 
 def parse_ab_lines(lines: Iterable[str], path: Path) -> list[tuple[int, AbRecord]]:

@@ -223,6 +223,7 @@ class AbComparison:
     unpaired: int  # runs of either arm without a partner in the other
     pairs: tuple[tuple[int, float], ...]  # (pair id, arm/baseline) for every complete pair
     later: Ratio | None = None  # the same over repetitions 2.. only (AbRecord.later_tps); None: not recorded
+    last: Ratio | None = None  # the same over the last repetition alone (AbRecord.last_tps)
 
 
 def _good(x: Any) -> bool:
@@ -471,12 +472,23 @@ def ab_model_label(r: AbRecord) -> str:
 
 def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[AbComparison]:
     """Per (model, test, ubatch): table/stock, crude/stock and table/crude, paired by ``pair``."""
-    groups: dict[tuple[str, str, int], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    later: dict[tuple[str, str, int], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    Tps = dict[tuple[str, str, int], dict[str, dict[int, float]]]
+    groups: Tps = defaultdict(lambda: defaultdict(dict))
+    later: Tps = defaultdict(lambda: defaultdict(dict))
+    last: Tps = defaultdict(lambda: defaultdict(dict))
     for r in records:
-        groups[(ab_model_label(r), r.test, r.ubatch)][r.arm][r.pair] = r.tps
+        key = (ab_model_label(r), r.test, r.ubatch)
+        groups[key][r.arm][r.pair] = r.tps
         if r.later_tps is not None:
-            later[(ab_model_label(r), r.test, r.ubatch)][r.arm][r.pair] = r.later_tps
+            later[key][r.arm][r.pair] = r.later_tps
+        if r.last_tps is not None:
+            last[key][r.arm][r.pair] = r.last_tps
+
+    def paired(by_arm: Mapping[str, dict[int, float]], arm: str, base: str) -> Ratio | None:
+        a, b = by_arm.get(arm, {}), by_arm.get(base, {})
+        common = sorted(set(a) & set(b))
+        return paired_ratio([a[p] for p in common], [b[p] for p in common], params) if common else None
+
     out: list[AbComparison] = []
     for key, arms in sorted(groups.items()):
         model, test, ubatch = key
@@ -487,10 +499,12 @@ def ab_comparisons(records: Sequence[AbRecord], params: decide.Params) -> list[A
             ratio = paired_ratio([arms[arm][p] for p in common], [arms[base][p] for p in common], params)
             unpaired = len(set(arms[arm]) ^ set(arms[base]))
             pairs = tuple((p, arms[arm][p] / arms[base][p]) for p in common)
-            la, lb = later[key].get(arm, {}), later[key].get(base, {})
-            lp = sorted(set(la) & set(lb))
-            lr = paired_ratio([la[p] for p in lp], [lb[p] for p in lp], params) if lp else None
-            out.append(AbComparison(model, test, ubatch, arm, base, ratio, unpaired, pairs, lr))
+            out.append(
+                AbComparison(
+                    model, test, ubatch, arm, base, ratio, unpaired, pairs,
+                    later=paired(later[key], arm, base), last=paired(last[key], arm, base),
+                )
+            )  # fmt: skip
     return out
 
 

@@ -416,6 +416,20 @@ def repetition_notes(comps: Sequence[AbComparison]) -> list[str]:
                         for c in first_gains if c.later is not None)
             + ")."
         )  # fmt: skip
+    not_steady = [
+        c for c in gains
+        if c not in first_gains and c.last is not None and c.last.lo is not None and not c.last.above
+    ]  # fmt: skip
+    if not_steady:
+        md.append(
+            "- Gains beyond noise that the last repetition alone does not show (by then CUDA graphs replay: "
+            f"the steady state): {len(not_steady)} of {len(gains)} ("
+            + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.last.point)} {fmt_ci(c.last.lo, c.last.hi)}"
+                        for c in not_steady if c.last is not None)
+            + "). Such a gain is a one-off cost of the base arm's early repetitions (a kernel CUDA loads at "
+            "its first launch, say, which the table's first-use warm-up had launched already) or a last "
+            "repetition too noisy to tell."
+        )  # fmt: skip
     return md
 
 

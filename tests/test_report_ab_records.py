@@ -506,3 +506,26 @@ def test_a_depth_test_is_predicted_at_its_own_M(tmp_path: Path) -> None:
     } == dict.fromkeys(("pp2 @ d4096", "pp4 @ d4096", "tg32 @ d4096"), "1.000")
     assert float(rows["pp512 @ d16384 kv q8_0 ub512"]) > 1.2
     assert "1.491" not in rows.values()
+
+
+S23 = REPO / "evidence" / "h100-2026-12-06-s23"
+
+
+def test_a_gain_the_last_repetition_does_not_show_is_named() -> None:
+    # the twenty-third session's autotune shadow table on an H100 (16 pairs): pp2 @ d4096 kv q8_0 is the first
+    # test of each llama-bench process; stock's repetition 1 took 7.3 ms against the table's 1.6, and the last
+    # repetition (a replay) is within noise, so the 1.38 over the means is flagged
+    calls = [S23 / "ab-qwen3-seed-call3.jsonl", S23 / "ab-qwen3-seed-call5.jsonl"]
+    records, _ = report_ab.load_ab(calls, pool=True)
+    assert all(r.last_tps is not None for r in records)
+    comps = {(c.test, c.arm): c for c in analysis.ab_comparisons(records, decide.Params())}
+    first = comps[("pp2 @ d4096 kv q8_0", "table")]
+    assert first.ratio.above and first.ratio.point > 1.3 and first.last is not None and not first.last.above
+    steady = comps[("tg32 @ d49152 kv q8_0", "table")]
+    assert steady.last is not None and steady.last.above and steady.ratio.above
+    notes = markdown.repetition_notes(list(comps.values()))
+    line = next(ln for ln in notes if "the last repetition alone does not show" in ln)
+    assert "1 of 9" in line and "pp2 @ d4096 kv q8_0 ub512 table/stock 0.984" in line
+    # two repetitions: no last-repetition ratio (repetition 2 is not yet the steady state)
+    two = [dataclasses.replace(r, last_tps=None) for r in records]
+    assert all(c.last is None for c in analysis.ab_comparisons(two, decide.Params()))
