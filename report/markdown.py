@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import pandas as pd
 
@@ -386,50 +386,53 @@ def chance_note(comps: Sequence[AbComparison]) -> list[str]:
     ]
 
 
+def _subset_ratios(comps: Sequence[AbComparison], which: str) -> str:
+    """'label ratio [lo, hi]; ...' of each comparison's ``later`` or ``last`` ratio."""
+    parts = []
+    for c in comps:
+        r = getattr(c, which)
+        parts.append(f"{_ab_label(c)} {fmt_ratio(r.point)} {fmt_ci(r.lo, r.hi)}")
+    return "; ".join(parts)
+
+
+def _measured(r: Ratio | None) -> TypeGuard[Ratio]:
+    return r is not None and r.lo is not None
+
+
 def repetition_notes(comps: Sequence[AbComparison]) -> list[str]:
-    """The A/B's losses that repetition 1 alone carries, and its gains that repetitions 2.. alone do not
-    show (AbComparison.later): repetition 1 is the first time a test's shapes run at their depth in the
-    process, where one-off costs land."""
+    """The A/B's losses that repetition 1 alone carries, and its gains that repetitions 2.. alone
+    (AbComparison.later) or the last repetition alone (AbComparison.last) do not show: repetition 1 is the
+    first time a test's shapes run at their depth in the process, where one-off costs land."""
     md: list[str] = []
     losses = [c for c in comps if c.ratio.below]
-    first_only = [c for c in losses if c.later is not None and c.later.lo is not None and not c.later.below]
+    first_only = [c for c in losses if _measured(c.later) and not c.later.below]
     if first_only:
         if len(first_only) < len(losses):
             which = f"{len(first_only)} of these {len(losses)} losses are"
         else:
             which = "This loss is" if len(losses) == 1 else f"All {len(losses)} of these losses are"
         md.append(
-            f"- {which} in repetition 1 alone: over "
-            "repetitions 2.. the same pairs are not slower beyond noise ("
-            + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
-                        for c in first_only if c.later is not None)
-            + "). Repetition 1 is the first time a test's shapes run at their depth in the process, "
-            "where one-off costs land (CUDA loads a kernel at its first launch)."
-        )  # fmt: skip
+            f"- {which} in repetition 1 alone: over repetitions 2.. the same pairs are not slower beyond "
+            f"noise ({_subset_ratios(first_only, 'later')}). Repetition 1 is the first time a test's shapes "
+            "run at their depth in the process, where one-off costs land (CUDA loads a kernel at its first "
+            "launch)."
+        )
     gains = [c for c in comps if c.ratio.above]
-    first_gains = [c for c in gains if c.later is not None and c.later.lo is not None and not c.later.above]
+    first_gains = [c for c in gains if _measured(c.later) and not c.later.above]
     if first_gains:
         md.append(
             "- Gains beyond noise over the means that repetitions 2.. alone do not show: "
-            f"{len(first_gains)} of {len(gains)} ("
-            + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.later.point)} {fmt_ci(c.later.lo, c.later.hi)}"
-                        for c in first_gains if c.later is not None)
-            + ")."
-        )  # fmt: skip
-    not_steady = [
-        c for c in gains
-        if c not in first_gains and c.last is not None and c.last.lo is not None and not c.last.above
-    ]  # fmt: skip
+            f"{len(first_gains)} of {len(gains)} ({_subset_ratios(first_gains, 'later')})."
+        )
+    not_steady = [c for c in gains if c not in first_gains and _measured(c.last) and not c.last.above]
     if not_steady:
         md.append(
             "- Gains beyond noise that the last repetition alone does not show (by then CUDA graphs replay: "
-            f"the steady state): {len(not_steady)} of {len(gains)} ("
-            + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.last.point)} {fmt_ci(c.last.lo, c.last.hi)}"
-                        for c in not_steady if c.last is not None)
-            + "). Such a gain is a one-off cost of the base arm's early repetitions (a kernel CUDA loads at "
-            "its first launch, say, which the table's first-use warm-up had launched already) or a last "
+            f"the steady state): {len(not_steady)} of {len(gains)} ({_subset_ratios(not_steady, 'last')}). "
+            "Such a gain is a one-off cost of the base arm's early repetitions (a kernel CUDA loads at its "
+            "first launch, say, which the table's first-use warm-up had launched already) or a last "
             "repetition too noisy to tell."
-        )  # fmt: skip
+        )
     return md
 
 
