@@ -231,6 +231,8 @@ def autotune_cmd(
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 49152 --kv-type q8_0 \\
           --kv-shadow-budget 4096
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0 \\
+          --kv-shadow-budget 16384 --depth-fill --tune-seconds 240
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
     quantized_kv = bool(depth) and kv_type not in ("f16", "bf16")
