@@ -14,6 +14,7 @@ from autotune import env as env_mod
 from autotune import plan as plan_mod
 from autotune import run as run_mod
 from autotune import status as status_mod
+from ggml_dispatch.options import int_list
 
 
 class _Refusal(click.ClickException):
@@ -29,16 +30,6 @@ def _csv(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     if bad or not items:
         raise click.BadParameter(f"{text!r}: {what} must be among {', '.join(allowed)}")
     return tuple(dict.fromkeys(items))
-
-
-def _ints(text: str, what: str = "ubatch") -> tuple[int, ...]:
-    try:
-        vals = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: expected comma-separated integers") from None
-    if not vals or any(v < 1 or v > 1 << 20 for v in vals):
-        raise click.BadParameter(f"{text!r}: each {what} must be between 1 and {1 << 20}")
-    return tuple(dict.fromkeys(vals))
 
 
 def _configured(build: Path) -> bool:
@@ -305,8 +296,8 @@ def autotune_cmd(
         out=out,
         build_dir=build,
         workloads=_csv(workload, plan_mod.WORKLOADS, "--workload"),
-        ubatches=_ints(ubatch),
-        depths=_ints(depth, "depth") if depth is not None else (),
+        ubatches=int_list(ubatch, "ubatch"),
+        depths=int_list(depth, "depth") if depth is not None else (),
         kv_type=kv_type,
         kv_shadow_budget=kv_shadow_budget,
         depth_fill=depth_fill,

@@ -13,7 +13,7 @@ import click
 from census import aggregate, attention, build, estimate, gguf_meta, show, trace
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int, allow_mixed_option, output_option
+from ggml_dispatch.options import INT32_MAX, MAX_TOKENS, Int, allow_mixed_option, int_list, output_option
 
 
 @click.group()
@@ -225,15 +225,7 @@ def _fill_kv(text: str | None, max_m: int | None) -> tuple[int, ...]:
         return ()
     if max_m is None:
         raise click.UsageError("--fill-kv adds to what --max-m keeps: give --max-m too")
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise click.BadParameter(
-            f"{text!r}: expected KV lengths >= 1, comma-separated", param_hint="--fill-kv"
-        )
-    return values
+    return int_list(text, "KV length", param_hint="--fill-kv")
 
 
 @census.command("from-gguf")

@@ -71,6 +71,22 @@ def Int(min: int | None = None, max: int = INT64_MAX) -> click.IntRange:
     return click.IntRange(min=INT64_MIN if min is None else min, max=max)
 
 
+def int_list(text: str, what: str, param_hint: str | None = None) -> tuple[int, ...]:
+    """Comma-separated integers, each in [1, 2^20], duplicates dropped in order (``16384,49152``); a
+    click.BadParameter naming ``what`` otherwise."""
+    try:
+        vals = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: expected comma-separated integers", param_hint=param_hint
+        ) from None
+    if not vals or any(v < 1 or v > 1 << 20 for v in vals):
+        raise click.BadParameter(
+            f"{text!r}: each {what} must be between 1 and {1 << 20}", param_hint=param_hint
+        )
+    return tuple(dict.fromkeys(vals))
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
@@ -44,6 +45,26 @@ class JournalContents:
         }
 
 
+def _records(p: Path, lines: Sequence[str | bytes]) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
+    """(line number, record) of every complete line, and the number of a torn last line (a killed run's;
+    None: none). Any other line that is not a record is an InputError naming it."""
+    last = max((i for i, raw in enumerate(lines, start=1) if raw.strip()), default=0)
+    out: list[tuple[int, dict[str, Any]]] = []
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError both
+            if i == last:
+                return out, i
+            raise InputError(p, "not a JSON object (the journal is damaged)", line=i) from None
+        if not isinstance(rec, dict) or "kind" not in rec:
+            raise InputError(p, "not a journal record", line=i)
+        out.append((i, rec))
+    return out, None
+
+
 def journal_records(path: str | Path) -> list[dict[str, Any]]:
     """Every line of a journal as written (plain or ``.gz``, the header first, repeated cases kept): what the
     lab's analyses of one sweep read. A torn last line (a killed run) is left out, as :func:`read_journal`
@@ -57,21 +78,7 @@ def journal_records(path: str | Path) -> list[dict[str, Any]]:
             lines = f.read().split("\n")
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise InputError(p, f"cannot read the journal ({e.__class__.__name__}: {e})") from None
-    last = max((i for i, raw in enumerate(lines, start=1) if raw.strip()), default=0)
-    out: list[dict[str, Any]] = []
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            if i == last and out:
-                break
-            raise InputError(p, "not a JSON object (the journal is damaged)", line=i) from None
-        if not isinstance(rec, dict) or "kind" not in rec:
-            raise InputError(p, "not a journal record", line=i)
-        out.append(rec)
-    return out
+    return [rec for _, rec in _records(p, lines)[0]]
 
 
 def read_journal(path: str | Path) -> JournalContents:
@@ -80,20 +87,11 @@ def read_journal(path: str | Path) -> JournalContents:
     out = JournalContents(header=None)
     if not p.exists():
         return out
-    lines = p.read_bytes().split(b"\n")
+    records, torn = _records(p, p.read_bytes().split(b"\n"))
+    if torn is not None:
+        out.warnings.append(f"{p}:{torn}: torn last line ignored (a killed run); its case runs again")
     by_case: dict[str, dict[str, Any]] = {}
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if i >= len(lines) - 1:
-                out.warnings.append(f"{p}:{i}: torn last line ignored (a killed run); its case runs again")
-                continue
-            raise InputError(p, "not a JSON object (the journal is damaged)", line=i) from None
-        if not isinstance(rec, dict) or "kind" not in rec:
-            raise InputError(p, "not a journal record", line=i)
+    for i, rec in records:
         if rec["kind"] == "journal":
             if rec.get("schema") != JOURNAL_SCHEMA:
                 raise InputError(
