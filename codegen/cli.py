@@ -13,7 +13,7 @@ import click
 from codegen import cache, decide, kv_shadow, render
 from codegen import diff as dif
 from codegen import table as tbl
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, registry, schema
 from ggml_dispatch.artifacts import census as census_artifact
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.artifacts import tuning as tuning_artifact
@@ -107,6 +107,15 @@ def _under_tables(path: Path) -> bool:
     help="VRAM for f16 shadows of quantized KV caches (fa_mma/kv=shadow, fa_tile/kv=shadow), a run-time cap; "
     "unset or 0: shadow rows are ignored (the table without the shadow)",
 )
+@click.option(
+    "--op",
+    "ops",
+    multiple=True,
+    type=click.Choice([o.value for o in registry.Op]),
+    help="decide only this op's rows (repeatable; default: every op in the tuning); the other ops run "
+    "stock's choice, e.g. --op FLASH_ATTN_EXT for an attention-only table that an A/B separates from the "
+    "matmul rules",
+)
 def codegen_cmd(
     tuning: Path,
     census_path: Path | None,
@@ -123,6 +132,7 @@ def codegen_cmd(
     class_defaults: bool,
     cache_budget: int | None,
     kv_shadow_budget: int | None,
+    ops: tuple[str, ...],
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
 
@@ -139,6 +149,11 @@ def codegen_cmd(
     \b
     Rows with source = reference (one sample) need --reference-margin, and a table built from
     them is never written under tables/.
+
+    \b
+    Examples:
+      ggml-dispatch codegen tables/cuda-sm90-nvidia-h200/tuning.parquet -o my-table
+      ggml-dispatch codegen tuning.parquet --kv-shadow-budget 16384 --op FLASH_ATTN_EXT -o attn-only
     """
     table_out, header_out = out_dir / tbl.TABLE_FILENAME, out_dir / tbl.HEADER_FILENAME
     inputs = [tuning, *([census_path] if census_path else [])]
@@ -154,6 +169,7 @@ def codegen_cmd(
         allow_mixed=allow_mixed,
         interpolate=interpolate,
         class_defaults=class_defaults,
+        ops=tuple(sorted(set(ops))) or None,
     )
     df = tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame()
     census_df = None
@@ -200,6 +216,8 @@ def codegen_cmd(
             f"evidence: measured trials; theta {theta:.0%}, 95% paired bootstrap CI ({resamples} resamples), "
             f">= {min_trials} paired ok trials"
         )
+    if params.ops:
+        echo(f"decided: {', '.join(params.ops)} only; every other op runs stock's choice")
     if ident.mixed:
         echo(
             f"warning: --allow-mixed: rows from {len(ident.gpus)} GPUs and {len(ident.upstream_commits)} "

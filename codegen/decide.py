@@ -102,6 +102,8 @@ class Params:
     class_defaults: bool = True  # size-class defaults for unseen (N, K) (codegen.classes)
     stock_tolerance: float = DEFAULT_STOCK_TOLERANCE
     class_gap: float = DEFAULT_CLASS_GAP
+    # only these ops' rows are decided (None: every op); the others run stock's choice
+    ops: tuple[str, ...] | None = None
 
 
 ShapeKey = schema.ShapeKey  # MUL_MAT's key; every op's key class has the same interface (registry)
@@ -663,6 +665,21 @@ def rules_of(
     return rules, refusals, routing_buckets
 
 
+def select_ops(df: pd.DataFrame, ops: Sequence[str] | None, path: str | Path = "<tuning>") -> pd.DataFrame:
+    """The rows of the named ops (all rows when ops is None); an op the file has no row of is an error."""
+    if ops is None:
+        return df
+    present = set(df["op"].astype(str))
+    known = [o.value for o in registry.Op]
+    for op in ops:
+        if op not in known:
+            raise InputError(path, f"unknown op {op!r} (one of {', '.join(known)})", field="--op")
+        if op not in present:
+            have = ", ".join(sorted(present)) or "none"
+            raise InputError(path, f"no tuning rows of {op} (the file has {have})", field="--op")
+    return df[df["op"].isin(list(ops))]
+
+
 def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
     """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
     if params.theta < 0:
@@ -674,6 +691,7 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
             field="--reference-margin",
         )
     identity = check_rows(df, path, params)
+    df = select_ops(df, params.ops, path)
     from codegen import moe
 
     evals, stock = evaluate(df, params, path)

@@ -473,6 +473,8 @@ def build_table(
         "decision": {
             **{key: getattr(p, attr) for key, attr in DECISION_PARAMS.items()},
             "ratio_statistic": RATIO_STATISTIC,
+            # only when asked, so tables decided over every op keep their bytes (and hashes)
+            **({"ops": list(p.ops)} if p.ops is not None else {}),
         },
         "mixed": None,
     }
