@@ -102,12 +102,12 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     "become eligible rules; 0 leaves them out.",
 )
 @click.option(
-    "--depth-fill",
-    is_flag=True,
+    "--depth-fill/--no-depth-fill",
+    default=None,
     help="with --depth: tune the KV fill's last step at each depth too (the ubatch's FlashAttention "
     "there), besides decode and verify. A kv=shadow rule there makes the shadow during the fill, not in "
-    "the first decode step; the fill's points are large, so they come early in the sweep: give "
-    "--tune-seconds room.",
+    "the first decode step. On by default with --kv-shadow-budget, off otherwise; the fill's points are "
+    "large and come early in the sweep: give --tune-seconds room.",
 )
 @click.option(
     "--cuda-arch",
@@ -182,7 +182,7 @@ def autotune_cmd(
     depth: str | None,
     kv_type: str,
     kv_shadow_budget: int,
-    depth_fill: bool,
+    depth_fill: bool | None,
     cuda_arch: str,
     nvcc: Path | None,
     cuda_home: Path | None,
@@ -223,12 +223,15 @@ def autotune_cmd(
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 49152 --kv-type q8_0 \\
           --kv-shadow-budget 4096
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0 \\
-          --kv-shadow-budget 16384 --depth-fill --tune-seconds 240
+          --kv-shadow-budget 16384 --tune-seconds 240
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
     quantized_kv = bool(depth) and kv_type not in ("f16", "bf16")
     if depth_fill and not depth:
         raise click.UsageError("--depth-fill needs --depth")
+    if depth_fill is None:
+        # measured: without a fill rule the shadow is made inside the first timed decode step at depth
+        depth_fill = bool(kv_shadow_budget)
     if kv_shadow_budget and not quantized_kv:
         raise click.UsageError("--kv-shadow-budget needs --depth and a quantized --kv-type (e.g. q8_0)")
     if quantized_kv and not kv_shadow_budget:

@@ -60,7 +60,9 @@
 #                 (call again on the warm machine); AT_TUNE_S (default 120) per sweep, AT_PAIRS (default 5);
 #                 AT_SHADOW_MIB=N passes --kv-shadow-budget N (on a finished run: codegen onward again, same
 #                 sweep; the folder's table and A/B are replaced, so pack the earlier call's first); AT_FILL=1
-#                 passes --depth-fill (each depth's last KV-fill point tuned too: census onward again);
+#                 passes --depth-fill (each depth's last KV-fill point tuned too: census onward again), AT_FILL=0
+#                 --no-depth-fill (autotune's default: the fill with AT_SHADOW_MIB, without it not; the
+#                 twenty-third session's call ran before that default, so AT_FILL=0 reproduces it);
 #                 AT_DIR (default autotune-attn) names the folder under build/at
 #   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
 #                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
@@ -441,7 +443,7 @@ autotune)
         autotune --llama-cpp "$TREE" --model "$QWEN" --build-dir "$B" --cuda-arch 90 --workload decode \
         --depth "${AT_DEPTHS:-16384,49152}" --kv-type "${AT_KV:-q8_0}" --trials 5 --tune-seconds "${AT_TUNE_S:-120}" \
         --pairs "${AT_PAIRS:-5}" --reps 3 ${AT_SHADOW_MIB:+--kv-shadow-budget "$AT_SHADOW_MIB"} \
-        ${AT_FILL:+--depth-fill} -o "$W/${AT_DIR:-autotune-attn}" 2>&1 | tee "$OUT/autotune-attn.log"
+        ${AT_FILL:+$([ "$AT_FILL" = 0 ] && echo --no-depth-fill || echo --depth-fill)} -o "$W/${AT_DIR:-autotune-attn}" 2>&1 | tee "$OUT/autotune-attn.log"
     rc=${PIPESTATUS[0]}
     echo "autotune rc=$rc" | tee -a "$OUT/autotune-attn.log"
     [ -f "$W/${AT_DIR:-autotune-attn}/REPORT.md" ] && cp "$W/${AT_DIR:-autotune-attn}/REPORT.md" "$OUT/autotune-attn-REPORT.md"

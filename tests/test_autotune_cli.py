@@ -160,6 +160,26 @@ def test_depth_fill_adds_each_depths_last_fill_point_to_the_attention_census(
     assert bad.exit_code == 2 and "--depth-fill needs --depth" in bad.stderr and not (tmp_path / "c").exists()
 
 
+def test_a_kv_shadow_budget_tunes_the_fill_unless_told_not_to(
+    tree: Path, smollm2: Path, tmp_path: Path
+) -> None:
+    # the shadow is made by the first node whose rule reads it: a rule at the fill makes it before the
+    # first timed decode step (evidence/h100-2026-12-06-s25/README.md), so a budget brings the fill along
+    args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "--dry-run"]
+    shadow = ["--depth", "16384", "--kv-type", "q8_0", "--kv-shadow-budget", "64"]
+    runner = CliRunner()
+
+    def census_line(out: str, *extra: str) -> str:
+        res = runner.invoke(main, [*args, "-o", str(tmp_path / out), *shadow, *extra], env=NO_GPU)
+        assert res.exit_code == 0, res.output
+        (line,) = [ln for ln in res.stdout.splitlines() if " census attention " in ln]
+        return line
+
+    assert "--max-m 16 --fill-kv 16384 -o" in census_line("a")
+    assert "--fill-kv" not in census_line("b", "--no-depth-fill")
+    assert "--fill-kv 16384" in census_line("c", "--depth-fill")
+
+
 def test_a_new_kv_shadow_budget_redoes_codegen_onward_not_the_sweep(
     tree: Path, smollm2: Path, tmp_path: Path
 ) -> None:
