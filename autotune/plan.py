@@ -129,6 +129,17 @@ def unique_names(models: Sequence[Path]) -> list[tuple[str, Path]]:
     return out
 
 
+def ab_depths(depths: Sequence[int]) -> tuple[int, ...]:
+    """The A/B's depths: the tuned ones and a shallower control no tuned depth reaches (a quarter of the
+    smallest, a multiple of 256, at least 512): a context passes through it on the way to a tuned depth, and
+    a table's cost where none of its attention rules apply shows there (measured: 1.5-3.6% at depth 4096
+    with rules tuned at 16384 and 49152, evidence/h100-2026-12-06-s25/README.md)."""
+    if not depths:
+        return ()
+    control = max(512, min(depths) // 4 // 256 * 256)
+    return tuple(sorted({control, *depths}))
+
+
 def bench_args(
     workload: str, ubatches: Sequence[int], depths: Sequence[int] = (), kv_type: str = "f16"
 ) -> str:
@@ -399,7 +410,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     for name, model in models:
         ab_argv += ["--model", f"{name}={model}"]
     for w in workloads:
-        ab_argv += ["--bench", bench_args(w, opts.ubatches, opts.depths, opts.kv_type)]
+        ab_argv += ["--bench", bench_args(w, opts.ubatches, ab_depths(opts.depths), opts.kv_type)]
     ab_argv += [
         "--pairs",
         str(opts.pairs),

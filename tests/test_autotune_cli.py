@@ -110,6 +110,9 @@ def test_dry_run_with_depths_tunes_attention_too(tree: Path, smollm2: Path, tmp_
     assert res.exit_code == 0, res.output
     assert "decode, verify, prefill, depth on 1 model" in res.output
     assert "-ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d 4096,49152 -r 1" in res.output  # each depth once
+    # the A/B adds a shallower control depth no tuned depth reaches (a quarter of the smallest)
+    (ab,) = [ln for ln in res.output.splitlines() if " ab --arm " in ln]
+    assert "--bench '-ngl 99 -fa on -ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d 1024,4096,49152'" in ab
     assert "census attention" in res.output and "--max-m 16" in res.output
     assert "--coverage 1 --configs all" in res.output
     assert "tune merge" in res.output
@@ -491,8 +494,9 @@ def test_every_planned_command_parses_with_its_stage_cli(
     # install x2, census x3, tune, codegen, ab, report; with depths census attention, tune run, tune merge
     assert checked == (9 if not depths else 12)
     argvs = [" ".join(st.argv) for s in stages for st in s.steps]
-    depth_bench = "-ngl 99 -fa on -ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d 4096,16384"
-    assert sum(depth_bench in a for a in argvs) == (0 if not depths else 3)  # 2 traces and the A/B
+    depth_bench = "-ngl 99 -fa on -ctk q8_0 -ctv q8_0 -p 2,3,4 -n 32 -d"
+    assert sum(f"{depth_bench} 4096,16384 " in a for a in argvs) == (0 if not depths else 2)  # 2 traces
+    assert sum(f"{depth_bench} 1024,4096,16384" in a for a in argvs) == (0 if not depths else 1)  # the A/B
     assert any(" census attention " in a for a in argvs) == bool(depths)
     assert any(" tune merge " in a and a.endswith(str(out / "tuning.parquet")) for a in argvs) == bool(depths)
 
@@ -566,3 +570,11 @@ def test_stages_without_the_gpu_run_without_one(tree_copy: Path, smollm2: Path, 
     assert inst.read_manifest(tree_copy) is not None
     state = json.loads((out / plan_mod.STATE_FILE).read_text())
     assert list(state["stages"]) == ["hook"] and state["stages"]["hook"]["status"] == "done"
+
+
+def test_the_ab_control_depth_is_a_quarter_of_the_smallest_on_the_256_grid() -> None:
+    assert plan_mod.ab_depths(()) == ()
+    assert plan_mod.ab_depths((16384, 49152)) == (4096, 16384, 49152)
+    assert plan_mod.ab_depths((5000,)) == (1024, 5000)  # 1250 down to the 256 grid
+    assert plan_mod.ab_depths((1024,)) == (512, 1024)  # at least 512
+    assert plan_mod.ab_depths((512, 2048)) == (512, 2048)  # the control is a tuned depth already
