@@ -171,7 +171,8 @@ def codegen_cmd(
         class_defaults=class_defaults,
         ops=tuple(sorted(set(ops))) or None,
     )
-    df = tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame()
+    # one selection ahead of every consumer (shadow, cache plan, decision), so none sees the other ops
+    df = decide.select_ops(tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame(), params.ops, tuning)
     census_df = None
     if census_path is not None:
         census_df = census_artifact.read(census_path).frame()
