@@ -300,6 +300,8 @@ def refusal_kind(reason: str) -> str:
         reason = "no ok trial"
     elif reason.startswith("not the fastest"):
         reason = "not the fastest route"
+    elif reason.startswith("stopped by the race"):
+        reason = reason.split(" (median ", 1)[0]
     elif m := _FEW_TRIALS.match(reason):
         reason = f"fewer than {m.group(1)} paired ok trials"
     elif m := _CI_LOW.match(reason):

@@ -25,12 +25,62 @@ from ggml_dispatch.errors import InputError
 
 MIB: Final = 1 << 20
 SHADOW_PARAM: Final = ("kv", "shadow")
+REUSE_PARAM: Final = ("kv", "reuse")
 MAX_BUDGET_MIB: Final = 1 << 30
 
 
 def is_shadow(config: str) -> bool:
-    """Does the configuration read the KV cache's f16 shadow?"""
+    """Does the configuration read the KV cache's f16 shadow (making it, or where one was made)?"""
+    params = registry.Config.parse(config).params
+    return SHADOW_PARAM in params or REUSE_PARAM in params
+
+
+def _makes_shadow(config: str) -> bool:
     return SHADOW_PARAM in registry.Config.parse(config).params
+
+
+def _attention_kind(rule: Mapping[str, Any]) -> tuple[Any, ...]:
+    """An attention rule's key without its KV bucket (layout, K/V types, head dims, GQA ratio)."""
+    fields = [f for f in registry.key_class("FLASH_ATTN_EXT").fields() if f != "kv"]
+    return tuple(rule.get(f) for f in ("layout", *fields))
+
+
+def reuse_below_makers(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shadow rules that may make the shadow, and those that only read one already made (``kv=reuse``).
+
+    Once made, a shadow is kept equal to its cache: every step after it pays a mirror kernel per cache
+    write (per layer, K and V), whether or not a rule reads the shadow at that KV length. A context fills
+    from short to long, so a shadow made at a short KV length is upkeep for every depth up to the next
+    rule that reads it. Per attention kind, the rules in the deepest unbroken run of power-of-two KV
+    buckets that have shadow rules make it; shallower ones read it where a deeper step made it and leave
+    stock's kernel where none was made. (The H100 A/B of the twenty-sixth session: rules at KV bucket 256,
+    which llama-bench's warm-up pass reaches, made the shadow in every test, and at depth 4096, where no
+    rule read it, tg32, pp3 and pp4 on a q8_0 cache ran 3-7% below stock.)"""
+    buckets: dict[tuple[Any, ...], set[int]] = {}
+    for r in rules:
+        if r.get("op") == registry.Op.FLASH_ATTN_EXT.value and _makes_shadow(tbl.rule_config(r)):
+            buckets.setdefault(_attention_kind(r), set()).add(int(r["kv"]))
+    floor: dict[tuple[Any, ...], int] = {}
+    for kind, kvs in buckets.items():
+        lo = max(kvs)
+        while lo // 2 in kvs:
+            lo //= 2
+        floor[kind] = lo
+    out = []
+    for r in rules:
+        is_attention = r.get("op") == registry.Op.FLASH_ATTN_EXT.value
+        kind = _attention_kind(r)
+        if (
+            is_attention
+            and kind in floor
+            and int(r["kv"]) < floor[kind]
+            and _makes_shadow(tbl.rule_config(r))
+        ):
+            c = registry.Config.parse(tbl.rule_config(r))
+            reuse = registry.Config(c.route, tuple(REUSE_PARAM if p == SHADOW_PARAM else p for p in c.params))
+            r = {**r, "config": str(reuse)}
+        out.append(r)
+    return out
 
 
 def shadow_rows(df: pd.DataFrame) -> pd.Series:
@@ -75,10 +125,12 @@ def section(budget_mib: int) -> dict[str, Any]:
 
 
 def attach(table: dict[str, Any], budget_mib: int | None) -> dict[str, Any]:
-    """The table with its ``kv_shadow`` section where a rule reads a shadow (validated again)."""
+    """The table with its ``kv_shadow`` section where a rule reads a shadow, the shallow shadow rules
+    reading only a shadow made deeper (``reuse_below_makers``); validated again."""
     if not budget_mib or not any(is_shadow(tbl.rule_config(r)) for r in table["rules"]):
         return table
-    return tbl.validate(tbl.canonicalize({**table, "kv_shadow": section(budget_mib)}))
+    rules = reuse_below_makers(list(table["rules"]))
+    return tbl.validate(tbl.canonicalize({**table, "rules": rules, "kv_shadow": section(budget_mib)}))
 
 
 def budget_bytes(table: Mapping[str, Any]) -> int:

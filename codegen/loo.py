@@ -60,7 +60,11 @@ def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> 
     key = registry.runtime_key(key)  # a MUL_MAT_ID point of any bucket: its routing-0 key
     fields = key.fields()
     for r in rules:
-        if r["op"] != key.op or tbl.rule_config(r) != route or not r["M_lo"] <= M <= r["M_hi"]:
+        if (
+            r["op"] != key.op
+            or registry.measured_config(tbl.rule_config(r)) != route
+            or not r["M_lo"] <= M <= r["M_hi"]
+        ):
             continue
         rule_key = registry.shape_key(r)
         if tuple(getattr(rule_key, f) for f in fields) == tuple(getattr(key, f) for f in fields) or (
@@ -77,7 +81,7 @@ def _score(
 ) -> Held:
     gpu = full.identity.gpu
     # a MUL_MAT_ID point of any bucket gets what the runtime looks up: the routing-0 rule
-    route = tbl.lookup_key(table, gpu, registry.runtime_key(key), M)
+    route = tbl.lookup_measured(table, gpu, registry.runtime_key(key), M)
     point = full.evals[key][M]
     stock_us = full.stock_us[key][M]
     medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}

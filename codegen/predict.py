@@ -299,7 +299,7 @@ def census_key(rec: Mapping[str, Any]) -> ShapeKey:
 def _table_route(table: Mapping[str, Any]) -> RouteOf:
     def route(rec: Mapping[str, Any], gpu: schema.GpuId) -> str | None:
         # MUL_MAT_ID: the routing-0 rule is what runs for a call of any bucket
-        return tbl.lookup_key(table, gpu, registry.runtime_key(census_key(rec)), int(rec["M"]))
+        return tbl.lookup_measured(table, gpu, registry.runtime_key(census_key(rec)), int(rec["M"]))
 
     return route
 

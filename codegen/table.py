@@ -579,6 +579,12 @@ def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) ->
     return config
 
 
+def lookup_measured(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> str | None:
+    """What the table picks, spelled as its measurements were taken (``registry.measured_config``)."""
+    config = lookup_key(table, gpu, key, M)
+    return None if config is None else registry.measured_config(config)
+
+
 def lookup(
     table: Mapping[str, Any],
     gpu: schema.GpuId,

@@ -167,6 +167,7 @@ INELIGIBLE: Final[dict[str, str]] = {
     "op": "the configuration's route does not serve this op",
     "params": "a parameter value this node cannot take (no converter, no compiled J, no stream-k)",
     "attn": "FlashAttention kernel not legal here (head dims, KV length, Q columns, GQA, cc; fattn.cu)",
+    "no_shadow": "kv=reuse where no shadow of the KV cache has been made: stock's kernel",
 }
 
 
@@ -182,6 +183,12 @@ class Param:
     values: tuple[str, ...]
     doc: str
     ops: tuple[Op, ...] = ()  # the ops whose nodes may set it; () = every op of the route
+    untimed: tuple[str, ...] = ()  # values a sweep never times (codegen writes them into rules)
+
+    @property
+    def timed(self) -> tuple[str, ...]:
+        """The values a sweep times."""
+        return tuple(v for v in self.values if v not in self.untimed)
 
     @property
     def bits(self) -> int:
@@ -231,9 +238,13 @@ _FA_VEC_BLOCKS: Final = tuple(str(1 << i) for i in range(9))  # 1 .. 256
 # call (VEC: instead of its quantized instance; it then runs the f16 one)
 _FA_KV_SHADOW: Final = Param(
     "kv",
-    ("shadow",),
-    "read a persistent f16 shadow of the q8_0 KV cache (made once within the shadow budget, kept in step"
-    " with every write to the cache) instead of converting the K/V view to f16 on every call",
+    ("shadow", "reuse"),
+    "shadow: read a persistent f16 shadow of the q8_0 KV cache (made once within the shadow budget, kept in"
+    " step with every write to the cache) instead of converting the K/V view to f16 on every call; reuse: the"
+    " same where a shadow of the cache was already made, stock's kernel where none was (never makes one:"
+    " codegen's choice at KV lengths below the deepest run of shadow rules, whose upkeep would be paid"
+    " at depths no rule reads it)",
+    untimed=("reuse",),  # where a shadow exists it runs exactly what `shadow` measured
 )
 
 ROUTES: Final[dict[Route, RouteSpec]] = {
@@ -496,11 +507,11 @@ def route_configs(route: Route | str) -> list[Config]:
     out = [Config(spec.route)]
     combos: list[tuple[tuple[str, str], ...]] = [()]
     for p in spec.params:
-        if len(p.values) == 1 or p.ops:  # a switch, or a parameter of some ops only: left out, and each value
-            combos = [c2 for c in combos for c2 in (c, *((*c, (p.name, v)) for v in p.values))]
+        if len(p.timed) == 1 or p.ops:  # a switch, or a parameter of some ops only: left out, and each value
+            combos = [c2 for c in combos for c2 in (c, *((*c, (p.name, v)) for v in p.timed))]
             continue
-        combos = [(*c, (p.name, v)) for c in combos for v in p.values]
-    alone = [((p.name, p.values[0]),) for p in spec.params if len(p.values) == 1]
+        combos = [(*c, (p.name, v)) for c in combos for v in p.timed]
+    alone = [((p.name, p.timed[0]),) for p in spec.params if len(p.timed) == 1]
     out += [Config(spec.route, c) for c in alone if config_pairs_compiled(spec.route, c)]
     out += [
         Config(spec.route, c) for c in combos if c and c not in alone and config_pairs_compiled(spec.route, c)
@@ -534,6 +545,15 @@ def _names(names: Any) -> str:
 def canonical_config(text: str) -> str:
     """The canonical spelling of a config string (ConfigError if it names none)."""
     return str(Config.parse(text))
+
+
+def measured_config(text: str) -> str:
+    """The configuration a rule's evidence was timed as: ``kv=reuse`` runs exactly ``kv=shadow`` where a
+    shadow exists, and a sweep times only the latter."""
+    c = Config.parse(text)
+    if ("kv", "reuse") not in c.params:
+        return str(c)
+    return str(Config(c.route, tuple((n, "shadow" if (n, v) == ("kv", "reuse") else v) for n, v in c.params)))
 
 
 def config_route(text: str) -> str:

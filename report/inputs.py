@@ -52,9 +52,11 @@ class TableView:
         return list(self.data["rules"])
 
     def route_at(self, key: ShapeKey, M: int) -> str | None:
-        """The configuration the table picks for a shape key of any op (None: stock)."""
+        """The configuration the table picks for a shape key of any op (None: stock), as it was measured."""
         # MUL_MAT_ID: what runs for a call of the key's bucket is the routing-0 rule
-        return table_mod.lookup_key(self.data, table_mod.table_gpu(self.data), registry.runtime_key(key), M)
+        return table_mod.lookup_measured(
+            self.data, table_mod.table_gpu(self.data), registry.runtime_key(key), M
+        )
 
     def rules_for(self, key: ShapeKey) -> list[dict[str, Any]]:
         """The shape key's own rules, then the defaults of its type (the key's default fields 0, size-class

@@ -60,9 +60,16 @@ def _table(commit: str) -> dict[str, Any]:
     t["rules"] = [
         key | shape | {"M_lo": 1, "M_hi": 2, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
         # two more rules of the same kind, at KV buckets no case reaches: what the first-use warm-up launches
+        # (one reading the KV shadow: the warm-up converts instead, so it never makes one)
         key
         | shape
-        | {"kv": 8192, "M_lo": 1, "M_hi": 1, "route": "fa_mma", "config": "fa_mma/ncols1=1,ncols2=8"},
+        | {
+            "kv": 8192,
+            "M_lo": 1,
+            "M_hi": 1,
+            "route": "fa_mma",
+            "config": "fa_mma/ncols1=1,ncols2=8,kv=shadow",
+        },
         key
         | shape
         | {"kv": 32768, "M_lo": 3, "M_hi": 3, "route": "fa_mma", "config": "fa_mma/ncols1=16,ncols2=2"},
@@ -346,7 +353,7 @@ def test_mma_tile_choice_mirror_is_held_against_the_trees_switches(drivers: dict
     instance the check's mirror predicts, with every set parameter honoured and nothing refused; stock's
     own tile (no parameters) is the mirror's too. The instances reached are compiled ones."""
     g = run(drivers["no_table"], {"GLUE_MMA_GRID": "1"})["mma_grid"]
-    assert g["configs"] == 1 + 8 * 5 * 3 * 3 * 2 and g["points"] > 0  # x2: kv left out or shadow
+    assert g["configs"] == 1 + 8 * 5 * 3 * 3 * 3 and g["points"] > 0  # x3: kv left out, shadow or reuse
     assert g["mismatch"] == 0 and g["refused"] == 0, g
     assert 0 < g["eligible"] < g["checked"] and g["stock"] == g["points"] and g["sparse"] > 0
     pairs = {tuple(int(x) for x in p.split("x")) for p in g["pairs"]}
@@ -428,6 +435,19 @@ def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers
         drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": "force:fa_mma/ncols1=16,ncols2=2"}
     )
     assert forced["warm"]["first"] == "16x2" and forced["warm"]["again"] == "16x2"
+
+
+def test_kv_reuse_reads_a_shadow_only_where_one_was_made(drivers: dict[str, Path]) -> None:
+    """kv=shadow reads (and makes) the shadow; kv=reuse never makes one: where none was made (here none can
+    be: the driver's cache tensors have no CUDA buffer) stock's kernel runs, not the configuration
+    converting per call, which nothing measured."""
+    shadow = "force:fa_mma/ncols1=4,ncols2=2,kv=shadow"
+    out = run(drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": shadow})["warm"]
+    assert out["first"] == "4x2s"
+    out = run(
+        drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": shadow.replace("shadow", "reuse")}
+    )
+    assert out["warm"]["first"] == "4x8" and out["warm"]["again"] == "4x8"  # stock's instance at 3 Q columns
 
 
 def test_trace_of_attention_calls_reads_into_flash_attn_rows(

@@ -102,13 +102,16 @@ bool ggml_cuda_dispatch_kv_shadow_serves(const ggml_tensor * t) {
     return t != nullptr && t->type == GGML_TYPE_Q8_0;
 }
 
-bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, const char ** data,
-                                       size_t * nb1, size_t * nb2, size_t * nb3) {
+bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, const bool make,
+                                       const char ** data, size_t * nb1, size_t * nb2, size_t * nb3) {
     if (!kv_shadowable(device, t)) {
         return false;
     }
     copy_store &            ks      = kv_st();
     const ggml_tensor *     root    = kv_root(t);
+    if (!make && ks.cache.lookup(kv_key(device, root)) == nullptr) {
+        return false;
+    }
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
         (void) cudaGetLastError();
@@ -145,6 +148,27 @@ bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const gg
     *nb1  = t->nb[1] / ts * bs * sizeof(half);
     *nb2  = t->nb[2] / ts * bs * sizeof(half);
     *nb3  = t->nb[3] / ts * bs * sizeof(half);
+    return true;
+}
+
+bool ggml_cuda_dispatch_kv_shadow_reuse_waits(int device, const ggml_tensor * dst, int config) {
+    int kv_param = -1;
+    switch (ggml_dispatch_config_route(config)) {
+        case GGML_DISPATCH_ROUTE_FA_VEC:  kv_param = GGML_DISPATCH_PARAM_FA_VEC_KV_INDEX;  break;
+        case GGML_DISPATCH_ROUTE_FA_TILE: kv_param = GGML_DISPATCH_PARAM_FA_TILE_KV_INDEX; break;
+        case GGML_DISPATCH_ROUTE_FA_MMA:  kv_param = GGML_DISPATCH_PARAM_FA_MMA_KV_INDEX;  break;
+        default:                          return false;
+    }
+    static_assert(GGML_DISPATCH_PARAM_FA_VEC_KV_V_REUSE == GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE &&
+                  GGML_DISPATCH_PARAM_FA_TILE_KV_V_REUSE == GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE, "reuse");
+    if (ggml_dispatch_config_param(config, kv_param) != GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE) {
+        return false;
+    }
+    for (const ggml_tensor * t : {dst->src[1], dst->src[2]}) {
+        if (t != nullptr && kv_shadowable(device, t) && kv_st().cache.lookup(kv_key(device, kv_root(t))) != nullptr) {
+            return false;
+        }
+    }
     return true;
 }
 

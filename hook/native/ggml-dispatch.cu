@@ -767,6 +767,11 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
         reason = REASON_STOCK;  // a matmul route forced or overridden: not asked of attention nodes
     } else if (requested != 0) {
         why = ggml_dispatch_config_valid(requested) ? check(device, dst, requested) : GGML_DISPATCH_WHY_ROUTE;
+        // kv=reuse with no shadow made yet: stock's kernel. Only at the launch: the scratch is sized for the
+        // configuration, which needs at least what stock's kernel does (the f16 copies of K and V).
+        if (why == GGML_DISPATCH_OK && run && ggml_cuda_dispatch_kv_shadow_reuse_waits(device, dst, requested)) {
+            why = GGML_DISPATCH_WHY_NO_SHADOW;
+        }
         if (why == GGML_DISPATCH_OK) {
             run_config = requested;
         } else {

@@ -79,7 +79,9 @@ extern "C" void glue_mma_case(int DKQ, int DV, int ncols1, int ncols2, void * ct
                     ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, ncols1, ncols2);
     g_mma.refused = ggml_dispatch_params_current().refused != 0;
     g_mma.calls++;
-    g_mma.launches += (g_mma.launches.empty() ? "" : ",") + std::to_string(ncols1) + "x" + std::to_string(ncols2);
+    // "s": launch_fattn would read the KV cache's shadow (kv=shadow / kv=reuse outside the warm-up)
+    g_mma.launches += (g_mma.launches.empty() ? "" : ",") + std::to_string(ncols1) + "x" + std::to_string(ncols2) +
+                      (ggml_dispatch_fa_reads_shadow() ? "s" : "");
 }
 
 alignas(64) static unsigned char g_ctx_bytes[sizeof(ggml_backend_cuda_context)];  // never constructed: no GPU
