@@ -240,10 +240,10 @@ _FA_KV_SHADOW: Final = Param(
     "kv",
     ("shadow", "reuse"),
     "shadow: read a persistent f16 shadow of the q8_0 KV cache (made once within the shadow budget, kept in"
-    " step with every write to the cache) instead of converting the K/V view to f16 on every call; reuse: the"
-    " same where a shadow of the cache was already made, stock's kernel where none was (never makes one:"
-    " codegen's choice at KV lengths below the deepest run of shadow rules, whose upkeep would be paid"
-    " at depths no rule reads it)",
+    " step with every write to the cache) instead of converting the K/V view to f16 on every call; reuse"
+    " (codegen's choice below the deepest run of KV buckets with shadow rules): the same where a shadow of"
+    " the cache exists or the cache is long enough for a shadow-making rule of the node's kind to apply in"
+    " it, else stock's kernel, so a short context never pays the shadow's upkeep",
     untimed=("reuse",),  # where a shadow exists it runs exactly what `shadow` measured
 )
 

@@ -438,9 +438,10 @@ def test_first_use_warm_up_launches_the_tables_other_configurations_once(drivers
 
 
 def test_kv_reuse_reads_a_shadow_only_where_one_was_made(drivers: dict[str, Path]) -> None:
-    """kv=shadow reads (and makes) the shadow; kv=reuse never makes one: where none was made (here none can
-    be: the driver's cache tensors have no CUDA buffer) stock's kernel runs, not the configuration
-    converting per call, which nothing measured."""
+    """kv=shadow reads (and makes) the shadow; kv=reuse reads one that exists and makes one only where a
+    making rule of the table can apply in the cache: with neither (here no table, and no shadow can be kept:
+    the driver's cache tensors have no CUDA buffer) stock's kernel runs, not the configuration converting
+    per call, which nothing measured."""
     shadow = "force:fa_mma/ncols1=4,ncols2=2,kv=shadow"
     out = run(drivers["no_table"], {"GLUE_WARM": "1", "GGML_CUDA_DISPATCH": shadow})["warm"]
     assert out["first"] == "4x2s"

@@ -151,26 +151,28 @@ bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const gg
     return true;
 }
 
-bool ggml_cuda_dispatch_kv_shadow_reuse_waits(int device, const ggml_tensor * dst, int config) {
-    int kv_param = -1;
-    switch (ggml_dispatch_config_route(config)) {
-        case GGML_DISPATCH_ROUTE_FA_VEC:  kv_param = GGML_DISPATCH_PARAM_FA_VEC_KV_INDEX;  break;
-        case GGML_DISPATCH_ROUTE_FA_TILE: kv_param = GGML_DISPATCH_PARAM_FA_TILE_KV_INDEX; break;
-        case GGML_DISPATCH_ROUTE_FA_MMA:  kv_param = GGML_DISPATCH_PARAM_FA_MMA_KV_INDEX;  break;
-        default:                          return false;
-    }
-    static_assert(GGML_DISPATCH_PARAM_FA_VEC_KV_V_REUSE == GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE &&
-                  GGML_DISPATCH_PARAM_FA_TILE_KV_V_REUSE == GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE, "reuse");
-    if (ggml_dispatch_config_param(config, kv_param) != GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE) {
-        return false;
-    }
+namespace {
+
+// kv=reuse (ggml_cuda_dispatch_select_flash_attn): has a shadow of the node's K or V cache been made (0), or,
+// where none has, how many cells does the cache hold (the longest KV length a view of it can have; -1: no
+// shadow can be kept for it)?
+static int64_t kv_shadow_cells_unless_made(int device, const ggml_tensor * dst) {
+    int64_t cells = -1;
     for (const ggml_tensor * t : {dst->src[1], dst->src[2]}) {
-        if (t != nullptr && kv_shadowable(device, t) && kv_st().cache.lookup(kv_key(device, kv_root(t))) != nullptr) {
-            return false;
+        if (t == nullptr || !kv_shadowable(device, t)) {
+            continue;
         }
+        const ggml_tensor * root = kv_root(t);
+        if (kv_st().cache.lookup(kv_key(device, root)) != nullptr) {
+            return 0;
+        }
+        const int64_t row = t->ne[0] * t->ne[2] * t->ne[3];  // a view [D, n_kv, KV heads, streams] of [D x heads, cells]
+        cells = std::max(cells, row > 0 ? ggml_nelements(root) / row : 0);
     }
-    return true;
+    return cells;
 }
+
+}  // namespace
 
 void ggml_cuda_dispatch_kv_shadow_mirror(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
     copy_store & ks = kv_st();

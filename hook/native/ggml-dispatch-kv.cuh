@@ -22,9 +22,6 @@ bool ggml_cuda_dispatch_kv_shadow_serves(const ggml_tensor * t);
 bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, bool make,
                                        const char ** data, size_t * nb1, size_t * nb2, size_t * nb3);
 
-// kv=reuse on this node with no shadow made of its K or V cache: stock's kernel runs instead (the
-// configuration was measured reading a shadow; converting per call was not).
-bool ggml_cuda_dispatch_kv_shadow_reuse_waits(int device, const ggml_tensor * dst, int config);
 
 // After a node ran (or was captured): if it wrote into a cache tensor that has a shadow, the same write
 // into the shadow, on the node's stream.

@@ -744,6 +744,54 @@ static std::string attn_json(const ggml_tensor * dst) {
 
 }  // namespace
 
+// The kv parameter's index of a FlashAttention configuration (-1: another route).
+static int fattn_kv_param(int config) {
+    switch (ggml_dispatch_config_route(config)) {
+        case GGML_DISPATCH_ROUTE_FA_VEC:  return GGML_DISPATCH_PARAM_FA_VEC_KV_INDEX;
+        case GGML_DISPATCH_ROUTE_FA_TILE: return GGML_DISPATCH_PARAM_FA_TILE_KV_INDEX;
+        case GGML_DISPATCH_ROUTE_FA_MMA:  return GGML_DISPATCH_PARAM_FA_MMA_KV_INDEX;
+        default:                          return -1;
+    }
+}
+static_assert(GGML_DISPATCH_PARAM_FA_VEC_KV_V_SHADOW == 1 && GGML_DISPATCH_PARAM_FA_TILE_KV_V_SHADOW == 1 &&
+              GGML_DISPATCH_PARAM_FA_MMA_KV_V_SHADOW == 1 && GGML_DISPATCH_PARAM_FA_VEC_KV_V_REUSE == 2 &&
+              GGML_DISPATCH_PARAM_FA_TILE_KV_V_REUSE == 2 && GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE == 2, "kv");
+
+// kv=reuse, codegen's choice for shadow rules shallower than the deepest run of KV buckets with shadow rules
+// (codegen/kv_shadow.py): where a shadow of the node's cache exists, the configuration reading it; where none
+// does but the cache holds more cells than half the KV bucket of a rule of the node's kind that makes one
+// (kv=shadow: some step of this context may run it), the configuration making it; else 0, stock's kernel,
+// so a context that never gets that deep never pays the shadow's upkeep (a mirror kernel per cache write).
+static int fattn_kv_reuse_resolve(int device, const ggml_tensor * dst, int config) {
+    const int p = fattn_kv_param(config);
+    if (p < 0 || ggml_dispatch_config_param(config, p) != 2) {
+        return config;
+    }
+    const ggml_dispatch_param_desc & d = ggml_dispatch_param_descs[p];
+    const int shadow = (config & ~(((1 << d.bits) - 1) << d.shift)) | (1 << d.shift);
+    const int64_t cells = kv_shadow_cells_unless_made(device, dst);
+    if (cells == 0) {
+        return shadow;
+    }
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+    const ggml_tensor * Q   = dst->src[0];
+    const ggml_tensor * K   = dst->src[1];
+    const ggml_tensor * V   = dst->src[2];
+    const int64_t       gqa = K->ne[2] > 0 ? Q->ne[2] / K->ne[2] : 0;
+    for (int i = 0; cells > 0 && i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
+        const ggml_dispatch_table_rule & r = ggml_dispatch_table_rules[i];
+        const int rp = r.op == GGML_DISPATCH_OP_FLASH_ATTN_EXT ? fattn_kv_param(r.config) : -1;
+        if (rp >= 0 && r.layout == GGML_DISPATCH_LAYOUT_ATTENTION && r.type0 == (int32_t) K->type &&
+                r.type1 == (int32_t) V->type && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_K] == K->ne[0] &&
+                r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_V] == V->ne[0] && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_GQA] == gqa &&
+                ggml_dispatch_config_param(r.config, rp) == 1 && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_KV] / 2 < cells) {
+            return shadow;
+        }
+    }
+#endif
+    return 0;
+}
+
 int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, int stock_route,
                                          ggml_cuda_dispatch_fattn_check_t check, bool run,
                                          ggml_cuda_dispatch_fattn_resolve_t resolve) {
@@ -767,13 +815,14 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
         reason = REASON_STOCK;  // a matmul route forced or overridden: not asked of attention nodes
     } else if (requested != 0) {
         why = ggml_dispatch_config_valid(requested) ? check(device, dst, requested) : GGML_DISPATCH_WHY_ROUTE;
-        // kv=reuse with no shadow made yet: stock's kernel. Only at the launch: the scratch is sized for the
-        // configuration, which needs at least what stock's kernel does (the f16 copies of K and V).
-        if (why == GGML_DISPATCH_OK && run && ggml_cuda_dispatch_kv_shadow_reuse_waits(device, dst, requested)) {
+        // kv=reuse is resolved at the launch only: the scratch is sized for the configuration, which needs at
+        // least what stock's kernel does (the f16 copies of K and V)
+        const int resolved = why == GGML_DISPATCH_OK && run ? fattn_kv_reuse_resolve(device, dst, requested) : requested;
+        if (resolved == 0) {
             why = GGML_DISPATCH_WHY_NO_SHADOW;
         }
         if (why == GGML_DISPATCH_OK) {
-            run_config = requested;
+            run_config = resolved;
         } else {
             reason = REASON_INELIGIBLE;
         }
