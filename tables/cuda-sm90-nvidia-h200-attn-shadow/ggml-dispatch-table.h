@@ -41,7 +41,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H200";
-static const char ggml_dispatch_table_hash[] = "5b68b6fd11fe68f28e955ef71297e4e1533ced4ec0a28737ca33b54f18ab547f";
+static const char ggml_dispatch_table_hash[] = "538ed5b3f7674fe571a0eae78022f31e13a3e08d13709d6acc67db559e4a1cbf";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -75,9 +75,9 @@ static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISP
     { 2, 1, 1, 1, { 256, 256, 6, 8192, 0 }, 3, 4, 103176 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 16384, 0 }, 512, 512, 103944 }, /* measured */
     { 2, 1, 1, 1, { 256, 256, 6, 32768, 0 }, 512, 512, 103944 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 1, 1, 4614 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 2, 2, 263 }, /* measured */
-    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 3, 4, 434440 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 1, 1, 8710 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 2, 2, 519 }, /* measured */
+    { 2, 1, 8, 8, { 128, 128, 4, 256, 0 }, 3, 4, 696584 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 1, 1, 263 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 2, 2, 367112 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 8192, 0 }, 3, 3, 368904 }, /* measured */
@@ -89,9 +89,9 @@ static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISP
     { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 1, 1, 368904 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 2, 2, 367112 }, /* measured */
     { 2, 1, 8, 8, { 128, 128, 4, 65536, 0 }, 3, 4, 262152 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 1, 2, 263 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 3, 3, 368904 }, /* measured */
-    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 4, 4, 365320 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 1, 2, 519 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 3, 3, 631048 }, /* measured */
+    { 2, 1, 8, 8, { 256, 256, 6, 256, 0 }, 4, 4, 627464 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 1, 1, 369160 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 2, 2, 262152 }, /* measured */
     { 2, 1, 8, 8, { 256, 256, 6, 8192, 0 }, 3, 4, 365320 }, /* measured */
