@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ggml_dispatch import registry
 from ggml_dispatch.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,10 +54,14 @@ def test_one_op_keeps_exactly_that_ops_rules(tmp_path: Path, full: dict) -> None
 def test_without_op_the_decision_record_is_unchanged(full: dict) -> None:
     # tables decided over every op keep the bytes they had before --op existed: the autotune table
     # measured on the GPU (same tuning, with --census) has the same rules and no "ops" entry
+    # (since then, shallow shadow rules read kv=reuse: the same configurations as measured)
     measured = json.loads((EVIDENCE / "autotune-fill-table.json").read_text())
     assert "ops" not in full["provenance"]["decision"]
-    assert full["rules"] == measured["rules"]
+    as_measured = [{**r, "config": registry.measured_config(r["config"])} for r in full["rules"]]
+    assert as_measured == measured["rules"]
     assert full["provenance"]["decision"] == measured["provenance"]["decision"]
+    reuse = json.loads((REPO / "evidence" / "h100-2026-12-06-s26" / "fill-reuse" / "table.json").read_text())
+    assert full["rules"] == reuse["rules"] and any("kv=reuse" in r["config"] for r in full["rules"])
 
 
 def test_every_op_named_is_the_same_table_as_none(tmp_path: Path, full: dict) -> None:
