@@ -245,6 +245,13 @@ def codegen_cmd(
             echo(f"  not cached: {s.key.label()} ({s.saved_per_mib:.3f} us/MiB): {why}")
     if kv_shadow.budget_bytes(table):
         echo(f"KV shadow: budget {table['kv_shadow']['budget_mib']} MiB (a run-time cap on the f16 shadows)")
+        configs = [registry.Config.parse(tbl.rule_config(r)) for r in table["rules"]]
+        reuse = sum(kv_shadow.REUSE_PARAM in c.params for c in configs)
+        if reuse:
+            echo(
+                f"KV shadow: {reuse} rule(s) below the deepest run of shadow buckets read kv=reuse (a shadow "
+                "made deeper, or made where the cache can reach a deeper shadow rule; else stock's kernel)"
+            )
     if shadow_left_out:
         echo(
             f"KV shadow: left out (no --kv-shadow-budget): at {shadow_left_out} attention points a kv=shadow "

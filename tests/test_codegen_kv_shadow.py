@@ -78,6 +78,7 @@ def test_shallow_shadow_rules_only_reuse_a_shadow_made_deeper(tmp_path: Path) ->
     # the default summary counts refusals by kind: one line for every candidate the race stopped
     race = [ln for ln in res.output.splitlines() if "stopped by the race" in ln]
     assert len(race) == 1 and len(res.output.splitlines()) < 40, res.output
+    assert "KV shadow: 3 rule(s) below the deepest run of shadow buckets read kv=reuse" in res.output
     table = json.loads((out / "table.json").read_text())
     by_kv: dict[int, set[str]] = {}
     for r in table["rules"]:
