@@ -78,9 +78,7 @@ def reuse_below_makers(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
             and int(r["kv"]) < floor[kind]
             and _makes_shadow(tbl.rule_config(r))
         ):
-            c = registry.Config.parse(tbl.rule_config(r))
-            reuse = registry.Config(c.route, tuple(REUSE_PARAM if p == SHADOW_PARAM else p for p in c.params))
-            r = {**r, "config": str(reuse)}
+            r = {**r, "config": str(registry.Config.parse(tbl.rule_config(r)).with_param(*REUSE_PARAM))}
         out.append(r)
     return out
 

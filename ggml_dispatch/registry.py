@@ -488,6 +488,10 @@ class Config:
                 code |= (1 + p.values.index(values[p.name])) << shift
         return code
 
+    def with_param(self, name: str, value: str) -> Config:
+        """The same configuration with one parameter set to `value`."""
+        return Config.of(self.route, {**dict(self.params), name: value})
+
     @property
     def is_plain(self) -> bool:
         """No parameter set: the route as stock runs it."""
@@ -551,9 +555,7 @@ def measured_config(text: str) -> str:
     """The configuration a rule's evidence was timed as: ``kv=reuse`` runs exactly ``kv=shadow`` where a
     shadow exists, and a sweep times only the latter."""
     c = Config.parse(text)
-    if ("kv", "reuse") not in c.params:
-        return str(c)
-    return str(Config(c.route, tuple((n, "shadow" if (n, v) == ("kv", "reuse") else v) for n, v in c.params)))
+    return str(c.with_param("kv", "shadow") if ("kv", "reuse") in c.params else c)
 
 
 def config_route(text: str) -> str:

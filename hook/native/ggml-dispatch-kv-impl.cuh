@@ -102,16 +102,13 @@ bool ggml_cuda_dispatch_kv_shadow_serves(const ggml_tensor * t) {
     return t != nullptr && t->type == GGML_TYPE_Q8_0;
 }
 
-bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, const bool make,
-                                       const char ** data, size_t * nb1, size_t * nb2, size_t * nb3) {
+bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, const char ** data,
+                                       size_t * nb1, size_t * nb2, size_t * nb3) {
     if (!kv_shadowable(device, t)) {
         return false;
     }
     copy_store &            ks      = kv_st();
     const ggml_tensor *     root    = kv_root(t);
-    if (!make && ks.cache.lookup(kv_key(device, root)) == nullptr) {
-        return false;
-    }
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
         (void) cudaGetLastError();

@@ -16,11 +16,11 @@
 // Is `t`'s type one a shadow is kept for (q8_0)? The check of a kv=shadow configuration asks it.
 bool ggml_cuda_dispatch_kv_shadow_serves(const ggml_tensor * t);
 
-// Points *data and the byte strides at the shadow of the cache tensor `t` views (as f16), made (if `make`)
-// or refreshed now if need be. False: run the per-call conversion (not a shadowable cache view, none made
-// and not `make`, under capture with no fresh shadow, over the budget, the allocation failed).
-bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, bool make,
-                                       const char ** data, size_t * nb1, size_t * nb2, size_t * nb3);
+// Points *data and the byte strides at the shadow of the cache tensor `t` views (as f16), made or
+// refreshed now if need be. False: run the per-call conversion (not a shadowable cache view, under
+// capture with no fresh shadow, over the budget, the allocation failed).
+bool ggml_cuda_dispatch_kv_shadow_view(int device, cudaStream_t stream, const ggml_tensor * t, const char ** data,
+                                       size_t * nb1, size_t * nb2, size_t * nb3);
 
 
 // After a node ran (or was captured): if it wrote into a cache tensor that has a shadow, the same write

@@ -52,7 +52,6 @@ enum ggml_dispatch_fa_stream_k {
 enum ggml_dispatch_fa_kv {
     GGML_DISPATCH_FA_KV_STOCK  = 0,  // a quantized K/V view converted to f16 on every call (TILE, MMA_F16)
     GGML_DISPATCH_FA_KV_SHADOW = 1,  // read its cache's persistent f16 shadow (ggml-dispatch-kv.cuh), made if need be
-    GGML_DISPATCH_FA_KV_REUSE  = 2,  // the same, only where a shadow was made (never makes one)
 };
 
 struct ggml_dispatch_params {
@@ -91,14 +90,11 @@ struct ggml_dispatch_params_scope {
     ggml_dispatch_params_scope & operator=(const ggml_dispatch_params_scope &) = delete;
 };
 
-// launch_fattn under the launch's parameters: does it read its KV cache's f16 shadow (else it converts per
-// call), and may it make the shadow where none exists?
+// launch_fattn under the launch's parameters: does it read its KV cache's f16 shadow, made now if need be
+// (else it converts per call)?
 static inline bool ggml_dispatch_fa_reads_shadow() {
     const ggml_dispatch_params & p = ggml_dispatch_params_current();
-    return p.fa_kv != GGML_DISPATCH_FA_KV_STOCK && p.fa_kv_warm == 0;
-}
-static inline bool ggml_dispatch_fa_makes_shadow() {
-    return ggml_dispatch_fa_reads_shadow() && ggml_dispatch_params_current().fa_kv == GGML_DISPATCH_FA_KV_SHADOW;
+    return p.fa_kv == GGML_DISPATCH_FA_KV_SHADOW && p.fa_kv_warm == 0;
 }
 
 // cuBLAS: the ggml type the GEMM runs in (ggml_cuda_mul_mat_cublas' compute_type).

@@ -757,6 +757,19 @@ static_assert(GGML_DISPATCH_PARAM_FA_VEC_KV_V_SHADOW == 1 && GGML_DISPATCH_PARAM
               GGML_DISPATCH_PARAM_FA_MMA_KV_V_SHADOW == 1 && GGML_DISPATCH_PARAM_FA_VEC_KV_V_REUSE == 2 &&
               GGML_DISPATCH_PARAM_FA_TILE_KV_V_REUSE == 2 && GGML_DISPATCH_PARAM_FA_MMA_KV_V_REUSE == 2, "kv");
 
+#if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
+// Is `r` a FlashAttention rule of the node's kind (K/V types, head dims, GQA ratio; any KV bucket and M)?
+static bool fattn_rule_of_kind(const ggml_dispatch_table_rule & r, const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    return r.op == GGML_DISPATCH_OP_FLASH_ATTN_EXT && r.layout == GGML_DISPATCH_LAYOUT_ATTENTION &&
+           r.type0 == (int32_t) K->type && r.type1 == (int32_t) V->type &&
+           r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_K] == K->ne[0] && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_V] == V->ne[0] &&
+           r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_GQA] == (K->ne[2] > 0 ? Q->ne[2] / K->ne[2] : 0);
+}
+#endif
+
 // kv=reuse, codegen's choice for shadow rules shallower than the deepest run of KV buckets with shadow rules
 // (codegen/kv_shadow.py): where a shadow of the node's cache exists, the configuration reading it; where none
 // does but the cache holds more cells than half the KV bucket of a rule of the node's kind that makes one
@@ -774,17 +787,11 @@ static int fattn_kv_reuse_resolve(int device, const ggml_tensor * dst, int confi
         return shadow;
     }
 #if GGML_DISPATCH_TABLE_KEY_RULE_COUNT > 0
-    const ggml_tensor * Q   = dst->src[0];
-    const ggml_tensor * K   = dst->src[1];
-    const ggml_tensor * V   = dst->src[2];
-    const int64_t       gqa = K->ne[2] > 0 ? Q->ne[2] / K->ne[2] : 0;
     for (int i = 0; cells > 0 && i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
-        const ggml_dispatch_table_rule & r = ggml_dispatch_table_rules[i];
-        const int rp = r.op == GGML_DISPATCH_OP_FLASH_ATTN_EXT ? fattn_kv_param(r.config) : -1;
-        if (rp >= 0 && r.layout == GGML_DISPATCH_LAYOUT_ATTENTION && r.type0 == (int32_t) K->type &&
-                r.type1 == (int32_t) V->type && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_K] == K->ne[0] &&
-                r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_V] == V->ne[0] && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_GQA] == gqa &&
-                ggml_dispatch_config_param(r.config, rp) == 1 && r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_KV] / 2 < cells) {
+        const ggml_dispatch_table_rule & r  = ggml_dispatch_table_rules[i];
+        const int                        rp = fattn_kv_param(r.config);
+        if (rp >= 0 && fattn_rule_of_kind(r, dst) && ggml_dispatch_config_param(r.config, rp) == 1 &&
+                r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_KV] / 2 < cells) {
             return shadow;
         }
     }
@@ -909,11 +916,7 @@ int ggml_cuda_dispatch_warm_up_flash_attn(int device, const ggml_tensor * dst, i
         }
         for (int i = 0; i < GGML_DISPATCH_TABLE_KEY_RULE_COUNT; ++i) {
             const ggml_dispatch_table_rule & r = ggml_dispatch_table_rules[i];
-            if (r.op != GGML_DISPATCH_OP_FLASH_ATTN_EXT || r.layout != GGML_DISPATCH_LAYOUT_ATTENTION ||
-                    r.type0 != (int32_t) K->type || r.type1 != (int32_t) V->type ||
-                    r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_K] != K->ne[0] ||
-                    r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_D_V] != V->ne[0] ||
-                    r.k[GGML_DISPATCH_KEY_FLASH_ATTN_EXT_GQA] != gqa || r.config == 0 ||
+            if (!fattn_rule_of_kind(r, dst) || r.config == 0 ||
                     fa_warm().ran.count(key(r.config)) != 0 ||
                     std::find(pending.begin(), pending.end(), r.config) != pending.end()) {
                 continue;
