@@ -226,6 +226,8 @@ ROUTE_CODE_MASK: Final = (1 << ROUTE_CODE_BITS) - 1
 STOCK_CODE: Final = 0
 
 _MMQ_J: Final = tuple(str(j) for j in range(8, 129, 8))  # mul_mat_q_switch_J's compiled widths (mmq.cuh)
+# split=2j_fused: the narrow widths compiled beside J = 128 (emitted as GGML_DISPATCH_MMQ_FUSED_J_LIST)
+MMQ_FUSED_J: Final = (16, 24, 32, 48, 64)
 # FLASH_ATTN_EXT MMA_F16 tiles (fattn.cu's switch_ncols1/switch_ncols2 over the compiled instances
 # template-instances/fattn-mma-f16-instance-ncols1_<n1>-ncols2_<n2>.cu): ncols1 x ncols2 Q columns x heads per
 # tile, ncols1 x ncols2 in FA_MMA_NCOLS; head dims 64..256 have every such pair with ncols2 <= 8.
@@ -262,13 +264,16 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
             Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
             Param(
                 "split",
-                ("2j", "2j_wave"),
+                ("2j", "2j_wave", "2j_fused"),
                 "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid"
                 " of 2 column tiles per expert); a second launch runs the others as the tree would."
                 " Each block reads its expert's token count on the device, so the choice follows the"
                 " routing without a host sync. Needs j. 2j_wave (needs stream_k=off): that first launch"
                 " is one wave of blocks, each running a run of whole tiles in turn, so where every"
-                " expert went to the second launch it costs one wave of block starts, not one per tile",
+                " expert went to the second launch it costs one wave of block starts, not one per tile."
+                " 2j_fused (needs stream_k=off, j in MMQ_FUSED_J, rows a multiple of 128): one launch"
+                " over the tree's grid at J = 128, each block running its expert's tiles at j or at 128"
+                " by the expert's token count, so no second launch and no block beyond the tree's",
                 ops=(Op.MUL_MAT_ID,),
             ),
         ),
@@ -530,12 +535,23 @@ def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
 
 def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
     """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance,
-    for an mmq split without its J, and for a 2j_wave split without stream_k=off (a sweep leaves them
-    out; the runtime refuses them as ineligible:params)."""
+    for an mmq split without its J, for a 2j_wave or 2j_fused split without stream_k=off, and for a
+    2j_fused split at a J without fused code (a sweep leaves them out; the runtime refuses them as
+    ineligible:params)."""
     values = dict(params)
     if route is Route.MMQ and "split" in values and "j" not in values:
         return False
-    if route is Route.MMQ and values.get("split") == "2j_wave" and values.get("stream_k") != "off":
+    if (
+        route is Route.MMQ
+        and values.get("split") in ("2j_wave", "2j_fused")
+        and values.get("stream_k") != "off"
+    ):
+        return False
+    if (
+        route is Route.MMQ
+        and values.get("split") == "2j_fused"
+        and int(values.get("j", "0")) not in MMQ_FUSED_J
+    ):
         return False
     if route is not Route.FA_MMA or "ncols1" not in values or "ncols2" not in values:
         return True

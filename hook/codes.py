@@ -114,6 +114,7 @@ def registry_context() -> dict[str, Any]:
         "route_bits": reg.ROUTE_CODE_BITS,
         "route_mask": reg.ROUTE_CODE_MASK,
         "params": params,
+        "mmq_fused_j": list(reg.MMQ_FUSED_J),
         "max_values": max((len(p["legal"]) for p in params), default=1),  # type: ignore[arg-type]
         "max_config_len": max(longest, len("stock")),
     }

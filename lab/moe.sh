@@ -14,7 +14,8 @@
 #                 then census ingest (MUL_MAT_ID rows keyed by routing bucket)
 #   PART=tune     `tune run` on the census' MUL_MAT_ID rows: each point under the routing kinds uniform,
 #                 skewed, few, every MUL_MAT_ID configuration a candidate; rows with E, U, routing kind and
-#                 the measured bucket (resumable: the journal stays under build/at/moe; TRIALS, COVERAGE)
+#                 the measured bucket (resumable: the journal stays under build/at/moe; TRIALS, COVERAGE;
+#                 ONLY: `;`-separated `tune run --only` patterns for a focused sweep, e.g. '*split=2j_fused')
 #   PART=table    `codegen` on that tuning file: routing-0 MUL_MAT_ID rules where a configuration passes in
 #                 every bucket, the per-bucket winners (table.json routing_buckets) printed and packed, and
 #                 the in-sample check (codegen.loo: table time vs the per-point best at every bucket's point)
@@ -122,8 +123,11 @@ print(f"{moe.num_rows} MUL_MAT_ID census rows of {t.num_rows}")
 PY
     MS=$(($(left) - 30))
     [ "$MS" -gt 0 ] || die "no time left for the sweep (DEADLINE)"
+    only=()
+    IFS=';' read -r -a pats <<<"${ONLY:-}"
+    for pat in "${pats[@]}"; do [ -n "$pat" ] && only+=(--only "$pat"); done
     gd tune run "$W/moe/census-moe.parquet" --llama-cpp "$TREE" --build-dir "$B" -o "$W/moe/tuning.parquet" \
-        --coverage "${COVERAGE:-0.95}" --trials "${TRIALS:-5}" --max-seconds "$MS" >"$W/moe/tune.log" 2>&1
+        --coverage "${COVERAGE:-0.95}" --trials "${TRIALS:-5}" --max-seconds "$MS" "${only[@]}" >"$W/moe/tune.log" 2>&1
     rc=$?
     tail -40 "$W/moe/tune.log" | tee "$OUT/moe-tune.log"
     [ "$rc" -eq 0 ] || die "tune run failed (rc $rc)"

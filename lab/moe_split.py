@@ -2,10 +2,11 @@
 """The mmq split against the other MUL_MAT_ID configurations in a tuning file.
 
 Default: per point (types, N, K, M) and routing kind, stock's median time and, as stock / time (higher is
-faster), the best configuration without a split, the best of each split kind (`2j`, `2j_wave`), and the
+faster), the best configuration without a split, the best of each split kind (`2j`, `2j_wave`,
+`2j_fused`), and the
 `2j` split with the same J and stream-k as the best plain one (`x_twin`). `--same-j KIND` instead gives,
 for the points of one routing kind (`few` is the no-harm check), stock / time of each J with
-stream_k=off: plain, `split=2j` and `split=2j_wave`. Every ok trial counts (a configuration the race
+stream_k=off: plain and each split kind. Every ok trial counts (a configuration the race
 stopped keeps its early trials), so a ratio is indicative where its trials are few (`/n`).
 
     python lab/moe_split.py evidence/h200-2026-12-04-s18/moe-tuning.parquet
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-SPLITS = ("2j", "2j_wave")
+SPLITS = ("2j", "2j_wave", "2j_fused")
 SAME_J = (8, 16, 24, 32, 40, 48, 64)
 
 
@@ -65,7 +66,7 @@ def split_table(tuning: pd.DataFrame) -> pd.DataFrame:
 
 def same_j_table(tuning: pd.DataFrame, routing_kind: str) -> pd.DataFrame:
     """Per point of ``routing_kind`` and J (stream_k=off): stock / median time and the trial count of the
-    plain configuration, the 2j split and the 2j_wave split, as ``ratio/n`` ('' where none ran)."""
+    plain configuration and each split kind, as ``ratio/n`` ('' where none ran)."""
     t = _ok(tuning)
     rows = []
     for (typ, N, K, M), d in t[t["routing_kind"] == routing_kind].groupby(["src0_type", "N", "K", "M"]):
@@ -73,7 +74,7 @@ def same_j_table(tuning: pd.DataFrame, routing_kind: str) -> pd.DataFrame:
         stock = float(d["anchor_us"].median())
         for j in SAME_J:
             row = {"type": typ, "N": N, "K": K, "M": M, "J": j}
-            for name, suffix in (("plain", ""), ("2j", ",split=2j"), ("2j_wave", ",split=2j_wave")):
+            for name, suffix in [("plain", "")] + [(s, f",split={s}") for s in SPLITS]:
                 c = f"mmq/j={j},stream_k=off{suffix}"
                 row[name] = (
                     f"{stock / med.loc[c, 'median']:.3f}/{int(med.loc[c, 'size'])}" if c in med.index else ""

@@ -408,8 +408,13 @@ def grids(
     broken3 = broken2.replace(
         "if (p.mmq_split_wave != 0 && p.mmq_stream_k != GGML_DISPATCH_MMQ_STREAM_K_TILES) {", "if (false) {"
     )
-    assert src != broken != broken2 != broken3
-    broken = broken3
+    # and 2j_fused allowed where rows leave a partial 128-row tile (its kernels have no fallback variant)
+    broken4 = broken3.replace(
+        "GGML_DISPATCH_MMQ_STREAM_K_TILES && !fallback && !q4 &&",
+        "GGML_DISPATCH_MMQ_STREAM_K_TILES && !q4 &&",
+    )
+    assert src != broken != broken2 != broken3 != broken4
+    broken = broken4
     (mutant / "ggml-dispatch-eligibility.cuh").write_text(broken)
     # beside it, so that its own include of the MUL_MAT check finds the mutant
     shutil.copy2(patched_tree / CUDA / "ggml-dispatch-eligibility-id.cuh", mutant)
@@ -439,6 +444,7 @@ def test_eligibility_holds_against_tree_for_every_arch(grids: dict[str, dict[str
     assert g["rc"] == 0 and g["violations"] == 0, g["messages"]
     assert g["points"] > 1_000_000
     assert 0 < g["configs_eligible"] < g["configs"]
+    assert g["fused_eligible"] > 0  # split=2j_fused runs somewhere in the grid (and is held to its limits)
     # the grid really exercises every route and every hard limit it claims to
     for route in ("mmvf", "mmf", "mmvq", "mmq", "cublas"):
         assert g["eligible"][route] > 0, route
@@ -466,6 +472,7 @@ def test_grid_catches_a_missing_hard_limit(grids: dict[str, dict[str, Any]]) -> 
     assert any("mmq" in m and "tree no, check ok" in m for m in g["messages"])
     assert any("C6 mmq split on MUL_MAT_ID (ok, J=0)" in m for m in g["messages"])
     assert any("C6 mmq split=2j_wave on MUL_MAT_ID (ok" in m for m in g["messages"])
+    assert any("C6 mmq split=2j_fused on MUL_MAT_ID (ok" in m for m in g["messages"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_issue_configurations_are_declared() -> None:
     assert {p.name: p.values for p in mmq.params} == {
         "j": tuple(str(j) for j in range(8, 129, 8)),
         "stream_k": ("on", "off"),
-        "split": ("2j", "2j_wave"),
+        "split": ("2j", "2j_wave", "2j_fused"),
     }
 
 
@@ -143,7 +143,11 @@ def test_mmq_split_is_a_mul_mat_id_configuration_that_needs_its_j() -> None:
     # 2j_wave only beside stream_k=off (its first launch is the stream-k kernel over whole tiles)
     assert "mmq/j=48,stream_k=off,split=2j_wave" in configs
     assert "mmq/j=48,stream_k=on,split=2j_wave" not in configs
-    assert len(configs) == 1 + 16 * 2 * 2 + 16
+    # 2j_fused only beside stream_k=off and at the J with fused code
+    assert "mmq/j=48,stream_k=off,split=2j_fused" in configs
+    assert "mmq/j=48,stream_k=on,split=2j_fused" not in configs
+    assert "mmq/j=40,stream_k=off,split=2j_fused" not in configs
+    assert len(configs) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J)
     wave = registry.Config.parse("mmq/j=48,stream_k=off,split=2j_wave")
     assert registry.Config.from_code(wave.code) == wave and wave.code != registry.Config.parse(split).code
     assert registry.Config.from_code(registry.Config.parse(split).code) == registry.Config.parse(split)
@@ -399,5 +403,6 @@ def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
     # a config without the switch is the per-call path: its code leaves the weight field 0
     c = registry.Config.parse("cublas/weight=cached")
     assert c.code != registry.Config.parse("cublas").code and registry.Config.from_code(c.code) == c
-    # mmq's split (MUL_MAT_ID only) is swept left out and set, only together with a J (2j_wave: stream_k=off)
-    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2 + 16
+    # mmq's split (MUL_MAT_ID only) is swept left out and set, only together with a J (2j_wave: stream_k=off;
+    # 2j_fused: stream_k=off at the J with fused code)
+    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J)

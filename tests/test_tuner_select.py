@@ -207,7 +207,11 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
 
     assert candidate_configs(["mmq", "cublas"], "routes") == ("mmq", "cublas")
     every = candidate_configs(ALL_ROUTES, "all")
-    assert len(every) == len(set(every)) == 3 + (1 + 16 * 2 * 2 + 16) + (1 + 1 + 2 * 3 * 2)
+    assert (
+        len(every)
+        == len(set(every))
+        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J)) + (1 + 1 + 2 * 3 * 2)
+    )
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
         [
@@ -225,6 +229,9 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert {dict(c.params)["stream_k"] for c in mmq} == {"on", "off"}
     assert sum(dict(c.params).get("split") == "2j" for c in mmq) == 16 * 2  # every J x stream-k, split
     assert sum(dict(c.params).get("split") == "2j_wave" for c in mmq) == 16  # every J, stream_k=off
+    fused = [c for c in mmq if dict(c.params).get("split") == "2j_fused"]
+    assert sorted(int(dict(c.params)["j"]) for c in fused) == list(registry.MMQ_FUSED_J)
+    assert all(dict(c.params)["stream_k"] == "off" for c in fused)
     assert all(registry.canonical_config(c) == c for c in every)
     with pytest.raises(ValueError, match="configs mode"):
         candidate_configs(["mmq"], "some")
@@ -248,4 +255,17 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
     routes = sel.cases[0].routes
     assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
-    assert len(routes) == len(every) - 16 * 2 - 16
+    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J)
+
+
+def test_only_keeps_the_matching_candidates_and_names_a_pattern_that_matches_none() -> None:
+    from tuner.select import candidate_configs, only_configs
+
+    every = candidate_configs(["mmq", "cublas"], "all")
+    assert only_configs(every, ()) == every
+    fused = only_configs(every, ("*split=2j_fused", "mmq/j=64,stream_k=off"))
+    assert sorted(fused) == sorted(
+        ("mmq/j=64,stream_k=off", *(f"mmq/j={j},stream_k=off,split=2j_fused" for j in registry.MMQ_FUSED_J))
+    )
+    with pytest.raises(ValueError, match="'mmq/j=40,stream_k=off,split=2j_fused' matches no candidate"):
+        only_configs(every, ("mmq/j=40,stream_k=off,split=2j_fused",))

@@ -27,6 +27,7 @@ from tuner.select import (
     DEFAULT_NMSE_MAX,
     DEFAULT_TRIALS,
     candidate_configs,
+    only_configs,
     parse_shard,
     shard_cases,
 )
@@ -170,6 +171,13 @@ def tune() -> None:
     "plain routes and cuBLAS f16 per call and from the cached weight copy (cublas/weight=cached).",
 )
 @click.option(
+    "--only",
+    "only_patterns",
+    multiple=True,
+    help="time only the candidate configurations matching this shell-style pattern (repeatable; stock "
+    "always runs), e.g. --only '*split=2j_fused' --only 'mmq/j=64,stream_k=off'.",
+)
+@click.option(
     "--layouts",
     default="weight",
     show_default=True,
@@ -271,6 +279,7 @@ def run_cmd(
     whole_shapes: bool,
     routes: str,
     config_mode: str,
+    only_patterns: tuple[str, ...],
     layouts: str,
     routing_kinds: str,
     trials: int,
@@ -340,6 +349,10 @@ def run_cmd(
         )
     else:
         route_list = candidate_configs(_routes(routes), config_mode)
+        try:
+            route_list = only_configs(route_list, only_patterns)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--only") from None
         try:
             kinds = tmoe.parse_routing_kinds(routing_kinds)
         except ValueError as e:

@@ -24,6 +24,7 @@ Policy (DESIGN.md "Census", "Decision"):
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,6 +61,18 @@ def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ..
     if mode != "all":
         raise ValueError(f"configs mode {mode!r} is not one of {', '.join(CONFIG_MODES)}")
     return tuple(str(c) for r in routes for c in registry.route_configs(r))
+
+
+def only_configs(configs: Sequence[str], patterns: Sequence[str]) -> tuple[str, ...]:
+    """The candidates whose text matches one of the shell-style ``patterns`` (all of them without any):
+    a focused sweep, e.g. ``*split=2j_fused`` (stock always runs beside them). ValueError names a
+    pattern that matches no candidate."""
+    if not patterns:
+        return tuple(configs)
+    for pat in patterns:
+        if not any(fnmatch.fnmatchcase(c, pat) for c in configs):
+            raise ValueError(f"{pat!r} matches no candidate configuration")
+    return tuple(c for c in configs if any(fnmatch.fnmatchcase(c, pat) for pat in patterns))
 
 
 TUNABLE_LAYOUTS: Final = frozenset({schema.Layout.WEIGHT.value, schema.Layout.ATTENTION.value})

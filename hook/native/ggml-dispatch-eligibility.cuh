@@ -246,6 +246,7 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
         switch (ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMQ_SPLIT_INDEX)) {
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J:      p.mmq_split = 2; break;
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_WAVE: p.mmq_split = 2; p.mmq_split_wave = 1; break;
+            case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_FUSED: p.mmq_split = 2; p.mmq_split_fused = 1; break;
             default: break;
         }
     }
@@ -326,6 +327,15 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
         }
         if (p.mmq_split_wave != 0 && p.mmq_stream_k != GGML_DISPATCH_MMQ_STREAM_K_TILES) {
             return GGML_DISPATCH_WHY_PARAMS;  // one wave over whole tiles is the stream-k kernel without a fixup
+        }
+        if (p.mmq_split_fused != 0) {
+            // one block per tile at J = 128 with J's tiles beside: compiled for row counts of whole 128-row tiles
+            // and Q8_1 activations, where both widths share the block size and row tile
+            const bool q4 = (d.src0_type == GGML_TYPE_NVFP4 || d.src0_type == GGML_TYPE_MXFP4) && blackwell_mma_available(dev.cc);
+            return p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_TILES && !fallback && !q4 && ggml_dispatch_mmq_fused_J(p.mmq_J) &&
+                           ggml_dispatch_mmq_fused_fits(d.src0_type, p.mmq_J, fallback, dev.cc, dev.smpbo)
+                       ? GGML_DISPATCH_OK
+                       : GGML_DISPATCH_WHY_PARAMS;
         }
         if (p.mmq_J != 0) {
             return ggml_dispatch_mmq_J_compiled(d.src0_type, p.mmq_J, fallback, dev, stream_k || p.mmq_split_wave != 0) ? GGML_DISPATCH_OK

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "ggml.h"
+#include "ggml-dispatch-codes.h"
 
 enum ggml_dispatch_cublas_out {
     GGML_DISPATCH_CUBLAS_OUT_STOCK = 0,
@@ -61,6 +62,7 @@ struct ggml_dispatch_params {
     int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
     int mmq_split      = 0;  // MUL_MAT_ID: experts with at most mmq_split x J tokens run J and stream-k, the others stock's
     int mmq_split_wave = 0;  // the split's first launch as one wave of blocks over whole tiles (split=2j_wave)
+    int mmq_split_fused = 0; // the split in one launch over the tree's grid at J = 128 (split=2j_fused)
     int mmq_expert_filter = 0;  // set by the split for each of its two launches (ggml_dispatch_mmq_expert_skipped)
     int cublas_weight  = GGML_DISPATCH_CUBLAS_WEIGHT_STOCK;
     int refused        = 0;  // set by a reader that could not apply a value
@@ -147,6 +149,14 @@ static inline int ggml_dispatch_mmq_stream_k_blocks(int stock, int ntiles_dst, i
         case GGML_DISPATCH_MMQ_STREAM_K_WAVE:  return ggml_dispatch_mmq_wave_blocks(ntiles_dst, nsm);
         default:                               return stock;
     }
+}
+
+// mmq split=2j_fused: a narrow tile width compiled beside J = 128 (GGML_DISPATCH_MMQ_FUSED_J_LIST, from the
+// registry; mmq.cuh ggml_dispatch_mmq_id_fused instantiates each)
+static inline bool ggml_dispatch_mmq_fused_J(int J) {
+#define GGML_DISPATCH_MMQ_FUSED_IS(v) J == (v) ||
+    return GGML_DISPATCH_MMQ_FUSED_J_LIST(GGML_DISPATCH_MMQ_FUSED_IS) false;
+#undef GGML_DISPATCH_MMQ_FUSED_IS
 }
 
 // mmq: a config without stream-k (xy tiling) runs one block per tile already; stream-k cannot be asked of it.

@@ -46,7 +46,7 @@ int ggml_cuda_get_device() {
 #include "tree_should_use.inc"
 
 struct stats {
-    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0;
+    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0, fused_ok = 0;
     long eligible[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long tree_yes[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long c2_checked[GGML_DISPATCH_ROUTE_COUNT]  = {};
@@ -211,6 +211,31 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
                 }
                 s.configs++;
                 s.config_ok += w_wave == GGML_DISPATCH_OK;
+                // 2j_fused: one launch at J = 128 with J's tiles beside, stream_k=off, a J with fused code, rows
+                // in whole 128-row tiles, Q8_1 activations, both widths with one block size and row tile, and
+                // J = 128's shared memory within the opt-in limit
+                const int fused = config | (GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_FUSED << GGML_DISPATCH_PARAM_MMQ_SPLIT_SHIFT);
+                const ggml_dispatch_why w_fused = ggml_dispatch_check_config_id(fused, d, dev, true);
+                bool fused_ok = false;
+                const bool fp4 = (d.src0_type == GGML_TYPE_NVFP4 || d.src0_type == GGML_TYPE_MXFP4) && blackwell_mma_available(dev.cc);
+                bool fused_j = false;
+#define FUSED_J_IS(v) fused_j = fused_j || 8*j == (v);
+                GGML_DISPATCH_MMQ_FUSED_J_LIST(FUSED_J_IS)
+#undef FUSED_J_IS
+                if (fused_j && sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_OFF && w_id == GGML_DISPATCH_OK && !fallback && !fp4) {
+                    const ggml_cuda_mmq_config c128 = ggml_cuda_mmq_get_config(d.src0_type, 128, false, dev.cc);
+                    const ggml_cuda_mmq_config cj = ggml_cuda_mmq_get_config(d.src0_type, 8*j, false, dev.cc);
+                    fused_ok = c128.type != GGML_TYPE_COUNT && cj.type != GGML_TYPE_COUNT && c128.nthreads == cj.nthreads &&
+                               c128.I == cj.I && mmq_get_nbytes_shared(c128, dev.cc) <= dev.smpbo;
+                }
+                if (fused_ok != (w_fused == GGML_DISPATCH_OK)) {
+                    fail(s, std::string("C6 mmq split=2j_fused on MUL_MAT_ID (") + ggml_dispatch_why_name(w_fused) + ", J=" +
+                            std::to_string(8*j) + ", stream_k " + std::to_string(sk) + "): " +
+                            where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                s.configs++;
+                s.config_ok += w_fused == GGML_DISPATCH_OK;
+                s.fused_ok += w_fused == GGML_DISPATCH_OK;
                 if (why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK || j == 0 || sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON) {
                     continue;
                 }
@@ -271,7 +296,7 @@ int main() {
     };
     const int     ccs[]    = {700, 750, 800, 890, 900, 1200, GGML_CUDA_CC_RDNA3};
     const size_t  smpbos[] = {48 * 1024, 47 * 1024, 227 * 1024};
-    const int64_t Ns[]     = {1, 31, 64, 576, 4097};
+    const int64_t Ns[]     = {1, 31, 64, 576, 768, 4097};  // 768: whole 128-row tiles (mmq split=2j_fused)
     const int64_t Ms[]     = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 31, 64, 65, 256, 512};
     const int64_t Bs[]     = {1, 3};
     const src0_layout layouts[] = {{"contiguous", 0}, {"padded_rows", 1}, {"kv_view", 2}, {"odd_stride", 3}};
@@ -339,7 +364,7 @@ int main() {
 
     std::printf("{\"arch_list\":\"%s\",\"points\":%ld,\"violations\":%ld,\"hazards\":%ld", STRINGIZE(__CUDA_ARCH_LIST__),
                 s.points, s.violations, s.hazards);
-    std::printf(",\"configs\":%ld,\"configs_eligible\":%ld", s.configs, s.config_ok);
+    std::printf(",\"configs\":%ld,\"configs_eligible\":%ld,\"fused_eligible\":%ld", s.configs, s.config_ok, s.fused_ok);
     std::printf(",\"eligible\":{");
     for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
         std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.eligible[r]);
