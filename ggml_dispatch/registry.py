@@ -264,7 +264,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
             Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
             Param(
                 "split",
-                ("2j", "2j_wave", "2j_fused"),
+                ("2j", "2j_wave", "2j_fused", "fit"),
                 "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid"
                 " of 2 column tiles per expert); a second launch runs the others as the tree would."
                 " Each block reads its expert's token count on the device, so the choice follows the"
@@ -273,7 +273,9 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 " expert went to the second launch it costs one wave of block starts, not one per tile."
                 " 2j_fused (needs stream_k=off, j in MMQ_FUSED_J, rows a multiple of 128): one launch"
                 " over the tree's grid at J = 128, each block running its expert's tiles at j or at 128"
-                " by the expert's token count, so no second launch and no block beyond the tree's",
+                " by the expert's token count, so no second launch and no block beyond the tree's."
+                " fit (needs stream_k=off, no j): that launch with the width fitted to each expert, one"
+                " tile of the narrowest MMQ_FUSED_J that holds its tokens, 128 beyond the widest",
                 ops=(Op.MUL_MAT_ID,),
             ),
         ),
@@ -525,6 +527,8 @@ def route_configs(route: Route | str) -> list[Config]:
     out += [
         Config(spec.route, c) for c in combos if c and c not in alone and config_pairs_compiled(spec.route, c)
     ]
+    if spec.route is Route.MMQ:  # split=fit fits J per expert: the one mmq configuration without a J
+        out.append(Config(spec.route, (("stream_k", "off"), ("split", "fit"))))
     return out
 
 
@@ -535,10 +539,12 @@ def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
 
 def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
     """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance,
-    for an mmq split without its J, for a 2j_wave or 2j_fused split without stream_k=off, and for a
-    2j_fused split at a J without fused code (a sweep leaves them out; the runtime refuses them as
-    ineligible:params)."""
+    for an mmq split without its J (but split=fit, which has none: it needs stream_k=off and no J), for
+    a 2j_wave or 2j_fused split without stream_k=off, and for a 2j_fused split at a J without fused code
+    (a sweep leaves them out; the runtime refuses them as ineligible:params)."""
     values = dict(params)
+    if route is Route.MMQ and values.get("split") == "fit":
+        return "j" not in values and values.get("stream_k") == "off"
     if route is Route.MMQ and "split" in values and "j" not in values:
         return False
     if (

@@ -210,7 +210,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert (
         len(every)
         == len(set(every))
-        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J)) + (1 + 1 + 2 * 3 * 2)
+        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 1) + (1 + 1 + 2 * 3 * 2)
     )
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
@@ -225,13 +225,14 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
         ]
     )
     mmq = [registry.Config.parse(c) for c in every if c.startswith("mmq/")]
-    assert {dict(c.params)["j"] for c in mmq} == {str(j) for j in range(8, 129, 8)}
+    assert {dict(c.params).get("j") for c in mmq} == {str(j) for j in range(8, 129, 8)} | {None}  # None: split=fit
     assert {dict(c.params)["stream_k"] for c in mmq} == {"on", "off"}
     assert sum(dict(c.params).get("split") == "2j" for c in mmq) == 16 * 2  # every J x stream-k, split
     assert sum(dict(c.params).get("split") == "2j_wave" for c in mmq) == 16  # every J, stream_k=off
     fused = [c for c in mmq if dict(c.params).get("split") == "2j_fused"]
     assert sorted(int(dict(c.params)["j"]) for c in fused) == list(registry.MMQ_FUSED_J)
     assert all(dict(c.params)["stream_k"] == "off" for c in fused)
+    assert [str(c) for c in mmq if dict(c.params).get("split") == "fit"] == ["mmq/stream_k=off,split=fit"]
     assert all(registry.canonical_config(c) == c for c in every)
     with pytest.raises(ValueError, match="configs mode"):
         candidate_configs(["mmq"], "some")
@@ -255,7 +256,7 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
     routes = sel.cases[0].routes
     assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
-    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J)
+    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 1
 
 
 def test_only_keeps_the_matching_candidates_and_names_a_pattern_that_matches_none() -> None:

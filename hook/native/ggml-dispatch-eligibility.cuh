@@ -247,6 +247,7 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J:      p.mmq_split = 2; break;
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_WAVE: p.mmq_split = 2; p.mmq_split_wave = 1; break;
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_FUSED: p.mmq_split = 2; p.mmq_split_fused = 1; break;
+            case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_FIT:      p.mmq_split_fused = 1; break;  // no J: one per expert
             default: break;
         }
     }
@@ -332,8 +333,11 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
             // one block per tile at J = 128 with J's tiles beside: compiled for row counts of whole 128-row tiles
             // and Q8_1 activations, where both widths share the block size and row tile
             const bool q4 = (d.src0_type == GGML_TYPE_NVFP4 || d.src0_type == GGML_TYPE_MXFP4) && blackwell_mma_available(dev.cc);
-            return p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_TILES && !fallback && !q4 && ggml_dispatch_mmq_fused_J(p.mmq_J) &&
-                           ggml_dispatch_mmq_fused_fits(d.src0_type, p.mmq_J, fallback, dev.cc, dev.smpbo)
+            // (split=fit: no J of its own, every fused width beside J = 128)
+            const bool fit = p.mmq_split == 0;
+            return p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_TILES && !fallback && !q4 &&
+                           (fit ? p.mmq_J == 0 : ggml_dispatch_mmq_fused_J(p.mmq_J)) &&
+                           ggml_dispatch_mmq_fused_fits(d.src0_type, fit ? 0 : p.mmq_J, fallback, dev.cc, dev.smpbo)
                        ? GGML_DISPATCH_OK
                        : GGML_DISPATCH_WHY_PARAMS;
         }

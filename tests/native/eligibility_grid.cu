@@ -46,7 +46,7 @@ int ggml_cuda_get_device() {
 #include "tree_should_use.inc"
 
 struct stats {
-    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0, fused_ok = 0;
+    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0, fused_ok = 0, fit_ok = 0;
     long eligible[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long tree_yes[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long c2_checked[GGML_DISPATCH_ROUTE_COUNT]  = {};
@@ -236,6 +236,24 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
                 s.configs++;
                 s.config_ok += w_fused == GGML_DISPATCH_OK;
                 s.fused_ok += w_fused == GGML_DISPATCH_OK;
+                // split=fit: the fused launch without a J of its own (J must be left out), every fused width
+                const int fit = config | (GGML_DISPATCH_PARAM_MMQ_SPLIT_V_FIT << GGML_DISPATCH_PARAM_MMQ_SPLIT_SHIFT);
+                const ggml_dispatch_why w_fit = ggml_dispatch_check_config_id(fit, d, dev, true);
+                bool fit_ok = j == 0 && sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_OFF && w_id == GGML_DISPATCH_OK && !fallback && !fp4;
+                const ggml_cuda_mmq_config c128 = ggml_cuda_mmq_get_config(d.src0_type, 128, false, dev.cc);
+                fit_ok = fit_ok && c128.type != GGML_TYPE_COUNT && mmq_get_nbytes_shared(c128, dev.cc) <= dev.smpbo;
+#define FIT_J_OK(v) { const ggml_cuda_mmq_config cv = ggml_cuda_mmq_get_config(d.src0_type, (v), false, dev.cc); \
+                      fit_ok = fit_ok && cv.type != GGML_TYPE_COUNT && cv.nthreads == c128.nthreads && cv.I == c128.I; }
+                GGML_DISPATCH_MMQ_FUSED_J_LIST(FIT_J_OK)
+#undef FIT_J_OK
+                if (fit_ok != (w_fit == GGML_DISPATCH_OK)) {
+                    fail(s, std::string("C6 mmq split=fit on MUL_MAT_ID (") + ggml_dispatch_why_name(w_fit) + ", J=" +
+                            std::to_string(8*j) + ", stream_k " + std::to_string(sk) + "): " +
+                            where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                s.configs++;
+                s.config_ok += w_fit == GGML_DISPATCH_OK;
+                s.fit_ok += w_fit == GGML_DISPATCH_OK;
                 if (why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK || j == 0 || sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON) {
                     continue;
                 }
@@ -364,7 +382,8 @@ int main() {
 
     std::printf("{\"arch_list\":\"%s\",\"points\":%ld,\"violations\":%ld,\"hazards\":%ld", STRINGIZE(__CUDA_ARCH_LIST__),
                 s.points, s.violations, s.hazards);
-    std::printf(",\"configs\":%ld,\"configs_eligible\":%ld,\"fused_eligible\":%ld", s.configs, s.config_ok, s.fused_ok);
+    std::printf(",\"configs\":%ld,\"configs_eligible\":%ld,\"fused_eligible\":%ld,\"fit_eligible\":%ld", s.configs,
+                s.config_ok, s.fused_ok, s.fit_ok);
     std::printf(",\"eligible\":{");
     for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
         std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.eligible[r]);
