@@ -25,7 +25,8 @@ def _ratio(cell: str) -> float:
 def test_split_table_keeps_each_split_kind_apart(tuning: pd.DataFrame) -> None:
     t = moe_split.split_table(tuning)
     assert len(t) == 21  # 7 points (types, N, K, M) x 3 routing kinds
-    assert t[["best_2j_fused", "best_fit"]].isna().all().all()  # s18 ran no fused split: no value, not a wrong one
+    # s18 ran no fused split: no value, not a wrong one
+    assert t[["best_2j_fused", "best_fit"]].isna().all().all()
     for s in ("2j", "2j_wave"):
         picked = t[f"best_{s}"].dropna()
         assert len(picked) == len(t) and all(c.endswith(f",split={s}") for c in picked)

@@ -225,7 +225,8 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
         ]
     )
     mmq = [registry.Config.parse(c) for c in every if c.startswith("mmq/")]
-    assert {dict(c.params).get("j") for c in mmq} == {str(j) for j in range(8, 129, 8)} | {None}  # None: split=fit
+    # None: split=fit, the one configuration without a J
+    assert {dict(c.params).get("j") for c in mmq} == {str(j) for j in range(8, 129, 8)} | {None}
     assert {dict(c.params)["stream_k"] for c in mmq} == {"on", "off"}
     assert sum(dict(c.params).get("split") == "2j" for c in mmq) == 16 * 2  # every J x stream-k, split
     assert sum(dict(c.params).get("split") == "2j_wave" for c in mmq) == 16  # every J, stream_k=off
