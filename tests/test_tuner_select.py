@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from ggml_dispatch import registry
+from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from tuner.select import (
     ALL_ROUTES,
@@ -271,3 +275,21 @@ def test_only_keeps_the_matching_candidates_and_names_a_pattern_that_matches_non
     )
     with pytest.raises(ValueError, match="'mmq/j=40,stream_k=off,split=2j_fused' matches no candidate"):
         only_configs(every, ("mmq/j=40,stream_k=off,split=2j_fused",))
+
+
+def test_tune_run_only_focuses_the_mul_mat_id_cases_and_refuses_a_pattern_that_matches_none(
+    tmp_path: Path,
+) -> None:
+    # the H100 MoE census of the twenty-eighth session (a real trace of the qwen3moe-a3b-L8-scaled model)
+    census = Path(__file__).parents[1] / "tables" / "cuda-sm90-nvidia-h100-moe-fused" / "census.parquet"
+    out = tmp_path / "t.parquet"
+    args = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(out), "--dry-run"]
+    r = CliRunner().invoke(main, [*args, "--only", "*split=fit", "--only", "mmq/j=64,stream_k=off"])
+    assert r.exit_code == 0, r.output
+    cases = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    moe = [c for c in cases if c["op"] == "MUL_MAT_ID" and c["M"] == 512]
+    assert {c["routing_kind"] for c in moe} == {"uniform", "skewed", "few"}
+    assert all(c["routes"] == ["mmq/j=64,stream_k=off", "mmq/stream_k=off,split=fit"] for c in moe)
+    r = CliRunner().invoke(main, [*args, "--only", "mmq/j=40,*fused"])
+    assert r.exit_code == 2 and "'mmq/j=40,*fused' matches no candidate configuration" in r.output
+    assert "Traceback" not in r.output and not out.exists()
