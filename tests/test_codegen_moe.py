@@ -331,3 +331,38 @@ def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
     assert all(ratio >= 1.0 for r in rules for _, ratio in r.buckets)  # not slower in any bucket
     committed = tbl.load(table_dir / "table.json")
     assert sorted((r["src0_type"], r["N"], r["M_lo"], r["config"]) for r in committed["rules"]) == got
+
+
+def _committed_rules(table_dir: Path) -> list[tuple[Any, ...]]:
+    rules = tbl.load(table_dir / "table.json")["rules"]
+    return sorted((r["src0_type"], r["N"], r["M_lo"], r["M_hi"], r["config"]) for r in rules)
+
+
+def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
+    """Real H100 sweeps (twenty-eighth session, focused with `tune run --only`). With the fixed-J fused
+    splits every point at M 128 and 512 gets one, not slower than stock in any bucket (concentrated
+    included); with split=fit beside them fit takes every point and one rule covers M 128-512 per shape.
+    M = 1 keeps stock's mmvq (every mmq configuration is far slower there)."""
+    fused_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fused"
+    rules, refused = _moe_decisions(fused_dir / "tuning.parquet")
+    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    assert [g[:4] for g in got] == [
+        ("q4_K", 768, 128, 128),
+        ("q4_K", 768, 512, 512),
+        ("q4_K", 2048, 128, 128),
+        ("q4_K", 2048, 512, 512),
+        ("q6_K", 2048, 128, 128),
+        ("q6_K", 2048, 512, 512),
+    ]
+    assert all(g[4].endswith(",stream_k=off,split=2j_fused") for g in got)
+    assert all(ratio >= 1.0 for r in rules for _, ratio in r.buckets)
+    assert _committed_rules(fused_dir) == got
+
+    fit_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit"
+    rules, refused = _moe_decisions(fit_dir / "tuning.parquet")
+    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    fit = "mmq/stream_k=off,split=fit"
+    assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
+    assert all(ratio >= 1.0 for r in rules for _, ratio in r.buckets)
+    assert any(f.M == 1 for f in refused)  # M = 1: no configuration harmless and passing
+    assert _committed_rules(fit_dir) == got
