@@ -178,6 +178,25 @@ def _point(h: Held) -> str:
     return f"{types} {fields} M={h.M}"
 
 
+def _by_bucket(scored: Sequence[Held]) -> list[str]:
+    """MUL_MAT_ID's in-sample time per routing bucket: the table's time summed over the bucket's points
+    against the sum of their per-point bests (the bucket's table time within IN_SAMPLE_SLACK of it)."""
+    buckets: dict[int, list[Held]] = {}
+    for h in scored:
+        if isinstance(h.key, registry.MulMatIdKey):
+            buckets.setdefault(h.key.routing, []).append(h)
+    lines = []
+    for b, hs in sorted(buckets.items()):
+        t = sum(h.predicted_us or 0.0 for h in hs)
+        o = sum(h.oracle_us for h in hs)
+        verdict = "within" if t <= (1 + IN_SAMPLE_SLACK) * o else "BEYOND"
+        lines.append(
+            f"  MUL_MAT_ID bucket {registry.ROUTING_BUCKETS.get(b, str(b))}: {len(hs)} points, "
+            f"table/per-point best {t / o:.3f} ({verdict} {IN_SAMPLE_SLACK:.0%})"
+        )
+    return lines
+
+
 def report(held: Sequence[Held]) -> list[str]:
     lines = []
     for check in ("interpolation", "class", "in-sample"):
@@ -215,6 +234,7 @@ def report(held: Sequence[Held]) -> list[str]:
                     f"({h.via}) {h.predicted_us:.2f} us, best {h.oracle or 'stock'} {h.oracle_us:.2f} us "
                     f"({(h.predicted_us or 0.0) / h.oracle_us:.3f})"
                 )
+            lines.extend(_by_bucket(scored))
             continue
         for h in hs:
             if h.predicted != h.measured:
