@@ -422,3 +422,20 @@ def test_the_h100_fit_table_is_within_2_percent_of_the_best_in_every_bucket() ->
     assert "bucket spread: 7 points, table/per-point best 1.000 (within 2%)" in text
     assert "bucket skewed: 6 points, table/per-point best 1.019 (within 2%)" in text
     assert "bucket concentrated: 6 points, table/per-point best 1.016 (within 2%)" in text
+
+
+def test_the_third_h100_sweep_decides_split_fit_under_the_total_regret() -> None:
+    """Real H100 sweep (twenty-ninth session, a third H100). The table that ran (the worst-regret choice)
+    took the fused J = 16 at gate/up M = 128; the total regret takes split=fit there too, as the twenty-eighth
+    session's sweep did, and every bucket's in-sample time is within 2% of its per-point bests."""
+    from codegen import loo
+
+    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s29"
+    rules, _ = _moe_decisions(table_dir / "tuning.parquet")
+    fit = "mmq/stream_k=off,split=fit"
+    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
+    committed = _committed_rules(table_dir)
+    assert ("q4_K", 768, 128, 128, "mmq/j=16,stream_k=off,split=2j_fused") in committed
+    text = "\n".join(loo.report(loo.in_sample(pd.read_parquet(table_dir / "tuning.parquet"), P)))
+    assert text.count("(within 2%)") == 3 and "BEYOND" not in text
