@@ -122,7 +122,7 @@ def _why_not(
 
 
 def _regret(by_bucket: Mapping[int, Mapping[str, Any]], config: str) -> float:
-    """Total regret of ``config`` over the buckets: the sum of its median / the bucket's fastest median - 1."""
+    """Total regret of ``config`` over the buckets: the sum of its median / the bucket's best median - 1."""
     total = 0.0
     for b in sorted(by_bucket):
         best = min(e.median_us for e in by_bucket[b].values() if e.median_us is not None)
