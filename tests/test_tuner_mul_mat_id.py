@@ -102,6 +102,7 @@ def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
 ) -> None:
     import sys
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
     from conftest import write_gguf
 
@@ -128,6 +129,14 @@ def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
         check=True,
         capture_output=True,
     )
+    # what a traced census adds to its MUL_MAT_ID rows: tokens-per-expert statistics (routing kind "trace")
+    declared = pq.read_table(census)
+    moe_row = [op == "MUL_MAT_ID" for op in declared.column("op").to_pylist()]
+    for name, value in (("experts_nonempty", 50.0), ("tokens_max", 30.0), ("tokens_cv", 0.5)):
+        declared = declared.append_column(
+            name, pa.array([value if m else None for m in moe_row], pa.float64())
+        )
+    pq.write_table(declared, census)
     out = tmp_path / "tuning.parquet"
     p = subprocess.run(
         [
@@ -165,9 +174,11 @@ def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
     # cuBLAS does not serve MUL_MAT_ID: only mmvq and mmq are its candidates (refused on the CPU backend)
     assert {r["route"] for r in moe} == {"mmvq", "mmq"} and {r["status"] for r in moe} == {"ineligible"}
     # the bucket is what the drawn routing measured: at M = 64 of 128 experts with 8 used, uniform
-    # spreads, the 1/(rank+1)^1.2 draw is skewed, and every token on the same 8 experts is concentrated
+    # spreads, the 1/(rank+1)^1.2 draw is skewed, every token on the same 8 experts is concentrated, and
+    # the traced statistics (50 of 128 experts get tokens) are skewed
     by_kind = {(r["routing_kind"], r["U"]): r["routing"] for r in moe}
-    assert by_kind == {(k, u): b for k, b in (("uniform", 1), ("skewed", 2), ("few", 3)) for u in (1, used)}
+    kinds = (("trace", 2), ("uniform", 1), ("skewed", 2), ("few", 3))
+    assert by_kind == {(k, u): b for k, b in kinds for u in (1, used)}
     # the journal resumes: a second run measures nothing new
     again = subprocess.run(p.args, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and "0 cases measured" in again.stderr, again.stderr

@@ -23,6 +23,7 @@ from tuner import results
 KEY = {"N": 768, "K": 2048, "E": 128, "U": 1}
 # the harness' case-end statistics of the routing each kind drew at M = 512, 8 used of 128
 EXPERTS = {
+    "trace": {"nonempty": 128, "max": 47, "mean": 32.0, "cv": 0.19},  # a traced spread routing
     "uniform": {"nonempty": 128, "max": 48, "mean": 32.0, "cv": 0.18},
     "skewed": {"nonempty": 128, "max": 512, "mean": 32.0, "cv": 2.1},
     "few": {"nonempty": 8, "max": 512, "mean": 512.0, "cv": 0.0},
@@ -59,13 +60,18 @@ def record(kind: str, speed: float = 1.3, failed: bool = False) -> dict[str, Any
 def test_rows_carry_E_U_the_kind_and_the_measured_bucket(tmp_path: Path) -> None:
     recs = [record(k) for k in tmoe.ROUTING_KINDS]
     rows = [r for rec in recs for r in results.rows_of_record(rec)]
-    assert {(r["routing_kind"], r["routing"]) for r in rows} == {("uniform", 1), ("skewed", 2), ("few", 3)}
+    assert {(r["routing_kind"], r["routing"]) for r in rows} == {
+        ("trace", 1),
+        ("uniform", 1),
+        ("skewed", 2),
+        ("few", 3),
+    }
     assert {(r["E"], r["U"], r["B"], r["op"]) for r in rows} == {(128, 1, 1, "MUL_MAT_ID")}
     out = tmp_path / "t.parquet"
     assert results.write_tuning(out, recs, input_hashes={}, settings={}) == len(rows)
     t = tuning.read(out)
     assert {"E", "U", "routing_kind", "routing"} <= set(t.table.column_names)
-    # and codegen decides on the file: one routing-0 rule from the three buckets
+    # and codegen decides on the file: one routing-0 rule from the three buckets (trace and uniform pooled)
     d = decide.decide(t.frame(), decide.Params())
     (rule,) = d.rules
     assert rule.key.routing == 0 and rule.route == "mmq/j=64,stream_k=off"

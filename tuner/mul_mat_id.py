@@ -1,10 +1,13 @@
 """MUL_MAT_ID cases for the harness, selected from the MUL_MAT_ID rows of a matmul census. Pure.
 
 A case is one census point (types, N, K, E, U, M) under one routing kind the harness draws
-(tuner/harness/mul_mat_id.cpp): ``uniform`` (top-k uniformly at random per token), ``skewed`` (experts
-weighted 1/(rank+1)^1.2, drawn without replacement) and ``few`` (every token on the same ``used``
-experts). The kinds are chosen so that at the M of a prefill ubatch of a model like Qwen3-30B-A3B
-(E = 128, 8 used) they land in the three routing buckets (spread, skewed, concentrated); which bucket
+(tuner/harness/mul_mat_id.cpp): ``trace`` (the routing the trace recorded: its mean number of experts
+with tokens, weighted 1/(rank+1)^s with s fitted to its CV, :func:`trace_weights`; only where the census
+rows carry the trace's tokens-per-expert statistics, else skipped and counted), ``uniform`` (top-k
+uniformly at random per token), ``skewed`` (experts weighted 1/(rank+1)^1.2, drawn without replacement)
+and ``few`` (every token on the same ``used`` experts). The last three are chosen so that at the M of a
+prefill ubatch of a model like Qwen3-30B-A3B (E = 128, 8 used) they land in the three routing buckets
+(spread, skewed, concentrated); ``trace`` lands where the model's own routing does. Which bucket
 a case measured is read from the harness' statistics of the routing it drew (``experts`` in its
 case-end record), not assumed from the kind, and goes into the tuning rows' ``routing`` column.
 
@@ -35,10 +38,13 @@ from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection, census_fus
 
 # routing kind -> the harness' routing object (tuner/harness/mul_mat_id.cpp)
 ROUTING_KINDS: Final[dict[str, dict[str, Any]]] = {
+    "trace": {"kind": "counts"},  # per case: weights from the census' statistics (trace_weights)
     "uniform": {"kind": "uniform"},
     "skewed": {"kind": "skewed", "s": 1.2},
     "few": {"kind": "few"},  # the experts default to `used`: every token on the same experts
 }
+TRACE_STATS: Final = ("experts_nonempty", "tokens_cv")
+SKIP_NO_STATS: Final = "MUL_MAT_ID trace routing (no tokens-per-expert statistics in the census rows)"
 MOE_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in registry.OPS[registry.Op.MUL_MAT_ID].routes)
 CENSUS_COLUMNS: Final = ("op", "layout", "fused", "src0_type", "src1_type", "M", "N", "K", "E", "U", "est_us")
 SKIP_NO_USED: Final = "MUL_MAT_ID gate/up without a down row of the same E (experts used per token unknown)"
@@ -55,6 +61,7 @@ class MoeCase:
     routes: tuple[str, ...] = MOE_ROUTES
     trials: int = DEFAULT_TRIALS
     nmse_max: float = DEFAULT_NMSE_MAX
+    weights: tuple[float, ...] = ()  # routing_kind "trace": per-expert draw weights (trace_weights)
 
     @property
     def id(self) -> str:
@@ -79,11 +86,47 @@ class MoeCase:
             "U": s.U,
             "used": self.used,
             "routing_kind": self.routing_kind,
-            "routing": dict(ROUTING_KINDS[self.routing_kind]),
+            "routing": self._routing(),
             "routes": list(self.routes),
             "trials": self.trials,
             "nmse_max": self.nmse_max,
         }
+
+    def _routing(self) -> dict[str, Any]:
+        r = dict(ROUTING_KINDS[self.routing_kind])
+        if self.routing_kind == "trace":
+            r["counts"] = list(self.weights)
+        return r
+
+
+def _cv(weights: Sequence[float]) -> float:
+    mean = sum(weights) / len(weights)
+    var = sum(w * w for w in weights) / len(weights) - mean * mean
+    return float(max(var, 0.0) ** 0.5 / mean)
+
+
+def trace_weights(E: int, used: int, M: int, nonempty: float, cv: float) -> tuple[float, ...]:
+    """Per-expert draw weights that reproduce a traced routing: ``nonempty`` experts (at least ``used``,
+    at most E) weighted 1/(rank+1)^s, the others 0, with s such that the weights' CV is the traced CV less
+    what drawing alone adds. M tokens x ``used`` picks on n experts give counts whose CV^2 is about the
+    weights' CV^2 + n / picks (Poisson noise), so a uniform routing's traced CV (about 1/sqrt(picks/n))
+    gives equal weights. Rounded to 6 digits (the case's JSON)."""
+    n = max(used, min(E, round(nonempty)))
+    target = max(cv * cv - n / max(M * used, 1), 0.0) ** 0.5
+    lo, hi = 0.0, 8.0
+    if target <= 0.0 or n == 1:
+        lo = hi = 0.0
+    elif _cv([(i + 1) ** -hi for i in range(n)]) <= target:
+        lo = hi
+    else:
+        for _ in range(60):  # the CV rises with s
+            mid = (lo + hi) / 2
+            if _cv([(i + 1) ** -mid for i in range(n)]) < target:
+                lo = mid
+            else:
+                hi = mid
+    s = (lo + hi) / 2
+    return tuple(float(f"{(i + 1) ** -s:.6g}") if i < n else 0.0 for i in range(E))
 
 
 def moe_candidates(configs: Sequence[str]) -> tuple[str, ...]:
@@ -121,6 +164,7 @@ def select_mul_mat_id(
     cands = moe_candidates(routes)
     no_candidate = "MUL_MAT_ID (no candidate serves it among --routes)"
     points: dict[tuple[registry.MulMatIdKey, int], float] = defaultdict(float)
+    stats: dict[tuple[registry.MulMatIdKey, int], tuple[float, float, float]] = {}  # est, nonempty, cv
     used_of_E: dict[int, int] = {}
     total = 0.0
     skipped: dict[str, float] = defaultdict(float)
@@ -147,7 +191,12 @@ def select_mul_mat_id(
         )
         if key.U > 1:
             used_of_E[key.E] = max(used_of_E.get(key.E, 0), key.U)
-        points[(key, census_int(r["M"], path, where, "M"))] += est
+        point = (key, census_int(r["M"], path, where, "M"))
+        points[point] += est
+        nonempty, cv = (float("nan") if r.get(c) is None else float(r[c]) for c in TRACE_STATS)
+        has_stats = nonempty == nonempty and cv == cv  # neither null nor NaN
+        if has_stats and (point not in stats or est > stats[point][0]):
+            stats[point] = (est, nonempty, cv)  # the point's largest census bucket
     usable: dict[tuple[registry.MulMatIdKey, int], tuple[float, int]] = {}
     for (key, M), est in points.items():
         used = key.U if key.U > 1 else used_of_E.get(key.E, 0)
@@ -169,7 +218,19 @@ def select_mul_mat_id(
             break
         covered += est
         for kind in routing_kinds:
-            cases.append(MoeCase(key, M, kind, used, est, routes=cands, trials=trials, nmse_max=nmse_max))
+            weights: tuple[float, ...] = ()
+            if kind == "trace":
+                if (key, M) not in stats:  # the point is timed under the other kinds: no est_us left out
+                    skipped[SKIP_NO_STATS] += 0.0
+                    skipped_rows[SKIP_NO_STATS] += 1
+                    continue
+                _, nonempty, cv = stats[(key, M)]
+                weights = trace_weights(key.E, used, M, nonempty, cv)
+            cases.append(
+                MoeCase(
+                    key, M, kind, used, est, routes=cands, trials=trials, nmse_max=nmse_max, weights=weights
+                )
+            )
     chosen = {(c.shape, c.M) for c in cases}
     left = [p for p in usable if p not in chosen]
     if left:

@@ -74,7 +74,9 @@ def select_census(
     if not routing_kinds:
         return selection
     moe = tmoe.select_mul_mat_id(
-        table.select(list(tmoe.CENSUS_COLUMNS)).to_pylist(),
+        table.select(
+            list(tmoe.CENSUS_COLUMNS) + [c for c in tmoe.TRACE_STATS if c in table.column_names]
+        ).to_pylist(),
         coverage=coverage,
         routes=routes,
         routing_kinds=routing_kinds,
