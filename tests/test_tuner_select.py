@@ -288,8 +288,12 @@ def test_tune_run_only_focuses_the_mul_mat_id_cases_and_refuses_a_pattern_that_m
     assert r.exit_code == 0, r.output
     cases = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
     moe = [c for c in cases if c["op"] == "MUL_MAT_ID" and c["M"] == 512]
-    assert {c["routing_kind"] for c in moe} == {"uniform", "skewed", "few"}
+    assert {c["routing_kind"] for c in moe} == {"trace", "uniform", "skewed", "few"}
     assert all(c["routes"] == ["mmq/j=64,stream_k=off", "mmq/stream_k=off,split=fit"] for c in moe)
+    # the traced routing of that model is spread: every expert gets tokens, with a mild skew at most
+    for c in (c for c in moe if c["routing_kind"] == "trace"):
+        counts = c["routing"]["counts"]
+        assert c["routing"]["kind"] == "counts" and len(counts) == 128 and min(counts) > 0.5
     r = CliRunner().invoke(main, [*args, "--only", "mmq/j=40,*fused"])
     assert r.exit_code == 2 and "'mmq/j=40,*fused' matches no candidate configuration" in r.output
     assert "Traceback" not in r.output and not out.exists()
