@@ -12,12 +12,12 @@
 #   PART=model    build llama-quantize + llama-bench (stock: no table), write the F16 model, quantize
 #   PART=trace    llama-bench pp2048 at ubatch 128 and 512 and tg128 (FA on) with GGML_CUDA_ROUTE_TRACE,
 #                 then census ingest (MUL_MAT_ID rows keyed by routing bucket)
-#   PART=tune     `tune run` on the census' MUL_MAT_ID rows: each point under the routing kinds uniform,
-#                 skewed, few, every MUL_MAT_ID configuration a candidate; rows with E, U, routing kind and
+#   PART=tune     `tune run` on the census' MUL_MAT_ID rows: each point under the routing kinds trace,
+#                 uniform, skewed, few, every MUL_MAT_ID configuration a candidate; rows with E, U, routing kind and
 #                 the measured bucket (resumable: the journal stays under build/at/moe; TRIALS, COVERAGE;
 #                 ONLY: `;`-separated `tune run --only` patterns for a focused sweep, e.g. '*split=2j_fused')
-#   PART=table    `codegen` on that tuning file: routing-0 MUL_MAT_ID rules where a configuration passes in
-#                 every bucket, the per-bucket winners (table.json routing_buckets) printed and packed, and
+#   PART=table    `codegen` on that tuning file: routing-0 MUL_MAT_ID rules where a configuration is
+#                 harmless in every bucket and passes in one, the per-bucket winners (table.json routing_buckets) printed and packed, and
 #                 the in-sample check (codegen.loo: table time vs the per-point best at every bucket's point)
 #   PART=ab       install that table, rebuild llama-bench (only the dispatch source changes), and the A/B
 #                 stock (GGML_CUDA_DISPATCH=off) vs table with `ggml-dispatch ab`: pp2048 at ubatch 128 and

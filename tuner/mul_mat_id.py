@@ -113,18 +113,18 @@ def trace_weights(E: int, used: int, M: int, nonempty: float, cv: float) -> tupl
     gives equal weights. Rounded to 6 digits (the case's JSON)."""
     n = max(used, min(E, round(nonempty)))
     target = max(cv * cv - n / max(M * used, 1), 0.0) ** 0.5
-    lo, hi = 0.0, 8.0
+
+    def cv_at(s: float) -> float:
+        return _cv([(i + 1) ** -s for i in range(n)])
+
+    lo, hi = 0.0, 8.0  # s beyond 8: the steepest weights
     if target <= 0.0 or n == 1:
-        lo = hi = 0.0
-    elif _cv([(i + 1) ** -hi for i in range(n)]) <= target:
+        hi = 0.0
+    elif cv_at(hi) <= target:
         lo = hi
-    else:
-        for _ in range(60):  # the CV rises with s
-            mid = (lo + hi) / 2
-            if _cv([(i + 1) ** -mid for i in range(n)]) < target:
-                lo = mid
-            else:
-                hi = mid
+    for _ in range(60 if lo < hi else 0):  # bisection: the CV rises with s
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cv_at(mid) < target else (lo, mid)
     s = (lo + hi) / 2
     return tuple(float(f"{(i + 1) ** -s:.6g}") if i < n else 0.0 for i in range(E))
 
