@@ -11,6 +11,9 @@ is admitted at a point (types, N, K, E, U, M) only when
   measured in): all three, or, where the rows carry the experts per token (``used``), the buckets
   registry.attainable_buckets allows for M tokens on ``used`` of E experts (a decode step, M = 1, is
   always spread: its ``used`` experts are distinct), and
+* the configuration does not break CUDA graphs (``registry.GRAPH_BREAKING_ROUTES``: the per-expert
+  fallback, a measured candidate whose node the harness times as it runs, directly, but whose host sync
+  would keep the model's whole graph from being captured), and
 * the configuration is slower than stock beyond noise in no measured bucket (the no-harm check that
   the concentrated routing, all tokens on a few experts, exists for) and passes (ratio >= 1 + theta, CI
   low end > 1, enough paired trials) in at least one. Requiring a pass in every bucket would refuse
@@ -97,6 +100,11 @@ def _why_not(
 ) -> str:
     """Empty when ``config`` is shown harmless in every measured bucket (never wrong, at least the minimum
     of paired trials where it ran, not slower than stock beyond noise) and passes in at least one."""
+    if registry.Config.parse(config).route in registry.GRAPH_BREAKING_ROUTES:
+        return (
+            "breaks CUDA graphs: its node synchronizes, so the whole graph it is in runs without capture,"
+            " a cost beyond the node that the harness' per-node time does not hold"
+        )
     reasons = []
     for b in sorted(by_bucket):
         name = registry.ROUTING_BUCKETS[b]

@@ -207,6 +207,7 @@ class Route(StrEnum):
     FA_VEC = "fa_vec"
     FA_TILE = "fa_tile"
     FA_MMA = "fa_mma"
+    ID_SORTED = "id_sorted"
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,20 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         ),
         "flash_attn_ext_mma_f16 (tensor cores, f16 K/V)",
     ),
+    # ggml_cuda_mul_mat_id's own fallback: a host sync reads ids, then one MUL_MAT per expert with tokens
+    # (stock's cascade per slice). It synchronizes the stream, so a graph with such a node is never captured
+    # (the hook tells ggml_cuda_mul_mat_id_needs_sync): the harness times it eagerly and reports it as
+    # breaking graphs, and codegen never makes it a rule (ARCHITECTURE.md, "Decision rule").
+    Route.ID_SORTED: RouteSpec(
+        Route.ID_SORTED,
+        9,
+        (Op.MUL_MAT_ID,),
+        (),
+        "MUL_MAT_ID fallback: a host sync, then one MUL_MAT per expert after sorting rows (breaks CUDA graphs)",
+    ),
 }
+# Routes whose nodes synchronize the stream: a graph holding one runs without CUDA graphs
+GRAPH_BREAKING_ROUTES: Final = frozenset({Route.ID_SORTED})
 
 # FLASH_ATTN_EXT: fattn.cu's best_fattn_kernel values -> route
 FATTN_KERNEL_ROUTES: Final[dict[str, Route]] = {
@@ -367,7 +381,6 @@ FATTN_KERNEL_ROUTES: Final[dict[str, Route]] = {
 TRACE_ONLY_ROUTES: Final[dict[str, str]] = {
     "mmvf_t": "the transposed-vector mmvf path (ne01 == 1)",
     "fwht": "the FWHT hint path",
-    "id_sorted": "MUL_MAT_ID fallback: per-expert MUL_MATs after sorting rows",
 }
 
 ROUTE_CODES: Final[dict[Route, int]] = {r: s.code for r, s in ROUTES.items()}

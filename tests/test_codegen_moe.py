@@ -320,6 +320,20 @@ def test_the_smallest_total_regret_over_the_buckets_is_taken() -> None:
     assert any(f.route == j32 and "smaller total regret" in f.reason for f in d.refusals)
 
 
+def test_the_per_expert_fallback_is_never_a_rule_even_where_its_node_is_fastest() -> None:
+    """id_sorted (the host-synchronizing fallback) is timed faster than everything in every bucket: it is
+    refused for breaking CUDA graphs, and the next configuration that qualifies is taken."""
+    speed = {b: {"mmq": 1.0, "id_sorted": 2.0, J64: 1.3} for b in (1, 2, 3)}
+    d = decide.decide(frame(moe_rows(speed, 512)), P)
+    (r,) = moe_rules(d)
+    assert r.route == J64
+    (why,) = [f.reason for f in d.refusals if f.route == "id_sorted"]
+    assert why.startswith("breaks CUDA graphs")
+    # with nothing else qualifying there is no rule at all
+    alone = {b: {"mmq": 1.0, "id_sorted": 2.0} for b in (1, 2, 3)}
+    assert moe_rules(decide.decide(frame(moe_rows(alone, 512)), P)) == []
+
+
 def test_in_sample_sums_each_bucket_against_its_per_point_bests() -> None:
     """The routing-0 rule is J = 64 (the one configuration measured in every bucket); J = 32 is faster
     only under concentrated routing, so that bucket's table time is beyond 2% of its best, the others not."""

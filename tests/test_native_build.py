@@ -446,6 +446,7 @@ def test_eligibility_holds_against_tree_for_every_arch(grids: dict[str, dict[str
     assert 0 < g["configs_eligible"] < g["configs"]
     assert g["fused_eligible"] > 0  # split=2j_fused runs somewhere in the grid (and is held to its limits)
     assert g["fit_eligible"] > 0
+    assert 0 < g["sorted_eligible"] < g["points"]  # id_sorted runs where its asserts hold, and only there
     # the grid really exercises every route and every hard limit it claims to
     for route in ("mmvf", "mmf", "mmvq", "mmq", "cublas"):
         assert g["eligible"][route] > 0, route

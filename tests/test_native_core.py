@@ -122,8 +122,11 @@ def test_counts_include_replays_and_match_the_trace(
     assert end["ineligible"] == sum(
         r["count"] for r in records[1:-1] if r["reason"].startswith("ineligible:")
     )
+    # graph evaluations run directly (not captured, not replayed): one before the flush, one after; the
+    # capture and the replays are not
+    assert out["counts_after_replays"]["eager"] == 1 and end["eager"] == 2
     zeros = [0] * registry.ROUTE_COUNT
-    assert out["counts_after_reset"] == {"ran": zeros, "forced": 0, "table": 0, "ineligible": 0}
+    assert out["counts_after_reset"] == {"ran": zeros, "forced": 0, "table": 0, "ineligible": 0, "eager": 0}
 
 
 def test_override_makes_captured_graphs_stale_once(

@@ -171,9 +171,15 @@ def test_shape_keys_per_op() -> None:
     assert [registry.kv_bucket(n) for n in (1, 4096, 4097, 49152)] == [1, 4096, 8192, 65536]
     assert registry.OPS[registry.Op.FLASH_ATTN_EXT].default_mask == 0
     fa_routes = (registry.Route.FA_VEC, registry.Route.FA_TILE, registry.Route.FA_MMA)
-    assert registry.OPS[registry.Op.MUL_MAT].routes == tuple(r for r in registry.Route if r not in fa_routes)
+    not_mm = (*fa_routes, registry.Route.ID_SORTED)
+    assert registry.OPS[registry.Op.MUL_MAT].routes == tuple(r for r in registry.Route if r not in not_mm)
     assert registry.OPS[registry.Op.FLASH_ATTN_EXT].routes == fa_routes
     assert registry.Route.CUBLAS not in registry.OPS[registry.Op.MUL_MAT_ID].routes
+    # the per-expert fallback is a MUL_MAT_ID route of its own (a measured candidate), and the only one
+    # that breaks CUDA graphs
+    assert registry.OPS[registry.Op.MUL_MAT_ID].routes[-1] is registry.Route.ID_SORTED
+    assert registry.GRAPH_BREAKING_ROUTES == {registry.Route.ID_SORTED}
+    assert "id_sorted" not in registry.TRACE_ONLY_ROUTES and registry.ROUTE_CODES[registry.Route.ID_SORTED] == 9
 
 
 DRIVER = r"""

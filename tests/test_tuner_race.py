@@ -107,3 +107,9 @@ def test_each_trial_runs_the_candidates_in_its_own_order(unit: dict[str, Any]) -
         preds = {o[o.index(cand) - 1] if o.index(cand) > 0 else None for o in first}
         assert len(preds) >= 3, (cand, preds)
     assert unit["order_one"] == 0 and unit["order_none"] == 0
+
+
+def test_a_graph_breaking_candidate_is_timed_only_where_its_node_beats_stock(unit: dict[str, Any]) -> None:
+    slow, faster, captured, stock_direct = unit["graph_break"]
+    assert slow == "breaks CUDA graphs: its graph ran directly, 25.00x stock's node time"
+    assert faster == captured == stock_direct == ""

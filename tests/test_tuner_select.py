@@ -141,10 +141,12 @@ def test_cases_ordered_by_shape_time_then_m_and_specs_follow_the_interface() -> 
 
 
 def test_default_routes_are_the_five_table_routes() -> None:
-    # the matmul routes (the FlashAttention kernels serve attention cases only)
-    assert set(ALL_ROUTES) == {r.value for r in registry.OPS[registry.Op.MUL_MAT].routes}
+    # the matmul routes (the FlashAttention kernels serve attention cases only); a MUL_MAT case leaves out
+    # the MUL_MAT_ID fallback
+    mul_mat = tuple(r.value for r in registry.OPS[registry.Op.MUL_MAT].routes)
+    assert ALL_ROUTES == (*mul_mat, "id_sorted")
     sel = select_cases([row()], coverage=1.0)
-    assert sel.cases[0].routes == ALL_ROUTES
+    assert sel.cases[0].routes == mul_mat
 
 
 def test_shards_partition_whole_shapes() -> None:
@@ -214,7 +216,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert (
         len(every)
         == len(set(every))
-        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 1) + (1 + 1 + 2 * 3 * 2)
+        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 1) + (1 + 1 + 2 * 3 * 2) + 1
     )
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
@@ -261,7 +263,8 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
     routes = sel.cases[0].routes
     assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
-    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 1
+    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 1 - 1  # no id_sorted
+    assert "id_sorted" in every and "id_sorted" not in routes
 
 
 def test_only_keeps_the_matching_candidates_and_names_a_pattern_that_matches_none() -> None:

@@ -12,8 +12,10 @@ a case measured is read from the harness' statistics of the routing it drew (``e
 case-end record), not assumed from the kind, and goes into the tuning rows' ``routing`` column.
 
 Candidates: every configuration (``--configs``) of the ``--routes`` that serve MUL_MAT_ID (mmvf, mmf,
-mmvq, mmq; cuBLAS does not serve it). The per-expert fallback (``id_sorted``) is no candidate: it
-synchronizes the stream, so it cannot run in the captured graphs the harness times.
+mmvq, mmq, and ``id_sorted``, the per-expert fallback; cuBLAS does not serve it). The fallback
+synchronizes the stream, so its graph runs without CUDA graphs: the harness sees that in its eligibility
+run (the override API's ``eager`` count) and times it further only where its node is faster than stock's
+(else it is ``pruned`` with the ratio), and codegen never makes it a rule (codegen/moe.py).
 
 The census keeps the routing bucket a key's calls fell in as part of its rows; a case measures all
 kinds at each (shape, M), so the census rows of one point are summed over their buckets. The experts

@@ -23,7 +23,7 @@ import pandas as pd
 
 from codegen import decide
 from codegen import table as tbl
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, registry, schema
 from ggml_dispatch.errors import InputError
 from tuner import results
 from tuner.build import TreeStamp
@@ -118,8 +118,9 @@ def cases_for(
     trials: int = DEFAULT_TRIALS,
     nmse_max: float = DEFAULT_NMSE_MAX,
 ) -> list[Case]:
+    mul_mat = tuple(c for c in routes if registry.route_allowed(registry.Op.MUL_MAT, c))
     return [
-        Case(shape=k, M=m, est_us=0.0, census=True, routes=tuple(routes), trials=trials, nmse_max=nmse_max)
+        Case(shape=k, M=m, est_us=0.0, census=True, routes=mul_mat, trials=trials, nmse_max=nmse_max)
         for k, m in sorted(points, key=lambda km: (km[0].codes(), km[1]))
     ]
 

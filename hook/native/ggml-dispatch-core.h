@@ -30,7 +30,7 @@ namespace ggml_dispatch {
 enum : int {
     ROUTE_MMVF_T      = GGML_DISPATCH_ROUTE_MMVF_T,     // transposed-vector mmvf (ne01 == 1)
     ROUTE_FWHT        = GGML_DISPATCH_ROUTE_FWHT,       // FWHT hint path
-    ROUTE_ID_SORTED   = GGML_DISPATCH_ROUTE_ID_SORTED,  // MUL_MAT_ID fallback: per-expert MUL_MATs
+    ROUTE_ID_SORTED   = GGML_DISPATCH_ROUTE_ID_SORTED,  // MUL_MAT_ID fallback (a table route: breaks graphs)
     TRACE_ROUTE_COUNT = GGML_DISPATCH_TRACE_ROUTE_COUNT,
 };
 
@@ -341,6 +341,7 @@ class recorder {
         out->forced     = reset ? forced_.exchange(0) : forced_.load();
         out->table      = reset ? table_.exchange(0) : table_.load();
         out->ineligible = reset ? ineligible_.exchange(0) : ineligible_.load();
+        out->eager      = reset ? eager_.exchange(0) : eager_.load();
     }
 
     // ---- trace output ----------------------------------------------------------------------
@@ -441,6 +442,7 @@ class recorder {
     void eval_begin(const void * ctx, const void * graph_key, bool use_graph, bool update_required) {
         tl_capture() = nullptr;
         if (!use_graph) {
+            eager_.fetch_add(1, std::memory_order_relaxed);
             return;  // direct evaluation: nodes count as they run
         }
         const std::pair<const void *, const void *> id(ctx, graph_key);
@@ -569,7 +571,7 @@ class recorder {
     }
 
     std::atomic<int64_t> ran_[GGML_DISPATCH_ROUTE_COUNT] = {};
-    std::atomic<int64_t> forced_{0}, table_{0}, ineligible_{0};
+    std::atomic<int64_t> forced_{0}, table_{0}, ineligible_{0}, eager_{0};
     std::atomic<int>      override_{0};
     std::atomic<uint64_t> generation_{0};
     std::atomic<bool>     override_seen_{false};  // the weight cache bumps generation_ too

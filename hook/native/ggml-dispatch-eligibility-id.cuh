@@ -6,7 +6,9 @@
 // row strides dividing the token strides; mmf has tensor-core code for f32/f16/bf16 only. Stock's soft
 // limits (get_mmvq_mmid_max_batch, mmq's batch threshold, mmf's 512/128-token cut) are not checked:
 // the tuner measures across them and verifies every candidate's numerics. The per-expert fallback
-// (host sync, breaks CUDA graphs) is never a configuration a table or an override can choose.
+// (id_sorted: host sync, so the node's graph runs without CUDA graphs) needs what its own asserts do
+// (ggml_cuda_mul_mat_id: token and output strides whole rows); each expert's slice runs stock's
+// MUL_MAT cascade, which serves every type.
 #pragma once
 
 #include "ggml-dispatch-eligibility.cuh"
@@ -90,6 +92,12 @@ static inline ggml_dispatch_why ggml_dispatch_check_id(int route, const ggml_dis
             }
             return GGML_DISPATCH_OK;
         }
+        case GGML_DISPATCH_ROUTE_ID_SORTED:
+            // GGML_ASSERT(nb12 % nb11 == 0) and (nb2 % nb1 == 0): a contiguous dst has whole rows
+            if (d.src1_nb[1] == 0 || d.src1_nb[2] % d.src1_nb[1] != 0 || !d.dst_contiguous) {
+                return GGML_DISPATCH_WHY_ALIGN;
+            }
+            return GGML_DISPATCH_OK;
         default:
             return GGML_DISPATCH_WHY_ROUTE;
     }

@@ -561,11 +561,11 @@ struct id_pending {
 thread_local id_pending tl_id_pending;
 }  // namespace
 
-int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+// The configuration a MUL_MAT_ID node runs (0: stock) and why; no counting (begin and the graph check share it).
+static int choose_mul_mat_id(int device, const ggml_tensor * dst, int * reason, int * why) {
     dispatch_state &             st   = state();
     const ggml_dispatch_mm_desc  d    = describe(dst);
-    const ggml_dispatch_dev_desc dev  = device_desc(ctx.device);
-    const int                    stock = ggml_dispatch_stock_route_id(d, dev);
+    const ggml_dispatch_dev_desc dev  = device_desc(device);
     const ggml_tensor *          src0 = dst->src[0];
     const ggml_tensor *          src1 = dst->src[1];
     const ggml_tensor *          ids  = dst->src[2];
@@ -578,22 +578,36 @@ int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const g
     key[GGML_DISPATCH_KEY_MUL_MAT_ID_E]       = src0->ne[2];
     key[GGML_DISPATCH_KEY_MUL_MAT_ID_U]       = src1->ne[1];
     key[GGML_DISPATCH_KEY_MUL_MAT_ID_ROUTING] = GGML_DISPATCH_ROUTING_ANY;
-    int       reason    = REASON_STOCK;
-    const int requested = requested_config(st, ctx.device, GGML_DISPATCH_OP_MUL_MAT_ID, GGML_DISPATCH_LAYOUT_EXPERT,
-                                           (int) src0->type, (int) src1->type, key, src1->ne[2], &reason);
-    int run = 0;
-    int why = GGML_DISPATCH_OK;
-    if (requested != 0) {
-        const bool ids_ok = ids != nullptr && ids->type == GGML_TYPE_I32 && ids->nb[0] == sizeof(int32_t);
-        why = ggml_dispatch_check_config_id(requested, d, dev, ids_ok);
-        if (why == GGML_DISPATCH_OK) {
-            run = requested;
-        } else {
-            reason = REASON_INELIGIBLE;
-        }
+    *reason             = REASON_STOCK;
+    *why                = GGML_DISPATCH_OK;
+    const int requested = requested_config(st, device, GGML_DISPATCH_OP_MUL_MAT_ID, GGML_DISPATCH_LAYOUT_EXPERT,
+                                           (int) src0->type, (int) src1->type, key, src1->ne[2], reason);
+    if (requested == 0) {
+        return 0;
     }
-    tl_id_pending = id_pending{&ctx, dst, stock, reason, why, run};
+    const bool ids_ok = ids != nullptr && ids->type == GGML_TYPE_I32 && ids->nb[0] == sizeof(int32_t);
+    *why              = ggml_dispatch_check_config_id(requested, d, dev, ids_ok);
+    if (*why != GGML_DISPATCH_OK) {
+        *reason = REASON_INELIGIBLE;
+        return 0;
+    }
+    return requested;
+}
+
+int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    const int stock  = ggml_dispatch_stock_route_id(describe(dst), device_desc(ctx.device));
+    int       reason = REASON_STOCK;
+    int       why    = GGML_DISPATCH_OK;
+    const int run    = choose_mul_mat_id(ctx.device, dst, &reason, &why);
+    tl_id_pending    = id_pending{&ctx, dst, stock, reason, why, run};
     return run;
+}
+
+bool ggml_cuda_dispatch_mul_mat_id_sorted(const ggml_tensor * dst) {
+    int reason = REASON_STOCK;
+    int why    = GGML_DISPATCH_OK;
+    return ggml_dispatch_config_route(choose_mul_mat_id(ggml_cuda_get_device(), dst, &reason, &why)) ==
+           GGML_DISPATCH_ROUTE_ID_SORTED;
 }
 
 void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused) {

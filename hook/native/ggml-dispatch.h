@@ -28,6 +28,9 @@ struct ggml_dispatch_counts {
     int64_t forced;                         /* nodes where an override/force route ran */
     int64_t table;                          /* nodes where a table rule's route ran */
     int64_t ineligible;                     /* nodes where a requested route was refused -> stock ran */
+    int64_t eager;                          /* graph evaluations run directly, not as a CUDA graph (the
+                                               first ones after a change, and every one of a graph whose
+                                               node breaks graphs: id_sorted, the per-expert fallback) */
 };
 
 /* 0 clears the override; a configuration code (a table route code 1..ROUTE_COUNT-1 plus parameter fields,

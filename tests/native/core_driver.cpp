@@ -145,7 +145,7 @@ int main(int argc, char ** argv) {
             s += (i ? "," : "") + std::to_string(c.ran[i]);
         }
         s += "],\"forced\":" + std::to_string(c.forced) + ",\"table\":" + std::to_string(c.table) +
-             ",\"ineligible\":" + std::to_string(c.ineligible) + "}";
+             ",\"ineligible\":" + std::to_string(c.ineligible) + ",\"eager\":" + std::to_string(c.eager) + "}";
         return s;
     };
     out += ",\"opened\":" + std::string(opened ? "true" : "false");

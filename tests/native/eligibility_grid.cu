@@ -46,7 +46,7 @@ int ggml_cuda_get_device() {
 #include "tree_should_use.inc"
 
 struct stats {
-    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0, fused_ok = 0, fit_ok = 0;
+    long points = 0, violations = 0, hazards = 0, configs = 0, config_ok = 0, fused_ok = 0, fit_ok = 0, sorted_ok = 0;
     long eligible[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long tree_yes[GGML_DISPATCH_ROUTE_COUNT]    = {};
     long c2_checked[GGML_DISPATCH_ROUTE_COUNT]  = {};
@@ -126,6 +126,22 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
         if (nv && !dc && why[r] != GGML_DISPATCH_WHY_NO_DEVICE_CODE) {  // C3
             fail(s, "C3 not refused without device code: " + where(d, dev, r));
         }
+    }
+    // C7 the per-expert fallback serves MUL_MAT_ID alone; there it needs what ggml_cuda_mul_mat_id asserts
+    // (f32 src1 and dst, whole-row token and output strides) besides vendor and device code
+    {
+        const ggml_dispatch_why w_sorted = ggml_dispatch_check_config_id(GGML_DISPATCH_ROUTE_ID_SORTED, d, dev, true);
+        const bool sorted_ok = nv && dc && d.src1_type == GGML_TYPE_F32 && d.dst_type == GGML_TYPE_F32 &&
+                               d.src0_nb[0] == ggml_type_size(d.src0_type) && d.src1_nb[0] == sizeof(float) &&
+                               d.dst_nb0 == sizeof(float) && d.src1_nb[1] != 0 && d.src1_nb[2] % d.src1_nb[1] == 0 &&
+                               d.dst_contiguous;
+        if (sorted_ok != (w_sorted == GGML_DISPATCH_OK)) {
+            fail(s, std::string("C7 id_sorted on MUL_MAT_ID (") + ggml_dispatch_why_name(w_sorted) + "): " +
+                    where(d, dev, GGML_DISPATCH_ROUTE_ID_SORTED));
+        }
+        s.configs++;
+        s.config_ok += w_sorted == GGML_DISPATCH_OK;
+        s.sorted_ok += w_sorted == GGML_DISPATCH_OK;
     }
     if (!nv || !dc) {
         return;
@@ -384,6 +400,7 @@ int main() {
                 s.points, s.violations, s.hazards);
     std::printf(",\"configs\":%ld,\"configs_eligible\":%ld,\"fused_eligible\":%ld,\"fit_eligible\":%ld", s.configs,
                 s.config_ok, s.fused_ok, s.fit_ok);
+    std::printf(",\"sorted_eligible\":%ld", s.sorted_ok);
     std::printf(",\"eligible\":{");
     for (int r = 1; r < GGML_DISPATCH_ROUTE_COUNT; ++r) {
         std::printf("%s\"%s\":%ld", r > 1 ? "," : "", ggml_dispatch::route_name(r), s.eligible[r]);

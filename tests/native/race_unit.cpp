@@ -65,6 +65,11 @@ int main() {
     // (not yet run) is not judged
     const std::vector<bool> dr = race_drifted({ 100, 115, 101, 99, NAN }, 4, 0.10);
     std::printf("\"drifted\":[%d,%d,%d,%d,%d],", (int) dr[0], (int) dr[1], (int) dr[2], (int) dr[3], (int) dr[4]);
+    // graph breaking: direct where stock was captured and 25x stock's node time -> pruned; the same but faster
+    // than stock, captured, or with stock direct too -> timed
+    std::printf("\"graph_break\":[\"%s\",\"%s\",\"%s\",\"%s\"],", graph_break_pruned(true, false, 250, 10).c_str(),
+                graph_break_pruned(true, false, 9, 10).c_str(), graph_break_pruned(false, false, 250, 10).c_str(),
+                graph_break_pruned(true, true, 250, 10).c_str());
     std::printf("\"slow\":%d,\"slow_after_2\":%d,\"close\":%d,\"noisy\":%d,\"off\":%d,\"nan_pairs\":%d,"
                 "\"lo\":%.6f,\"hi\":%.6f,\"n\":%d,\"best\":%d,\"t95_1\":%.3f,\"t95_4\":%.3f,\"t95_100\":%.3f}\n",
                 race_prune(slow, best, o), race_prune(slow2, best, o), race_prune(close, best, o),

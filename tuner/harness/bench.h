@@ -139,3 +139,4 @@ double median(std::vector<double> v);
 // "none" when nothing was counted.
 std::string route_ran_of(const ggml_dispatch_counts & c);
 int64_t     counted_nodes(const ggml_dispatch_counts & c);
+ggml_dispatch_counts counts_sum(const ggml_dispatch_counts & a, const ggml_dispatch_counts & b);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -270,4 +271,18 @@ inline std::vector<std::string> tile_dominated(const std::vector<std::string> & 
         }
     }
     return out;
+}
+
+// A configuration that breaks CUDA graphs (its eligibility run's replay ran directly where stock's was
+// captured: a node that synchronizes the stream, the per-expert fallback) is worth timing only if its own
+// node beats stock's there; in a model the whole graph would lose its capture, a cost beyond the node.
+// Returns why it is not timed ("" = time it). Where stock runs directly too, nothing is broken by it.
+inline std::string graph_break_pruned(bool eager, bool stock_eager, double node_us, double stock_node_us) {
+    if (!eager || stock_eager || !(node_us >= stock_node_us)) {
+        return "";
+    }
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), "breaks CUDA graphs: its graph ran directly, %.2fx stock's node time",
+                  node_us / std::max(stock_node_us, 1e-9));
+    return buf;
 }
