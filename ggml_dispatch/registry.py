@@ -363,7 +363,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         9,
         (Op.MUL_MAT_ID,),
         (),
-        "MUL_MAT_ID fallback: a host sync, then one MUL_MAT per expert after sorting rows (breaks CUDA graphs)",
+        "MUL_MAT_ID fallback: a host sync, then one MUL_MAT per expert with tokens (breaks CUDA graphs)",
     ),
 }
 # Routes whose nodes synchronize the stream: a graph holding one runs without CUDA graphs

@@ -144,7 +144,7 @@ def test_default_routes_are_the_five_table_routes() -> None:
     # the matmul routes (the FlashAttention kernels serve attention cases only); a MUL_MAT case leaves out
     # the MUL_MAT_ID fallback
     mul_mat = tuple(r.value for r in registry.OPS[registry.Op.MUL_MAT].routes)
-    assert ALL_ROUTES == (*mul_mat, "id_sorted")
+    assert (*mul_mat, "id_sorted") == ALL_ROUTES
     sel = select_cases([row()], coverage=1.0)
     assert sel.cases[0].routes == mul_mat
 
