@@ -453,3 +453,35 @@ def test_the_third_h100_sweep_decides_split_fit_under_the_total_regret() -> None
     assert ("q4_K", 768, 128, 128, "mmq/j=16,stream_k=off,split=2j_fused") in committed
     text = "\n".join(loo.report(loo.in_sample(pd.read_parquet(table_dir / "tuning.parquet"), P)))
     assert text.count("(within 2%)") == 3 and "BEYOND" not in text
+
+
+def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned() -> None:
+    """Real H100 sweep (thirtieth session): the trace routing kind beside the others (spread routing, so its
+    cases land in the spread bucket) and id_sorted timed for the first time, pruned in every case for breaking
+    CUDA graphs. The committed table is today's decision; two buckets are beyond 2% in-sample on this GPU."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from codegen import loo
+
+    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s30"
+    tuning = table_dir / "tuning.parquet"
+    rules, refusals = _moe_decisions(tuning)
+    fit = "mmq/stream_k=off,split=fit"
+    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
+    assert sorted(_committed_rules(table_dir)) == sorted(got)
+    df = pd.read_parquet(tuning)
+    trace = df[df.routing_kind == "trace"]
+    assert len(trace) > 0 and set(trace.routing) == {1}
+    sorted_rows = df[df.config == "id_sorted"]
+    assert len(sorted_rows) == 28 * 5 and set(sorted_rows.status) == {"pruned"}
+    assert set(sorted_rows.route_ran) == {"id_sorted"} and sorted_rows.nmse.max() < 5e-4  # the NMSE threshold
+    cases = json.loads(pq.read_schema(tuning).metadata[b"ggml_dispatch.tuner_cases"])
+    why = [c["reasons"]["id_sorted"] for c in cases.values()]
+    assert len(why) == 28 and all(w.startswith("breaks CUDA graphs: its graph ran directly") for w in why)
+    assert not any(r.route == "id_sorted" for r in rules)
+    text = "\n".join(loo.report(loo.in_sample(df, P)))
+    assert "bucket spread: 7 points, table/per-point best 1.001 (within 2%)" in text
+    assert "bucket concentrated: 6 points, table/per-point best 1.027 (BEYOND 2%)" in text
