@@ -39,9 +39,10 @@ void ggml_cuda_dispatch_note_mul_mat_id(ggml_backend_cuda_context & ctx, const g
 int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
 void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused);
 
-// True where this MUL_MAT_ID node runs the per-expert fallback by the dispatch's choice (a table rule or a
-// forced/overridden id_sorted, eligible): ggml_cuda_mul_mat_id_needs_sync then answers true, so ggml runs
-// that graph directly (no CUDA graph) and the fallback's assert holds. Counts nothing.
+// True where this MUL_MAT_ID node runs the per-expert fallback by the dispatch's choice (a forced or
+// overridden id_sorted, eligible; a table's id_sorted rule is refused, codegen never writes one):
+// ggml_cuda_mul_mat_id_needs_sync then answers true, so ggml runs that graph directly (no CUDA graph) and
+// the fallback's assert holds. Counts nothing; two loads where nothing forces id_sorted.
 bool ggml_cuda_dispatch_mul_mat_id_sorted(const ggml_tensor * dst);
 
 // FLASH_ATTN_EXT (fattn.cu): the configuration the node runs (a code of a GGML_DISPATCH_ROUTE_FA_* route):

@@ -585,6 +585,12 @@ static int choose_mul_mat_id(int device, const ggml_tensor * dst, int * reason, 
     if (requested == 0) {
         return 0;
     }
+    if (*reason == REASON_TABLE && ggml_dispatch_config_route(requested) == GGML_DISPATCH_ROUTE_ID_SORTED) {
+        // codegen never writes one (it breaks CUDA graphs); refusing it here keeps the graph check below cheap
+        *reason = REASON_INELIGIBLE;
+        *why    = GGML_DISPATCH_WHY_ROUTE;
+        return 0;
+    }
     const bool ids_ok = ids != nullptr && ids->type == GGML_TYPE_I32 && ids->nb[0] == sizeof(int32_t);
     *why              = ggml_dispatch_check_config_id(requested, d, dev, ids_ok);
     if (*why != GGML_DISPATCH_OK) {
@@ -604,6 +610,14 @@ int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const g
 }
 
 bool ggml_cuda_dispatch_mul_mat_id_sorted(const ggml_tensor * dst) {
+    // asked of every MUL_MAT_ID node on every graph evaluation (replays too): only a forced or overridden
+    // id_sorted can be run (a table's is refused above), so anything else answers after two loads
+    const dispatch_state & st = state();
+    const int ov = st.m == MODE_OFF ? 0 : st.rec.override_config();
+    const int forced = ov != 0 ? ov : st.m == MODE_FORCE ? st.force_config : 0;
+    if (ggml_dispatch_config_route(forced) != GGML_DISPATCH_ROUTE_ID_SORTED) {
+        return false;
+    }
     int reason = REASON_STOCK;
     int why    = GGML_DISPATCH_OK;
     return ggml_dispatch_config_route(choose_mul_mat_id(ggml_cuda_get_device(), dst, &reason, &why)) ==
