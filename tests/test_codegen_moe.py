@@ -467,7 +467,7 @@ def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned
 
     table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s30"
     tuning = table_dir / "tuning.parquet"
-    rules, refusals = _moe_decisions(tuning)
+    rules, _ = _moe_decisions(tuning)
     fit = "mmq/stream_k=off,split=fit"
     got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
     assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
