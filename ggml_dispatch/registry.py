@@ -229,6 +229,7 @@ STOCK_CODE: Final = 0
 _MMQ_J: Final = tuple(str(j) for j in range(8, 129, 8))  # mul_mat_q_switch_J's compiled widths (mmq.cuh)
 # split=2j_fused: the narrow widths compiled beside J = 128 (emitted as GGML_DISPATCH_MMQ_FUSED_J_LIST)
 MMQ_FUSED_J: Final = (16, 24, 32, 48, 64)
+MMQ_FIT_SPLITS: Final = ("fit", "fit64")  # the splits that fit the width per expert (no J of their own)
 # FLASH_ATTN_EXT MMA_F16 tiles (fattn.cu's switch_ncols1/switch_ncols2 over the compiled instances
 # template-instances/fattn-mma-f16-instance-ncols1_<n1>-ncols2_<n2>.cu): ncols1 x ncols2 Q columns x heads per
 # tile, ncols1 x ncols2 in FA_MMA_NCOLS; head dims 64..256 have every such pair with ncols2 <= 8.
@@ -265,7 +266,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
             Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
             Param(
                 "split",
-                ("2j", "2j_wave", "2j_fused", "fit"),
+                ("2j", "2j_wave", "2j_fused", "fit", "fit64"),
                 "MUL_MAT_ID: only experts with at most 2 x J tokens run this J and stream-k (a grid"
                 " of 2 column tiles per expert); a second launch runs the others as the tree would."
                 " Each block reads its expert's token count on the device, so the choice follows the"
@@ -276,7 +277,10 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 " over the tree's grid at J = 128, each block running its expert's tiles at j or at 128"
                 " by the expert's token count, so no second launch and no block beyond the tree's."
                 " fit (needs stream_k=off, no j): that launch with the width fitted to each expert, one"
-                " tile of the narrowest MMQ_FUSED_J that holds its tokens, 128 beyond the widest",
+                " tile of the narrowest MMQ_FUSED_J that holds its tokens, 128 beyond the widest."
+                " fit64 (needs stream_k=off, no j): fit over a grid of 64-column slots, so an expert with"
+                " 65-128 tokens runs two J = 64 tiles instead of one J = 128 tile (twice the blocks where"
+                " few experts hold all tokens); beyond 128 tokens J = 128 tiles",
                 ops=(Op.MUL_MAT_ID,),
             ),
         ),
@@ -540,8 +544,8 @@ def route_configs(route: Route | str) -> list[Config]:
     out += [
         Config(spec.route, c) for c in combos if c and c not in alone and config_pairs_compiled(spec.route, c)
     ]
-    if spec.route is Route.MMQ:  # split=fit fits J per expert: the one mmq configuration without a J
-        out.append(Config(spec.route, (("stream_k", "off"), ("split", "fit"))))
+    if spec.route is Route.MMQ:  # split=fit/fit64 fit J per expert: the mmq configurations without a J
+        out += [Config(spec.route, (("stream_k", "off"), ("split", s))) for s in MMQ_FIT_SPLITS]
     return out
 
 
@@ -552,11 +556,11 @@ def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
 
 def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
     """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance,
-    for an mmq split without its J (but split=fit, which has none: it needs stream_k=off and no J), for
-    a 2j_wave or 2j_fused split without stream_k=off, and for a 2j_fused split at a J without fused code
-    (a sweep leaves them out; the runtime refuses them as ineligible:params)."""
+    for an mmq split without its J (but split=fit and fit64, which have none: they need stream_k=off and no
+    J), for a 2j_wave or 2j_fused split without stream_k=off, and for a 2j_fused split at a J without fused
+    code (a sweep leaves them out; the runtime refuses them as ineligible:params)."""
     values = dict(params)
-    if route is Route.MMQ and values.get("split") == "fit":
+    if route is Route.MMQ and values.get("split") in MMQ_FIT_SPLITS:
         return "j" not in values and values.get("stream_k") == "off"
     if route is Route.MMQ and "split" in values and "j" not in values:
         return False

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-SPLITS = ("2j", "2j_wave", "2j_fused", "fit")
+SPLITS = ("2j", "2j_wave", "2j_fused", "fit", "fit64")
 SAME_J = (8, 16, 24, 32, 40, 48, 64)
 
 

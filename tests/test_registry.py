@@ -130,7 +130,7 @@ def test_issue_configurations_are_declared() -> None:
     assert {p.name: p.values for p in mmq.params} == {
         "j": tuple(str(j) for j in range(8, 129, 8)),
         "stream_k": ("on", "off"),
-        "split": ("2j", "2j_wave", "2j_fused", "fit"),
+        "split": ("2j", "2j_wave", "2j_fused", "fit", "fit64"),
     }
 
 
@@ -147,10 +147,10 @@ def test_mmq_split_is_a_mul_mat_id_configuration_that_needs_its_j() -> None:
     assert "mmq/j=48,stream_k=off,split=2j_fused" in configs
     assert "mmq/j=48,stream_k=on,split=2j_fused" not in configs
     assert "mmq/j=40,stream_k=off,split=2j_fused" not in configs
-    # fit fits J per expert: its one configuration has no J and stream_k=off
-    assert "mmq/stream_k=off,split=fit" in configs
+    # fit and fit64 fit J per expert: each has one configuration, without J and with stream_k=off
+    assert "mmq/stream_k=off,split=fit" in configs and "mmq/stream_k=off,split=fit64" in configs
     assert not any(",split=fit" in c and "j=" in c for c in configs)
-    assert len(configs) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 1
+    assert len(configs) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 2
     wave = registry.Config.parse("mmq/j=48,stream_k=off,split=2j_wave")
     assert registry.Config.from_code(wave.code) == wave and wave.code != registry.Config.parse(split).code
     assert registry.Config.from_code(registry.Config.parse(split).code) == registry.Config.parse(split)
@@ -416,4 +416,4 @@ def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
     assert c.code != registry.Config.parse("cublas").code and registry.Config.from_code(c.code) == c
     # mmq's split (MUL_MAT_ID only) is swept left out and set, only together with a J (2j_wave: stream_k=off;
     # 2j_fused: stream_k=off at the J with fused code)
-    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 1
+    assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 2

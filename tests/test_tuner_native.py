@@ -269,7 +269,7 @@ def test_sweep_end_to_end(
     # the default candidates: every configuration of every route, each a row of its route with its config
     every = select.candidate_configs(list(select.ALL_ROUTES), "all")
     configs = [c for c in every if registry.route_allowed("MUL_MAT", c)]  # mmq's split is MUL_MAT_ID's
-    n_split = 16 * 3 + len(registry.MMQ_FUSED_J) + 1  # 2j (x stream-k), 2j_wave, 2j_fused, fit
+    n_split = 16 * 3 + len(registry.MMQ_FUSED_J) + 2  # 2j (x stream-k), 2j_wave, 2j_fused, fit, fit64
     n_split += 1  # and the MUL_MAT_ID fallback, id_sorted
     assert len(configs) == len(every) - n_split and not any("split=" in c for c in configs)
     assert len(rows) == 8 * len(configs) * 3

@@ -216,7 +216,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert (
         len(every)
         == len(set(every))
-        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 1) + (1 + 1 + 2 * 3 * 2) + 1
+        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 2) + (1 + 1 + 2 * 3 * 2) + 1
     )
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
@@ -240,6 +240,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert sorted(int(dict(c.params)["j"]) for c in fused) == list(registry.MMQ_FUSED_J)
     assert all(dict(c.params)["stream_k"] == "off" for c in fused)
     assert [str(c) for c in mmq if dict(c.params).get("split") == "fit"] == ["mmq/stream_k=off,split=fit"]
+    assert [str(c) for c in mmq if dict(c.params).get("split") == "fit64"] == ["mmq/stream_k=off,split=fit64"]
     assert all(registry.canonical_config(c) == c for c in every)
     with pytest.raises(ValueError, match="configs mode"):
         candidate_configs(["mmq"], "some")
@@ -263,7 +264,7 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
     routes = sel.cases[0].routes
     assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
-    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 1 - 1  # no id_sorted
+    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 2 - 1  # no id_sorted
     assert "id_sorted" in every and "id_sorted" not in routes
 
 

@@ -248,6 +248,7 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_WAVE: p.mmq_split = 2; p.mmq_split_wave = 1; break;
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_2J_FUSED: p.mmq_split = 2; p.mmq_split_fused = 1; break;
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_FIT:      p.mmq_split_fused = 1; break;  // no J: one per expert
+            case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_FIT64:    p.mmq_split_fused = 2; break;  // fit over 64-column slots
             default: break;
         }
     }

@@ -62,7 +62,8 @@ struct ggml_dispatch_params {
     int mmq_stream_k   = GGML_DISPATCH_MMQ_STREAM_K_STOCK;
     int mmq_split      = 0;  // MUL_MAT_ID: experts with at most mmq_split x J tokens run J and stream-k, the others stock's
     int mmq_split_wave = 0;  // the split's first launch as one wave of blocks over whole tiles (split=2j_wave)
-    int mmq_split_fused = 0; // one launch over the tree's grid at J = 128 (split=2j_fused; with mmq_split 0: split=fit)
+    int mmq_split_fused = 0; // one launch over the tree's grid at J = 128 (split=2j_fused; with mmq_split 0: split=fit;
+                             // 2: split=fit64, over 64-column slots)
     int mmq_expert_filter = 0;  // set by the split for each of its two launches (ggml_dispatch_mmq_expert_skipped)
     int cublas_weight  = GGML_DISPATCH_CUBLAS_WEIGHT_STOCK;
     int refused        = 0;  // set by a reader that could not apply a value

@@ -270,6 +270,16 @@ static void check_point(stats & s, const ggml_dispatch_mm_desc & d, const ggml_d
                 s.configs++;
                 s.config_ok += w_fit == GGML_DISPATCH_OK;
                 s.fit_ok += w_fit == GGML_DISPATCH_OK;
+                // split=fit64: fit over 64-column slots, the same limits
+                const int fit64 = config | (GGML_DISPATCH_PARAM_MMQ_SPLIT_V_FIT64 << GGML_DISPATCH_PARAM_MMQ_SPLIT_SHIFT);
+                const ggml_dispatch_why w_fit64 = ggml_dispatch_check_config_id(fit64, d, dev, true);
+                if (w_fit64 != w_fit) {
+                    fail(s, std::string("C6 mmq split=fit64 on MUL_MAT_ID (") + ggml_dispatch_why_name(w_fit64) + ", fit " +
+                            ggml_dispatch_why_name(w_fit) + ", J=" + std::to_string(8*j) + "): " +
+                            where(d, dev, GGML_DISPATCH_ROUTE_MMQ));
+                }
+                s.configs++;
+                s.config_ok += w_fit64 == GGML_DISPATCH_OK;
                 if (why[GGML_DISPATCH_ROUTE_MMQ] != GGML_DISPATCH_OK || j == 0 || sk == GGML_DISPATCH_PARAM_MMQ_STREAM_K_V_ON) {
                     continue;
                 }
