@@ -63,6 +63,12 @@ def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ..
     return tuple(str(c) for r in routes for c in registry.route_configs(r))
 
 
+def mul_mat_configs(configs: Sequence[str]) -> tuple[str, ...]:
+    """The MUL_MAT candidates among ``configs``: not a MUL_MAT_ID-only route (id_sorted) or parameter
+    (mmq's split)."""
+    return tuple(c for c in configs if registry.route_allowed(registry.Op.MUL_MAT, c))
+
+
 def only_configs(configs: Sequence[str], patterns: Sequence[str]) -> tuple[str, ...]:
     """The candidates whose text matches one of the shell-style ``patterns`` (all of them without any):
     a focused sweep, e.g. ``*split=2j_fused`` (stock always runs beside them). ValueError names a
@@ -203,8 +209,7 @@ def select_cases(
         raise InputError(
             None, f"layouts must be among {sorted(TUNABLE_LAYOUTS)}, got {list(layouts)}", field="layouts"
         )
-    # a configuration with a MUL_MAT_ID-only parameter (mmq's split) is no MUL_MAT candidate
-    mul_mat_routes = tuple(c for c in routes if registry.route_allowed(registry.Op.MUL_MAT, c))
+    mul_mat_routes = mul_mat_configs(routes)
     points: dict[tuple[ShapeKey, int], float] = defaultdict(float)
     total = 0.0
     skipped: dict[str, float] = defaultdict(float)

@@ -23,13 +23,13 @@ import pandas as pd
 
 from codegen import decide
 from codegen import table as tbl
-from ggml_dispatch import fileio, registry, schema
+from ggml_dispatch import fileio, schema
 from ggml_dispatch.errors import InputError
 from tuner import results
 from tuner.build import TreeStamp
 from tuner.journal import Journal
 from tuner.run import probe_harness, run_harness_case
-from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Case
+from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Case, mul_mat_configs
 
 NEAR_BEST: Final = 1.05  # points whose table/oracle ratio exceeds this are listed
 
@@ -118,7 +118,7 @@ def cases_for(
     trials: int = DEFAULT_TRIALS,
     nmse_max: float = DEFAULT_NMSE_MAX,
 ) -> list[Case]:
-    mul_mat = tuple(c for c in routes if registry.route_allowed(registry.Op.MUL_MAT, c))
+    mul_mat = mul_mat_configs(routes)
     return [
         Case(shape=k, M=m, est_us=0.0, census=True, routes=mul_mat, trials=trials, nmse_max=nmse_max)
         for k, m in sorted(points, key=lambda km: (km[0].codes(), km[1]))

@@ -428,6 +428,13 @@ void ggml_cuda_dispatch_init() {
     std::call_once(g_init_once, init_once);
 }
 
+// Whether an override or GGML_CUDA_DISPATCH=force:<config> asks every node for `*config` (never under off).
+static bool forced_config(const dispatch_state & st, int * config) {
+    const int ov = st.m == MODE_OFF ? 0 : st.rec.override_config();
+    *config      = ov != 0 ? ov : st.force_config;
+    return ov != 0 || st.m == MODE_FORCE;
+}
+
 // The configuration a node of `op` is asked to run (override, force or table; 0 = none) and why.
 static int requested_config(const dispatch_state & st, int device, int op, int layout, int type0, int type1,
                             const int64_t * key, int64_t M, int * reason) {
@@ -435,10 +442,9 @@ static int requested_config(const dispatch_state & st, int device, int op, int l
     if (st.m == MODE_OFF) {
         return 0;
     }
-    const int ov = st.rec.override_config();
-    if (ov != 0 || st.m == MODE_FORCE) {
+    if (int forced; forced_config(st, &forced)) {
         *reason = REASON_FORCED;
-        return ov != 0 ? ov : st.force_config;
+        return forced;
     }
     if (!st.table_applies[device]) {
         return 0;
@@ -562,10 +568,9 @@ thread_local id_pending tl_id_pending;
 }  // namespace
 
 // The configuration a MUL_MAT_ID node runs (0: stock) and why; no counting (begin and the graph check share it).
-static int choose_mul_mat_id(int device, const ggml_tensor * dst, int * reason, int * why) {
+static int choose_mul_mat_id(int device, const ggml_tensor * dst, const ggml_dispatch_mm_desc & d,
+                             const ggml_dispatch_dev_desc & dev, int * reason, int * why) {
     dispatch_state &             st   = state();
-    const ggml_dispatch_mm_desc  d    = describe(dst);
-    const ggml_dispatch_dev_desc dev  = device_desc(device);
     const ggml_tensor *          src0 = dst->src[0];
     const ggml_tensor *          src1 = dst->src[1];
     const ggml_tensor *          ids  = dst->src[2];
@@ -601,27 +606,27 @@ static int choose_mul_mat_id(int device, const ggml_tensor * dst, int * reason, 
 }
 
 int ggml_cuda_dispatch_begin_mul_mat_id(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
-    const int stock  = ggml_dispatch_stock_route_id(describe(dst), device_desc(ctx.device));
-    int       reason = REASON_STOCK;
-    int       why    = GGML_DISPATCH_OK;
-    const int run    = choose_mul_mat_id(ctx.device, dst, &reason, &why);
-    tl_id_pending    = id_pending{&ctx, dst, stock, reason, why, run};
+    const ggml_dispatch_mm_desc  d      = describe(dst);
+    const ggml_dispatch_dev_desc dev    = device_desc(ctx.device);
+    int                          reason = REASON_STOCK;
+    int                          why    = GGML_DISPATCH_OK;
+    const int                    run    = choose_mul_mat_id(ctx.device, dst, d, dev, &reason, &why);
+    tl_id_pending = id_pending{&ctx, dst, ggml_dispatch_stock_route_id(d, dev), reason, why, run};
     return run;
 }
 
 bool ggml_cuda_dispatch_mul_mat_id_sorted(const ggml_tensor * dst) {
     // asked of every MUL_MAT_ID node on every graph evaluation (replays too): only a forced or overridden
     // id_sorted can be run (a table's is refused above), so anything else answers after two loads
-    const dispatch_state & st = state();
-    const int ov = st.m == MODE_OFF ? 0 : st.rec.override_config();
-    const int forced = ov != 0 ? ov : st.m == MODE_FORCE ? st.force_config : 0;
-    if (ggml_dispatch_config_route(forced) != GGML_DISPATCH_ROUTE_ID_SORTED) {
+    int forced = 0;
+    if (!forced_config(state(), &forced) || ggml_dispatch_config_route(forced) != GGML_DISPATCH_ROUTE_ID_SORTED) {
         return false;
     }
-    int reason = REASON_STOCK;
-    int why    = GGML_DISPATCH_OK;
-    return ggml_dispatch_config_route(choose_mul_mat_id(ggml_cuda_get_device(), dst, &reason, &why)) ==
-           GGML_DISPATCH_ROUTE_ID_SORTED;
+    const int device = ggml_cuda_get_device();
+    int       reason = REASON_STOCK;
+    int       why    = GGML_DISPATCH_OK;
+    return ggml_dispatch_config_route(choose_mul_mat_id(device, dst, describe(dst), device_desc(device), &reason,
+                                                        &why)) == GGML_DISPATCH_ROUTE_ID_SORTED;
 }
 
 void ggml_cuda_dispatch_end_mul_mat_id(bool params_refused) {

@@ -697,7 +697,8 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
     // eligibility: each candidate once on a graph of `copies` nodes; refused or wrong ones are not timed
     const int   nodes0 = copies;
     std::string stock_ran;
-    bool        stock_eager = false;
+    bool        stock_eager    = false;
+    double      stock_check_us = 0;  // stock's node time in the eligibility run
     {
         ggml_cgraph *          g0 = inst.graph(nodes0);
         std::vector<candidate> ok;
@@ -721,8 +722,9 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             cd.node_us                      = last / nodes0;
             cd.eager                        = api.present() && once.eager > 0;
             if (cd.code == 0) {
-                stock_ran   = ran;
-                stock_eager = cd.eager;
+                stock_ran      = ran;
+                stock_eager    = cd.eager;
+                stock_check_us = cd.node_us;
             }
             if (cd.code != 0 && cnt.ineligible > 0) {
                 not_timed(cd.name, "ineligible", ran, e, "fell-back:" + ran);
@@ -742,7 +744,7 @@ void measure_case(bench_env & env, const op_case & c, op_instance & inst, const 
             // (its node synchronizes: the per-expert fallback); in a model the whole graph would run so, a
             // cost beyond its node, so unless its own node is faster than stock's it is not timed further
             const std::string broken =
-                cd.code != 0 && !ok.empty() ? graph_break_pruned(cd.eager, stock_eager, cd.node_us, ok[0].node_us) : "";
+                cd.code != 0 ? graph_break_pruned(cd.eager, stock_eager, cd.node_us, stock_check_us) : "";
             if (!broken.empty()) {
                 not_timed(cd.name, "pruned", ran, e, broken);
                 log_line("case %s: pruned route=%s (%s)", c.id.c_str(), cd.name.c_str(), broken.c_str());
