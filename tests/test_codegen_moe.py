@@ -5,12 +5,14 @@ CPU-only tests cannot take."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_codegen_render import GCC, compile_and_run
 from test_codegen_support import H200, trials
@@ -337,7 +339,6 @@ def test_the_per_expert_fallback_is_never_a_rule_even_where_its_node_is_fastest(
 def test_in_sample_sums_each_bucket_against_its_per_point_bests() -> None:
     """The routing-0 rule is J = 64 (the one configuration measured in every bucket); J = 32 is faster
     only under concentrated routing, so that bucket's table time is beyond 2% of its best, the others not."""
-    from codegen import loo
 
     j32 = "mmq/j=32,stream_k=off"
     speed = {
@@ -345,7 +346,7 @@ def test_in_sample_sums_each_bucket_against_its_per_point_bests() -> None:
         2: {"mmq": 1.0, J64: 1.3},
         3: {"mmq": 1.0, J64: 1.2, j32: 1.4},
     }
-    text = "\n".join(loo.report(loo.in_sample(frame(moe_rows(speed, 512)), P)))
+    text = _in_sample_text(frame(moe_rows(speed, 512)))
     assert "MUL_MAT_ID bucket spread: 1 points, table/per-point best 1.000 (within 2%)" in text
     assert "MUL_MAT_ID bucket skewed: 1 points, table/per-point best 1.000 (within 2%)" in text
     line = next(x for x in text.splitlines() if "bucket concentrated" in x)
@@ -383,6 +384,22 @@ def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
     assert sorted((r["src0_type"], r["N"], r["M_lo"], r["config"]) for r in committed["rules"]) == got
 
 
+def _rule_spans(rules: list[decide.Rule]) -> list[tuple[Any, ...]]:
+    return sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+
+
+def _in_sample_text(df: pd.DataFrame) -> str:
+    from codegen import loo
+
+    return "\n".join(loo.report(loo.in_sample(df, P)))
+
+
+def _fallback_reasons(tuning: Path) -> list[str]:
+    """The harness' reason for id_sorted per case (tuning.parquet metadata ``ggml_dispatch.tuner_cases``)."""
+    cases = json.loads(pq.read_schema(tuning).metadata[b"ggml_dispatch.tuner_cases"])
+    return [c["reasons"]["id_sorted"] for c in cases.values()]
+
+
 def _committed_rules(table_dir: Path) -> list[tuple[Any, ...]]:
     rules = tbl.load(table_dir / "table.json")["rules"]
     return sorted((r["src0_type"], r["N"], r["M_lo"], r["M_hi"], r["config"]) for r in rules)
@@ -395,7 +412,7 @@ def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
     M = 1 keeps stock's mmvq (every mmq configuration is far slower there)."""
     fused_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fused"
     rules, refused = _moe_decisions(fused_dir / "tuning.parquet")
-    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    got = _rule_spans(rules)
     assert [g[:4] for g in got] == [
         ("q4_K", 768, 128, 128),
         ("q4_K", 768, 512, 512),
@@ -417,7 +434,7 @@ def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
 
     fit_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit"
     rules, refused = _moe_decisions(fit_dir / "tuning.parquet")
-    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    got = _rule_spans(rules)
     fit = "mmq/stream_k=off,split=fit"
     assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
     assert all(ratio >= 1.0 for r in rules for _, ratio in r.buckets)
@@ -428,10 +445,9 @@ def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
 def test_the_h100_fit_table_is_within_2_percent_of_the_best_in_every_bucket() -> None:
     """#14's in-sample target on the real H100 sweep with split=fit: each bucket's table time (summed over
     its points) within 2% of its per-point bests, while 3 single points are beyond 2%."""
-    from codegen import loo
 
     df = pd.read_parquet(REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit" / "tuning.parquet")
-    text = "\n".join(loo.report(loo.in_sample(df, P)))
+    text = _in_sample_text(df)
     assert "3 of 19 points beyond 2% of the per-point best" in text
     assert "bucket spread: 7 points, table/per-point best 1.000 (within 2%)" in text
     assert "bucket skewed: 6 points, table/per-point best 1.019 (within 2%)" in text
@@ -442,16 +458,15 @@ def test_the_third_h100_sweep_decides_split_fit_under_the_total_regret() -> None
     """Real H100 sweep (twenty-ninth session, a third H100). The table that ran (the worst-regret choice)
     took the fused J = 16 at gate/up M = 128; the total regret takes split=fit there too, as the twenty-eighth
     session's sweep did, and every bucket's in-sample time is within 2% of its per-point bests."""
-    from codegen import loo
 
     table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s29"
     rules, _ = _moe_decisions(table_dir / "tuning.parquet")
     fit = "mmq/stream_k=off,split=fit"
-    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    got = _rule_spans(rules)
     assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
     committed = _committed_rules(table_dir)
     assert ("q4_K", 768, 128, 128, "mmq/j=16,stream_k=off,split=2j_fused") in committed
-    text = "\n".join(loo.report(loo.in_sample(pd.read_parquet(table_dir / "tuning.parquet"), P)))
+    text = _in_sample_text(pd.read_parquet(table_dir / "tuning.parquet"))
     assert text.count("(within 2%)") == 3 and "BEYOND" not in text
 
 
@@ -459,17 +474,11 @@ def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned
     """Real H100 sweep (thirtieth session): the trace routing kind beside the others (spread routing, so its
     cases land in the spread bucket) and id_sorted timed for the first time, pruned in every case for breaking
     CUDA graphs. The committed table is today's decision; two buckets are beyond 2% in-sample on this GPU."""
-    import json
-
-    import pyarrow.parquet as pq
-
-    from codegen import loo
-
     table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s30"
     tuning = table_dir / "tuning.parquet"
     rules, _ = _moe_decisions(tuning)
     fit = "mmq/stream_k=off,split=fit"
-    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    got = _rule_spans(rules)
     assert got == [("q4_K", 768, 128, 512, fit), ("q4_K", 2048, 128, 512, fit), ("q6_K", 2048, 128, 512, fit)]
     assert sorted(_committed_rules(table_dir)) == sorted(got)
     df = pd.read_parquet(tuning)
@@ -478,11 +487,10 @@ def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned
     sorted_rows = df[df.config == "id_sorted"]
     assert len(sorted_rows) == 28 * 5 and set(sorted_rows.status) == {"pruned"}
     assert set(sorted_rows.route_ran) == {"id_sorted"} and sorted_rows.nmse.max() < 5e-4  # the NMSE threshold
-    cases = json.loads(pq.read_schema(tuning).metadata[b"ggml_dispatch.tuner_cases"])
-    why = [c["reasons"]["id_sorted"] for c in cases.values()]
+    why = _fallback_reasons(tuning)
     assert len(why) == 28 and all(w.startswith("breaks CUDA graphs: its graph ran directly") for w in why)
     assert not any(r.route == "id_sorted" for r in rules)
-    text = "\n".join(loo.report(loo.in_sample(df, P)))
+    text = _in_sample_text(df)
     assert "bucket spread: 7 points, table/per-point best 1.001 (within 2%)" in text
     assert "bucket concentrated: 6 points, table/per-point best 1.027 (BEYOND 2%)" in text
 
@@ -492,11 +500,6 @@ def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
     first GPU run) takes gate/up M = 128, split=fit the rest; id_sorted is pruned in every case; each routing
     bucket's in-sample time is within 2% of its per-point bests; pp2048 gains at ubatch 128 and by >= 1.15 at
     512, and tg128 is within noise."""
-    import json
-
-    import pyarrow.parquet as pq
-
-    from codegen import loo
     from report import ab as report_ab
     from report import analysis
 
@@ -504,7 +507,7 @@ def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
     tuning = table_dir / "tuning.parquet"
     rules, refused = _moe_decisions(tuning)
     fit = "mmq/stream_k=off,split=fit"
-    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    got = _rule_spans(rules)
     assert got == [
         ("q4_K", 768, 128, 128, fit + "64"),
         ("q4_K", 768, 512, 512, fit),
@@ -514,22 +517,22 @@ def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
     assert all(ratio >= 1.0 for r in rules for _, ratio in r.buckets)
     assert any(f.M == 1 for f in refused)
     assert _committed_rules(table_dir) == got
-    assert tbl.load(table_dir / "table.json")["gpu"]["name"] == "NVIDIA H200"
+    committed = tbl.load(table_dir / "table.json")
+    assert committed["gpu"]["name"] == "NVIDIA H200"
 
     df = pd.read_parquet(tuning)
     fit64 = df[(df.config == fit + "64") & (df.status == "ok")]
     assert len(fit64) > 0 and set(fit64.route_ran) == {"mmq"} and fit64.nmse.max() < 5e-4
-    cases = json.loads(pq.read_schema(tuning).metadata[b"ggml_dispatch.tuner_cases"])
-    why = [c["reasons"]["id_sorted"] for c in cases.values()]
+    why = _fallback_reasons(tuning)
     assert len(why) == 28 and all(w.startswith("breaks CUDA graphs: its graph ran directly") for w in why)
-    text = "\n".join(loo.report(loo.in_sample(df, P)))
+    text = _in_sample_text(df)
     assert "bucket spread: 7 points, table/per-point best 1.001 (within 2%)" in text
     assert "bucket skewed: 6 points, table/per-point best 1.015 (within 2%)" in text
     assert "bucket concentrated: 6 points, table/per-point best 1.004 (within 2%)" in text
 
     ab_path = table_dir / "ab-qwen3moe-a3b-L8-scaled.jsonl"
     lines = [json.loads(line) for line in ab_path.read_text().splitlines()]
-    table_hash = tbl.table_hash(tbl.load(table_dir / "table.json"))[:12]
+    table_hash = tbl.table_hash(committed)[:12]
     assert {(o["arm"], o["table_hash"], o["gpu"]["name"]) for o in lines} == {
         ("stock", None, "NVIDIA H200"),
         ("table", table_hash, "NVIDIA H200"),
@@ -537,7 +540,7 @@ def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
     records, _ = report_ab.load_ab([ab_path])
     comps = {
         (c.test, c.ubatch): c.ratio
-        for c in analysis.ab_comparisons(records, decide.Params())
+        for c in analysis.ab_comparisons(records, P)
         if (c.arm, c.baseline) == ("table", "stock")
     }
     ub128, ub512, tg = comps[("pp2048", 128)], comps[("pp2048", 512)], comps[("tg128", 512)]
