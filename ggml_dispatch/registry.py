@@ -168,6 +168,7 @@ INELIGIBLE: Final[dict[str, str]] = {
     "params": "a parameter value this node cannot take (no converter, no compiled J, no stream-k)",
     "attn": "FlashAttention kernel not legal here (head dims, KV length, Q columns, GQA, cc; fattn.cu)",
     "no_shadow": "kv=reuse where no shadow of the KV cache has been made: stock's kernel",
+    "feature": "the configuration needs a hook feature the tree did not take (ggml-dispatch install --check)",
 }
 
 
@@ -184,6 +185,7 @@ class Param:
     doc: str
     ops: tuple[Op, ...] = ()  # the ops whose nodes may set it; () = every op of the route
     untimed: tuple[str, ...] = ()  # values a sweep never times (codegen writes them into rules)
+    feature: str = "core"  # the hook feature whose edits read it (FEATURES)
 
     @property
     def timed(self) -> tuple[str, ...]:
@@ -217,6 +219,7 @@ class RouteSpec:
     ops: tuple[Op, ...]  # the ops whose nodes may run it
     params: tuple[Param, ...]
     doc: str
+    feature: str = "core"  # the hook feature that can run the route (FEATURES)
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -249,6 +252,7 @@ _FA_KV_SHADOW: Final = Param(
     " the cache exists or the cache is long enough for a shadow-making rule of the node's kind to apply in"
     " it, else stock's kernel, so a short context never pays the shadow's upkeep",
     untimed=("reuse",),  # where a shadow exists it runs exactly what `shadow` measured
+    feature="kv_shadow",
 )
 
 ROUTES: Final[dict[Route, RouteSpec]] = {
@@ -262,8 +266,15 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         4,
         (Op.MUL_MAT, Op.MUL_MAT_ID),
         (
-            Param("j", _MMQ_J, "column tile width J (stock: fewest column tiles, then the smallest J)"),
-            Param("stream_k", ("on", "off"), "stream-k decomposition or one block per tile"),
+            Param(
+                "j",
+                _MMQ_J,
+                "column tile width J (stock: fewest column tiles, then the smallest J)",
+                feature="mmq_tiles",
+            ),
+            Param(
+                "stream_k", ("on", "off"), "stream-k decomposition or one block per tile", feature="mmq_tiles"
+            ),
             Param(
                 "split",
                 ("2j", "2j_wave", "2j_fused", "fit", "fit64"),
@@ -282,6 +293,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 " 65-128 tokens runs two J = 64 tiles instead of one J = 128 tile (twice the blocks where"
                 " few experts hold all tokens); beyond 128 tokens J = 128 tiles",
                 ops=(Op.MUL_MAT_ID,),
+                feature="moe_split",
             ),
         ),
         "mul_mat_q (quantized tiles, Q8_1 activations)",
@@ -291,13 +303,19 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         5,
         (Op.MUL_MAT,),
         (
-            Param("out", ("f16", "f32"), "GEMM output type: f16 then a convert to f32, or f32 directly"),
-            Param("compute", ("f16", "f32", "bf16"), "cuBLAS compute type"),
+            Param(
+                "out",
+                ("f16", "f32"),
+                "GEMM output type: f16 then a convert to f32, or f32 directly",
+                feature="cublas_params",
+            ),
+            Param("compute", ("f16", "f32", "bf16"), "cuBLAS compute type", feature="cublas_params"),
             Param(
                 "weight",
                 ("cached",),
                 "read a persistent f16 copy of the weight (made once, within the cache budget) instead of"
                 " dequantizing it on every call",
+                feature="weight_cache",
             ),
         ),
         "cuBLAS GEMM after dequantization",
@@ -315,6 +333,7 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 _FA_VEC_BLOCKS,
                 "parallel blocks over the KV length (stock: from occupancy, the best tail efficiency; at most"
                 " one per KV tile of head-dim columns)",
+                feature="fa_params",
             ),
             _FA_KV_SHADOW,
         ),
@@ -336,23 +355,27 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 "ncols1",
                 _FA_MMA_NCOLS1,
                 "Q columns per tile (switch_ncols1; ncols1 x ncols2 must be a compiled instance pair)",
+                feature="fa_params",
             ),
             Param(
                 "ncols2",
                 _FA_MMA_NCOLS2,
                 "Q heads of one KV head packed per tile (switch_ncols2, the GQA packing; above 1 only where"
                 " the tree's GQA optimization applies: a mask, no ALiBi, KV length a multiple of 256)",
+                feature="fa_params",
             ),
             Param(
                 "sparse",
                 ("on", "off"),
                 "the sparse-gather variant (instances compiled with it, graphs with n_kv_max): on where its"
                 " hard limits hold, off never (stock: also its 4096 / 2 x gathered-columns threshold)",
+                feature="fa_params",
             ),
             Param(
                 "stream_k",
                 ("on", "off"),
                 "stream-k (one wave of blocks, tiles split along the KV length) or one block per tile",
+                feature="fa_params",
             ),
             _FA_KV_SHADOW,
         ),
@@ -368,10 +391,73 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
         (Op.MUL_MAT_ID,),
         (),
         "MUL_MAT_ID fallback: a host sync, then one MUL_MAT per expert with tokens (breaks CUDA graphs)",
+        feature="id_sorted",
     ),
 }
 # Routes whose nodes synchronize the stream: a graph holding one runs without CUDA graphs
 GRAPH_BREAKING_ROUTES: Final = frozenset({Route.ID_SORTED})
+
+
+# --------------------------------------------------------------------------------------------
+# Hook features: the optional edits of upstream files that a configuration's route or parameters need.
+# `install` applies each feature whose edits fit the tree and skips the others with the reason; a rule or a
+# forced configuration that needs a skipped feature runs stock (the native side reads the installed mask).
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    bit: int  # its bit in GGML_DISPATCH_FEATURES (ggml-dispatch-build.h)
+    doc: str
+    requires: tuple[str, ...] = ()  # features whose edits this one's edits call
+
+
+FEATURES: Final[dict[str, Feature]] = {
+    f.name: f
+    for f in (
+        Feature(
+            "core",
+            0,
+            "the seam: MUL_MAT, MUL_MAT_ID and FLASH_ATTN_EXT ask the dispatch for a route and call the"
+            " tree's own kernel entry points; route trace, override API, CUDA-graph bookkeeping",
+        ),
+        Feature(
+            "stock_route",
+            1,
+            "the tree's MUL_MAT / MUL_MAT_ID cascades are the ones the trace's stock_route prediction mirrors"
+            " (checks only; where skipped, the stock_route the trace records is a prediction)",
+        ),
+        Feature("mmq_tiles", 2, "mmq column tile width J and stream-k per configuration (mmq.cuh)"),
+        Feature(
+            "moe_split",
+            3,
+            "MUL_MAT_ID mmq splits by tokens per expert: 2j, 2j_wave, 2j_fused, fit, fit64 (mmq.cuh)",
+            requires=("mmq_tiles",),
+        ),
+        Feature("id_sorted", 4, "MUL_MAT_ID's per-expert fallback as a chosen route (ggml-cuda.cu)"),
+        Feature("cublas_params", 5, "cuBLAS compute and output type per configuration (ggml-cuda.cu)"),
+        Feature("weight_cache", 6, "cuBLAS reads a persistent f16 copy of a quantized weight (ggml-cuda.cu)"),
+        Feature("kv_shadow", 7, "FlashAttention reads an f16 shadow of a quantized KV cache (fattn*.cu*)"),
+        Feature(
+            "fa_params",
+            8,
+            "FlashAttention parameters: VEC parallel blocks, MMA tile ncols1 x ncols2, sparse gather,"
+            " stream-k",
+        ),
+    )
+}
+CORE_FEATURE: Final = "core"
+
+
+def config_features(config: Config) -> frozenset[str]:
+    """The hook features a configuration needs beyond the core seam (its route's and its set parameters')."""
+    spec = ROUTES[config.route]
+    need = {spec.feature}
+    for name, _ in config.params:
+        p = spec.param(name)
+        if p is not None:
+            need.add(p.feature)
+    return frozenset(need - {CORE_FEATURE})
 
 # FLASH_ATTN_EXT: fattn.cu's best_fattn_kernel values -> route
 FATTN_KERNEL_ROUTES: Final[dict[str, Route]] = {

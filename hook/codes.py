@@ -71,7 +71,12 @@ def registry_context() -> dict[str, Any]:
         for s in sorted(reg.OPS.values(), key=lambda s: s.code)
     ]
     routes = [
-        {"name": s.route.value, "code": s.code, "op_mask": sum(1 << reg.OP_CODES[o] for o in s.ops)}
+        {
+            "name": s.route.value,
+            "code": s.code,
+            "op_mask": sum(1 << reg.OP_CODES[o] for o in s.ops),
+            "feature_mask": 1 << reg.FEATURES[s.feature].bit,
+        }
         for s in sorted(reg.ROUTES.values(), key=lambda s: s.code)
     ]
     params = []
@@ -86,6 +91,7 @@ def registry_context() -> dict[str, Any]:
                     "bits": p.bits,
                     "legal": list(p.values),
                     "op_mask": sum(1 << reg.OP_CODES[o] for o in (p.ops or s.ops)),
+                    "feature_mask": 1 << reg.FEATURES[p.feature].bit,
                 }
             )
     longest = max(
@@ -102,6 +108,7 @@ def registry_context() -> dict[str, Any]:
             {"name": f.value, "code": c} for f, c in sorted(reg.FUSED_CODES.items(), key=lambda x: x[1])
         ],
         "reasons": list(reg.REASONS),
+        "features": [{"name": f.name, "bit": f.bit, "doc": f.doc} for f in reg.FEATURES.values()],
         "whys": [{"name": n, "doc": d} for n, d in reg.INELIGIBLE.items()],
         "routes": routes,
         "route_count": reg.ROUTE_COUNT,

@@ -11,6 +11,10 @@ records all of it in ``ggml-dispatch.install.json`` (per target: original and pa
   hooks anew; files whose content is unchanged are not rewritten (an incremental build stays
   incremental; a new table rewrites only the table header, compiled into ``ggml-dispatch.cu`` alone).
 * ``uninstall`` restores the tree byte for byte: the hook is reverted, the added files are removed.
+* Hunks are located by content (hook/patch.py) and grouped into features (ggml_dispatch.registry.FEATURES):
+  the core seam must fit, every other feature is applied where its hunks fit and skipped with the first
+  line that differs where they do not. Table rules that need a skipped feature are dropped at install with
+  one message, and the native side refuses a forced configuration that needs one (``ineligible:feature``).
 * Every failure is an :class:`InstallError` naming the file and the hunk/function that does not match;
   nothing is written unless everything can be.
 """
@@ -20,15 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ggml_dispatch import registry, schema
-from hook import codes, patch
+from hook import codes, fit, patch, unhooked, upstream
 
 NATIVE_DIR: Final = Path(__file__).resolve().parent / "native"
 HOOK_SPEC: Final = "ggml-cuda.hook"
@@ -55,6 +57,11 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch-moe.cuh",
     "ggml-dispatch-moe-stats.h",
     "ggml-dispatch-eligibility-id.cuh",
+    "ggml-dispatch-mul-mat.cuh",
+    "ggml-dispatch-mul-mat-id.cuh",
+    "ggml-dispatch-fattn.cuh",
+    "ggml-dispatch-fattn-vec.cuh",
+    "ggml-dispatch-mmq-fused.cuh",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
 BUILD_HEADER: Final = "ggml-dispatch-build.h"
@@ -67,11 +74,9 @@ HOOK_MARKER: Final = '#include "ggml-cuda/ggml-dispatch-hook.cuh"'
 HOOK_MARKERS: Final[dict[str, str]] = {
     TARGET: HOOK_MARKER,
     "mmq.cuh": '#include "ggml-dispatch-params.h"',
-    "fattn.cu": '#include "ggml-dispatch-hook.cuh"',
+    "fattn.cu": '#include "ggml-dispatch-fattn-vec.cuh"',
     "fattn-common.cuh": '#include "ggml-dispatch-params.h"',
 }
-
-_HEX40: Final = re.compile(r"^[0-9a-f]{40}$")
 
 
 class InstallError(Exception):
@@ -132,41 +137,19 @@ def patch_hash(sources: Mapping[str, bytes], specs: Mapping[str, list[patch.Hunk
     return h.hexdigest()
 
 
-def resolve_upstream_commit(tree: Path, given: str | None) -> str:
-    """``--upstream-commit``, else the tree's ``UPSTREAM_COMMIT`` file, else ``git rev-parse HEAD``."""
-    if given:
-        commit = given.strip().lower()
-        if not _HEX40.match(commit):
-            raise InstallError(f"--upstream-commit {given!r} is not a 40-hex commit")
-        return commit
-    stamp = tree / "UPSTREAM_COMMIT"
-    if stamp.is_file():
-        commit = stamp.read_text(encoding="utf-8").strip().lower()
-        if not _HEX40.match(commit):
-            raise InstallError(f"{stamp}: {commit!r} is not a 40-hex commit")
-        return commit
-    if (tree / ".git").exists():
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.CalledProcessError) as e:
-            raise InstallError(f"{tree}: git rev-parse HEAD failed ({e}); pass --upstream-commit") from None
-        if _HEX40.match(out):
-            return out
-    raise InstallError(
-        f"{tree}: no UPSTREAM_COMMIT file and not a git checkout: pass --upstream-commit <40-hex commit>"
-    )
-
-
-def build_header(upstream_commit: str, phash: str) -> str:
+def build_header(
+    upstream_id: str | None, phash: str, features: int = 0, upstream_fingerprint: str = ""
+) -> str:
     return (
         "/* ggml-dispatch-build.h: stamped by `ggml-dispatch install`; do not edit.\n"
         " * The route trace header carries these (upstream_commit, patch_hash). */\n"
         "#pragma once\n\n"
-        f'#define GGML_DISPATCH_UPSTREAM_COMMIT "{upstream_commit}"\n'
+        f'#define GGML_DISPATCH_UPSTREAM_COMMIT "{upstream_id or ""}"\n'
+        f'#define GGML_DISPATCH_UPSTREAM_FINGERPRINT "{upstream_fingerprint}"\n'
         f'#define GGML_DISPATCH_PATCH_HASH "{phash}"\n'
         f'#define GGML_DISPATCH_TOOL_VERSION "{schema.TOOL_VERSION}"\n'
+        "/* The hook features applied (GGML_DISPATCH_FEATURE_* bits, ggml-dispatch-codes.h). */\n"
+        f"#define GGML_DISPATCH_FEATURES {features}u\n"
     )
 
 
@@ -199,10 +182,12 @@ class TableInfo:
     table_hash: str | None  # None = no table
     upstream_commit: str | None
     rules: int
+    dropped: dict[str, int] = field(default_factory=dict)  # skipped feature -> rules dropped for it
 
 
-def table_info(table_path: Path | None) -> TableInfo:
-    """Render the header for ``table_path`` (or the 'no table' header). Bad tables raise InputError."""
+def table_info(table_path: Path | None, applied: frozenset[str] | None = None) -> TableInfo:
+    """Render the header for ``table_path`` (or the 'no table' header). Bad tables raise InputError. Rules
+    whose configuration needs a feature outside ``applied`` (None: all) are left out of the header."""
     try:
         from codegen import render, table
     except ImportError:
@@ -210,11 +195,21 @@ def table_info(table_path: Path | None) -> TableInfo:
             raise InstallError("codegen.render is not available: cannot render a table header") from None
         return TableInfo(_fallback_empty_header(), None, None, 0)
     t = table.empty_table() if table_path is None else table.load(table_path)
-    header = render.render_header(t)
-    rules = len(t.get("rules", []))
     if table_path is None:
-        return TableInfo(header, None, None, 0)
-    return TableInfo(header, table.table_hash(t), str(t.get("upstream_commit") or "") or None, rules)
+        return TableInfo(render.render_header(t), None, None, 0)
+    thash = table.table_hash(t)  # the table as measured; the header says which rules it left out
+    dropped: dict[str, int] = {}
+    if applied is not None:
+        kept = []
+        for r in t.get("rules", []):
+            missing = sorted(registry.config_features(registry.Config.parse(table.rule_config(r))) - applied)
+            if missing:
+                dropped[missing[0]] = dropped.get(missing[0], 0) + 1
+            else:
+                kept.append(r)
+        t = {**t, "rules": kept}
+    header = render.render_header(t)
+    return TableInfo(header, thash, str(t.get("upstream_commit") or "") or None, len(t["rules"]), dropped)
 
 
 def _manifest(tree: Path) -> Path:
@@ -273,50 +268,129 @@ def _pristine(tree: Path, rel: str, current: str, manifest: Mapping[str, Any] | 
         raise InstallError(f"{tree / rel}: cannot take the installed hook out: {e}") from None
 
 
+@dataclass(frozen=True)
+class TreeFit:
+    """What the hook finds in a tree: pristine targets, the features' fit, its upstream id and fingerprint."""
+
+    tree: Path
+    pristine: dict[str, str]  # rel path -> text without the hook
+    fit: fit.Fit
+    upstream_id: str | None
+    upstream_source: str
+    fingerprint: str
+    manifest: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``install --check --json``: the core seam, every feature, every launch the seam does not see."""
+        core = self.fit.features[registry.CORE_FEATURE]
+        return {
+            "tree": str(self.tree),
+            "core": core.to_json(),
+            "features": {n: s.to_json() for n, s in self.fit.features.items() if n != registry.CORE_FEATURE},
+            "unhooked": [u.to_json() for u in unhooked.scan(self.tree)],
+            "upstream": {
+                "id": self.upstream_id,
+                "source": self.upstream_source,
+                "fingerprint": self.fingerprint,
+                "matches": sorted(c for c, f in upstream.KNOWN_FINGERPRINTS.items() if f == self.fingerprint),
+            },
+        }
+
+
+def fit_tree(
+    tree: Path,
+    *,
+    upstream_commit: str | None = None,
+    features: frozenset[str] | None = None,
+    native_dir: Path = NATIVE_DIR,
+) -> TreeFit:
+    """Locate every hook spec's hunks in ``tree`` (its pristine text where a hook is in). Writes nothing."""
+    tree = tree.resolve()
+    _check_tree(tree)
+    try:
+        upstream_id, source = upstream.resolve_id(tree, upstream_commit)
+    except upstream.UpstreamError as e:
+        raise InstallError(str(e)) from None
+    manifest = read_manifest(tree)
+    specs = load_specs(native_dir)
+    pristine: dict[str, str] = {}
+    for name in specs:
+        rel = str(CUDA_DIR / name)
+        pristine[rel] = _pristine(tree, rel, _decode((tree / rel).read_bytes()), manifest)
+    by_name = {Path(rel).name: text for rel, text in pristine.items()}
+    try:
+        found = fit.fit(by_name, specs, features)
+    except patch.PatchError as e:
+        raise InstallError(f"{native_dir}: {e}") from None
+    return TreeFit(tree, pristine, found, upstream_id, source, upstream.fingerprint(by_name, specs), manifest)
+
+
+def check(tree: Path, **kwargs: Any) -> dict[str, Any]:
+    """``install --check --json``: what install would apply and skip, and the launches the seam misses."""
+    return fit_tree(tree, **kwargs).to_json()
+
+
 def plan_install(
     tree: Path,
     *,
     table_path: Path | None = None,
     upstream_commit: str | None = None,
     allow_upstream_mismatch: bool = False,
+    features: frozenset[str] | None = None,
     native_dir: Path = NATIVE_DIR,
 ) -> Plan:
-    tree = tree.resolve()
-    _check_tree(tree)
-    commit = resolve_upstream_commit(tree, upstream_commit)
-    manifest = read_manifest(tree)
+    found = fit_tree(tree, upstream_commit=upstream_commit, features=features, native_dir=native_dir)
+    tree = found.tree
+    core = found.fit.features[registry.CORE_FEATURE]
+    if core.status != fit.APPLIED:
+        problems = "; ".join(found.fit.problems.get(registry.CORE_FEATURE, [core.reason or ""]))
+        raise InstallError(f"{tree / CUDA_DIR}: the core seam does not fit this tree: {problems}")
     specs = load_specs(native_dir)
-
     targets: dict[str, tuple[str, str]] = {}  # rel -> (pristine, patched)
-    for name, hunks in specs.items():
-        rel = str(CUDA_DIR / name)
-        current = _decode((tree / rel).read_bytes())
-        pristine = _pristine(tree, rel, current, manifest)
+    for rel, pristine in found.pristine.items():
         try:
-            targets[rel] = (pristine, patch.apply(pristine, hunks))
+            targets[rel] = (pristine, patch.apply(pristine, found.fit.hunks[Path(rel).name]))
         except patch.PatchError as e:
             raise InstallError(f"{tree / rel}: the hook does not apply: {e}") from None
 
     sources = native_sources(native_dir)
     phash = patch_hash(sources, specs)
-    info = table_info(table_path)
+    info = table_info(table_path, found.fit.applied)
     plan = Plan(tree)
-    if info.upstream_commit and info.upstream_commit != commit:
-        msg = (
-            f"{table_path}: table measured on upstream {info.upstream_commit}, the tree is {commit}"
-            " (its kernels may differ)"
+    for name, status in found.fit.features.items():
+        if status.status != fit.APPLIED:
+            plan.messages.append(f"feature {name} skipped: {status.reason}")
+    for name, n in sorted(info.dropped.items()):
+        plan.messages.append(
+            f"warning: {table_path}: {n} rule(s) dropped: they need feature {name}, skipped here"
         )
-        if not allow_upstream_mismatch:
-            raise InstallError(msg + "; pass --allow-upstream-mismatch to install it anyway")
-        plan.messages.append("warning: " + msg)
+    if info.upstream_commit and info.upstream_commit != found.upstream_id:
+        known = upstream.KNOWN_FINGERPRINTS.get(info.upstream_commit)
+        if known and known == found.fingerprint:
+            plan.messages.append(
+                f"{table_path}: measured on upstream {info.upstream_commit[:12]}; the tree's hooked"
+                f" regions are the same (fingerprint {found.fingerprint[:12]})"
+            )
+        else:
+            msg = (
+                f"{table_path}: table measured on upstream {info.upstream_commit}, the tree is"
+                f" {found.upstream_id or 'of unknown id'} and its hooked regions differ"
+                f" (fingerprint {found.fingerprint[:12]}; its kernels may differ)"
+            )
+            if not allow_upstream_mismatch:
+                raise InstallError(msg + "; pass --allow-upstream-mismatch to install it anyway")
+            plan.messages.append("warning: " + msg)
 
     files: dict[str, bytes] = {str(CUDA_DIR / n): b for n, b in sources.items()}
     files[str(CUDA_DIR / TABLE_HEADER)] = info.header.encode("utf-8")
-    files[str(CUDA_DIR / BUILD_HEADER)] = build_header(commit, phash).encode("utf-8")
+    files[str(CUDA_DIR / BUILD_HEADER)] = build_header(
+        found.upstream_id, phash, found.fit.mask, found.fingerprint
+    ).encode("utf-8")
     added = sorted(files)
     for rel, (_, patched) in targets.items():
         files[rel] = _encode(patched)
 
+    manifest = found.manifest
     if manifest is not None:  # files a previous install added that this one no longer writes
         for old in manifest.get("files_added", []):
             if old not in files and (tree / old).exists():
@@ -329,10 +403,12 @@ def plan_install(
     record = {
         "schema": MANIFEST_SCHEMA,
         "tool_version": schema.TOOL_VERSION,
-        "upstream_commit": commit,
+        "upstream_commit": found.upstream_id,
+        "upstream_fingerprint": found.fingerprint,
         "patch_hash": phash,
         "table_hash": info.table_hash,
         "table_rules": info.rules,
+        "features": {n: s.to_json() for n, s in found.fit.features.items()},
         "target": main_rel,
         "target_original_sha256": sha256_bytes(_encode(targets[main_rel][0])),
         "target_patched_sha256": sha256_bytes(_encode(targets[main_rel][1])),
@@ -341,12 +417,12 @@ def plan_install(
                 "spec": HOOK_SPECS[Path(rel).name],
                 "original_sha256": sha256_bytes(_encode(pristine)),
                 "patched_sha256": sha256_bytes(_encode(patched)),
-                "hunks": [h.to_json() for h in specs[Path(rel).name]],
+                "hunks": [h.to_json() for h in found.fit.hunks[Path(rel).name]],
             }
             for rel, (pristine, patched) in targets.items()
         },
         "files_added": added,
-        "hunks": [h.to_json() for h in specs[TARGET]],
+        "hunks": [h.to_json() for h in found.fit.hunks[TARGET]],
     }
     files[str(CUDA_DIR / MANIFEST)] = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -356,8 +432,11 @@ def plan_install(
             plan.unchanged.append(rel)
         else:
             plan.writes[rel] = data
+    applied = sorted(found.fit.applied - {registry.CORE_FEATURE})
     plan.messages.append(
-        f"ggml-dispatch hook in {tree} (upstream {commit[:12]}, patch {phash[:12]}, "
+        f"ggml-dispatch hook in {tree} (upstream "
+        f"{found.upstream_id or 'by content ' + found.fingerprint[:12]},"
+        f" patch {phash[:12]}, features core+{len(applied)}/{len(registry.FEATURES) - 1}, "
         + (f"table {info.table_hash[:12]}, {info.rules} rules)" if info.table_hash else "no table)")
     )
     return plan

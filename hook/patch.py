@@ -1,16 +1,26 @@
-"""Anchored edits of a source file: parse a hook spec, apply it, revert it. Pure (text in, text out).
+"""Anchored edits of a source file: parse a hook spec, locate its anchors, apply, revert. Pure (text in,
+text out).
 
-A hook spec (``hook/native/ggml-cuda.hook``) is a list of hunks. Each hunk names the function it
-touches and has an ``anchor`` (exact text that must occur exactly once in the original file) and, except
-for ``require`` hunks, a ``text`` to insert before/after the anchor or to replace it with. A file that
-does not match is refused with an error naming the hunk and the function, so a fork with the same
-dispatch code takes the hook and one with different dispatch code is told where it differs.
+A hook spec (``hook/native/*.hook``) is a list of hunks. Each hunk names the function it touches, the hook
+features it belongs to (``@@ feature core``; a hunk shared by several features lists them all and is applied
+when any of them is), and has an ``anchor`` (whole lines that must occur exactly once in the original file)
+and, except for ``require`` hunks, a ``text`` to insert before/after the anchor or to replace it with.
+
+Anchors are located by content, not by bytes: lines are compared with their whitespace collapsed, blank
+lines are skipped and line endings do not matter, so a re-indented, re-wrapped-by-blank-lines or CRLF file
+takes the hook, and a hunk whose context moved elsewhere in the file still finds it. :func:`locate` turns a
+spec hunk into the *effective* hunk for one file (its anchor as that file spells it, its text in that file's
+line endings); :func:`apply` and :func:`revert` work on effective hunks byte for byte. A hunk that does not
+fit is refused with the first anchor line that differs and the tree's line there.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-from dataclasses import asdict, dataclass
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 KINDS: Final = ("insert_after", "insert_before", "replace", "require")
@@ -33,15 +43,29 @@ class Hunk:
     kind: str
     anchor: str
     text: str = ""
+    features: tuple[str, ...] = ("core",)
 
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["features"] = list(self.features)
+        return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Hunk:
+        features = tuple(str(f) for f in d.get("features", ["core"]))
         return Hunk(
-            str(d["name"]), str(d["function"]), str(d["kind"]), str(d["anchor"]), str(d.get("text", ""))
+            str(d["name"]),
+            str(d["function"]),
+            str(d["kind"]),
+            str(d["anchor"]),
+            str(d.get("text", "")),
+            features,
         )
+
+    @property
+    def inserted_lines(self) -> int:
+        """Lines this hunk puts into the upstream file (a replace counts its text)."""
+        return 0 if self.kind == "require" else len(self.text.splitlines())
 
 
 def parse_spec(text: str, source: str = "hook spec") -> list[Hunk]:
@@ -68,7 +92,7 @@ def parse_spec(text: str, source: str = "hook spec") -> list[Hunk]:
                 start = lineno
             elif not fields:
                 raise ValueError(f"{source}:{lineno}: '@@ {directive}' outside a hunk")
-            elif directive in ("function", "kind"):
+            elif directive in ("function", "kind", "feature"):
                 fields[directive] = arg
                 block = None
             elif directive in ("anchor", "text"):
@@ -105,7 +129,122 @@ def _make_hunk(fields: dict[str, str], blocks: dict[str, list[str]], source: str
         raise ValueError(f"{source}:{line}: hunk '{name}' has an empty anchor")
     if (kind == "require") != (not text):
         raise ValueError(f"{source}:{line}: hunk '{name}': a 'require' hunk has no text, the others need one")
-    return Hunk(name, fields["function"], kind, anchor, text)
+    features = tuple(fields.get("feature", "").split())
+    if not features or any(not _FEATURE_NAME.match(f) for f in features):
+        raise ValueError(f"{source}:{line}: hunk '{name}' needs '@@ feature NAME [NAME ...]'")
+    if not any(_norm(x) for x in anchor.splitlines()):
+        raise ValueError(f"{source}:{line}: hunk '{name}' has a blank anchor")
+    return Hunk(name, fields["function"], kind, anchor, text, features)
+
+
+_FEATURE_NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _norm(line: str) -> str:
+    """A line as the matching compares it: whitespace runs collapsed, ends stripped (CR included)."""
+    return " ".join(line.split())
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """A text's non-blank lines, normalized, with where each line starts and ends in the text."""
+
+    norms: list[str]
+    raws: list[str]  # the same lines with only their line ending and trailing blanks stripped
+    starts: list[int]
+    ends: list[int]  # past the line's newline
+    numbers: list[int]  # 1-based line numbers
+    where: dict[str, list[int]]  # normalized line -> indexes into norms
+
+    @staticmethod
+    def of(text: str) -> _Lines:
+        norms: list[str] = []
+        raws: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        numbers: list[int] = []
+        where: dict[str, list[int]] = defaultdict(list)
+        at = 0
+        for number, line in enumerate(text.splitlines(keepends=True), start=1):
+            n = _norm(line)
+            if n:
+                where[n].append(len(norms))
+                norms.append(n)
+                raws.append(line.rstrip())
+                starts.append(at)
+                ends.append(at + len(line))
+                numbers.append(number)
+            at += len(line)
+        return _Lines(norms, raws, starts, ends, numbers, dict(where))
+
+
+def _anchor_norms(anchor: str) -> list[str]:
+    return [n for n in (_norm(x) for x in anchor.splitlines()) if n]
+
+
+def _line_ending(text: str, at: int) -> str:
+    end = text.find("\n", at)
+    return "\r\n" if end > 0 and text[end - 1] == "\r" else "\n"
+
+
+def index_lines(src: str) -> _Lines:
+    """The index :func:`locate` searches (build it once per file for many hunks)."""
+    return _Lines.of(src)
+
+
+def locate(src: str, hunk: Hunk, lines: _Lines | None = None) -> Hunk:
+    """The effective hunk for ``src``: its anchor as ``src`` spells it (whole lines, exactly once by content),
+    its text in the line endings of the anchor's place. Raises PatchError naming the first anchor line that
+    differs from the tree (with the tree's line there) or how often the anchor occurs."""
+    lines = lines or _Lines.of(src)
+    want = _anchor_norms(hunk.anchor)
+    starts_at = [i for i in lines.where.get(want[0], []) if lines.norms[i : i + len(want)] == want]
+    if len(starts_at) > 1:  # the same code at several places: the one indented as the anchor is, if one is
+        raw = [x.rstrip() for x in hunk.anchor.splitlines() if x.strip()]
+        exact = [i for i in starts_at if lines.raws[i : i + len(raw)] == raw]
+        starts_at = exact if len(exact) == 1 else starts_at
+    if len(starts_at) == 1:
+        i = starts_at[0]
+        start, end = lines.starts[i], lines.ends[i + len(want) - 1]
+        anchor = src[start:end]
+        if not anchor.endswith("\n"):  # the anchor closes the file without a newline: keep it whole
+            anchor = src[start:]
+        eol = _line_ending(src, start)
+        text = hunk.text.replace("\r\n", "\n")
+        if eol != "\n":
+            text = text.replace("\n", eol)
+        return replace(hunk, anchor=anchor, text=text)
+    if len(starts_at) > 1:
+        where = ", ".join(f"line {lines.numbers[i]}" for i in starts_at[:4])
+        raise PatchError(
+            f"anchor occurs {len(starts_at)} times, expected once ({where}): `{want[0]}`",
+            hunk.name,
+            hunk.function,
+        )
+    raise PatchError(_first_difference(lines, want), hunk.name, hunk.function)
+
+
+def _first_difference(lines: _Lines, want: list[str]) -> str:
+    """Where the anchor comes closest in the tree (most anchor lines in place): its first differing line."""
+    votes: dict[int, int] = defaultdict(int)
+    for k, n in enumerate(want):
+        for i in lines.where.get(n, []):
+            votes[i - k] += 1
+    if not votes:
+        close = difflib.get_close_matches(want[0], lines.norms, n=1, cutoff=0.75)
+        if close:
+            i = lines.norms.index(close[0])
+            return f"anchor line 1 `{want[0]}` differs from the tree's line {lines.numbers[i]}: `{close[0]}`"
+        return f"no line of the anchor is in the file; its first: `{want[0]}`"
+    best = max(votes, key=lambda at: (votes[at], -at))
+    for k, n in enumerate(want):
+        i = best + k
+        if not 0 <= i < len(lines.norms) or lines.norms[i] != n:
+            found = (
+                f"line {lines.numbers[i]}: `{lines.norms[i]}`" if 0 <= i < len(lines.norms) else "end of file"
+            )
+            return f"anchor line {k + 1} `{n}` differs from the tree's {found}"
+    return f"anchor `{want[0]}` not found"  # unreachable: a full match is found by locate
 
 
 def _first_line(s: str) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ggml_dispatch import fetch, schema
+from ggml_dispatch import fetch, registry, schema
 from ggml_dispatch.cli import main
-from hook import codes, patch
+from hook import codes, patch, upstream
 from hook import install as inst
 
 CUDA = Path("ggml/src/ggml-cuda")
@@ -152,14 +152,25 @@ def test_patch_hash_covers_sources_and_hunks() -> None:
 
 
 def test_upstream_commit_sources(tree: Path, tmp_path: Path) -> None:
-    assert inst.resolve_upstream_commit(tree, None) == schema.PINNED_UPSTREAM_COMMIT
-    assert inst.resolve_upstream_commit(tree, "A" * 40) == "a" * 40
-    with pytest.raises(inst.InstallError, match="40-hex"):
-        inst.resolve_upstream_commit(tree, "abc")
-    (tree / "UPSTREAM_COMMIT").unlink()
-    with pytest.raises(inst.InstallError, match="--upstream-commit"):
-        inst.install(tree)
+    assert upstream.resolve_id(tree, None) == (schema.PINNED_UPSTREAM_COMMIT, str(tree / "UPSTREAM_COMMIT"))
+    assert upstream.resolve_id(tree, "A" * 40)[0] == "a" * 40
+    assert upstream.resolve_id(tree, "b11549")[0] == "b11549"
+    assert upstream.resolve_id(tree, "llama-cpp-python==0.3.36")[0] == "llama-cpp-python==0.3.36"
+    for bad in ("abc", "a" * 39, "b", "==0.3", "x==", "b11549 ; rm"):
+        with pytest.raises(upstream.UpstreamError, match="40-hex commit, a build number"):
+            upstream.resolve_id(tree, bad)
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--upstream-commit", "abc"])
+    assert res.exit_code == 2 and "build number" in res.output
     assert not (tree / CUDA / inst.MANIFEST).exists()
+    # a registry sdist has neither git metadata nor an UPSTREAM_COMMIT file: it installs on its content
+    (tree / "UPSTREAM_COMMIT").unlink()
+    plan = inst.install(tree)
+    build = (tree / CUDA / inst.BUILD_HEADER).read_text()
+    assert 'GGML_DISPATCH_UPSTREAM_COMMIT ""' in build
+    fp = upstream.KNOWN_FINGERPRINTS[schema.PINNED_UPSTREAM_COMMIT]
+    assert f'GGML_DISPATCH_UPSTREAM_FINGERPRINT "{fp}"' in build
+    assert "by content" in plan.messages[-1]
+    inst.uninstall(tree)
     if shutil.which("git") is None:
         return
     env = {
@@ -180,18 +191,26 @@ def test_upstream_commit_sources(tree: Path, tmp_path: Path) -> None:
     assert head.strip() in (tree / CUDA / inst.BUILD_HEADER).read_text()
 
 
-def test_refuses_a_fork_with_other_dispatch_code(tree: Path) -> None:
+def test_a_fork_with_other_dispatch_code_installs_without_the_stock_route_check(tree: Path) -> None:
     cu = tree / CUDA / "ggml-cuda.cu"
     src = cu.read_text()
     call = "ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {\n        ggml_cuda_mul_mat_vec_q"
     fork = src.replace(f"    if ({call}", f"    if (ne11 < 4 && {call}")
     assert fork != src
     cu.write_text(fork)
-    before = snapshot(tree)
-    with pytest.raises(inst.InstallError) as e:
-        inst.install(tree)
-    assert "mul_mat_cascade" in str(e.value) and "ggml_cuda_mul_mat" in str(e.value)
-    assert snapshot(tree) == before  # nothing written
+    report = inst.check(tree)
+    skipped = report["features"]["stock_route"]
+    assert skipped["status"] == "skipped"
+    assert "mul_mat_cascade" in skipped["reason"] and "ggml_cuda_mul_mat" in skipped["reason"]
+    assert "`if (ne11 < 4 && ggml_cuda_should_use_mmvq(src0->type, cc, ne11)) {`" in skipped["reason"]
+    assert report["core"]["status"] == "applied"
+    assert all(f["status"] == "applied" for n, f in report["features"].items() if n != "stock_route")
+    plan = inst.install(tree)
+    assert any(m.startswith("feature stock_route skipped: ") for m in plan.messages)
+    mask = sum(1 << f.bit for n, f in registry.FEATURES.items() if n != "stock_route")
+    assert f"#define GGML_DISPATCH_FEATURES {mask}u" in (tree / CUDA / inst.BUILD_HEADER).read_text()
+    inst.uninstall(tree)
+    assert cu.read_text() == fork
 
 
 def test_refusal_names_function_of_a_missing_anchor(tree: Path) -> None:
@@ -401,17 +420,28 @@ def test_install_records_every_target_and_restores_both(tree: Path) -> None:
     assert snapshot(tree) == before
 
 
-def test_refuses_a_tree_whose_mmq_differs_naming_the_hunk(tree: Path) -> None:
+def test_a_tree_whose_mmq_differs_skips_the_mmq_features_naming_the_hunk(tree: Path, tmp_path: Path) -> None:
     cuh = tree / CUDA / "mmq.cuh"
     src = cuh.read_text()
     anchor = "    if (!config.stream_k) {"
     assert src.count(anchor) == 1
     cuh.write_text(src.replace(anchor, "    if (!config.stream_k && true) {"))
-    before = snapshot(tree)
-    with pytest.raises(inst.InstallError) as e:
-        inst.install(tree)
-    assert "mmq.cuh" in str(e.value) and "mmq_tiling" in str(e.value) and "launch_mul_mat_q" in str(e.value)
-    assert snapshot(tree) == before
+    report = inst.check(tree)
+    tiles, split = report["features"]["mmq_tiles"], report["features"]["moe_split"]
+    assert tiles["status"] == split["status"] == "skipped"
+    assert "mmq.cuh" in tiles["reason"] and "mmq_tiling" in tiles["reason"] and "launch_mul_mat_q" in tiles["reason"]
+    assert "`if (!config.stream_k && true) {`" in tiles["reason"]
+    assert split["reason"] == "needs feature 'mmq_tiles', which is skipped"
+    # a table rule that needs a skipped feature is dropped at install, with one message; the others stay
+    t = h200_table()
+    t["rules"].append({**t["rules"][0], "M_lo": 9, "M_hi": 16, "route": "mmq", "config": "mmq/j=16,stream_k=off"})
+    plan = inst.install(tree, table_path=write_table(tmp_path / "table.json", t))
+    assert [m for m in plan.messages if "dropped" in m] == [
+        f"warning: {tmp_path / 'table.json'}: 1 rule(s) dropped: they need feature mmq_tiles, skipped here"
+    ]
+    assert "#define GGML_DISPATCH_TABLE_RULE_COUNT 1" in (tree / CUDA / inst.TABLE_HEADER).read_text()
+    assert "ggml-dispatch" not in cuh.read_text()  # neither mmq feature touched mmq.cuh
+    inst.uninstall(tree)
 
 
 def test_refuses_an_mmq_hook_without_record(tree: Path) -> None:

@@ -377,9 +377,27 @@ static inline ggml_dispatch_why ggml_dispatch_check_config(int op, int config, c
     return ggml_dispatch_check_params(op, config, d, dev);
 }
 
+// Upstream's ggml_cuda_should_use_mmvf took a warp size from some build on: call the one this tree declares
+// (overload resolution picks the form that compiles; `int` beats `long` where both would).
+template <typename T>
+static auto ggml_dispatch_should_use_mmvf_form(int, T type, int cc, int warp_size, const int64_t * ne, const size_t * nb,
+                                               int64_t ne11) -> decltype(ggml_cuda_should_use_mmvf(type, cc, warp_size, ne, nb, ne11)) {
+    return ggml_cuda_should_use_mmvf(type, cc, warp_size, ne, nb, ne11);
+}
+template <typename T>
+static auto ggml_dispatch_should_use_mmvf_form(long, T type, int cc, int /*warp_size*/, const int64_t * ne, const size_t * nb,
+                                               int64_t ne11) -> decltype(ggml_cuda_should_use_mmvf(type, cc, ne, nb, ne11)) {
+    return ggml_cuda_should_use_mmvf(type, cc, ne, nb, ne11);
+}
+static inline bool ggml_dispatch_should_use_mmvf(ggml_type type, int cc, int warp_size, const int64_t * ne, const size_t * nb,
+                                                 int64_t ne11) {
+    return ggml_dispatch_should_use_mmvf_form(0, type, cc, warp_size, ne, nb, ne11);
+}
+
 // What stock ggml_cuda_mul_mat runs for the node: its cascade, in its order, through the tree's own
-// ggml_cuda_should_use_* functions. `install` refuses a tree whose ggml_cuda_mul_mat differs from
-// the cascade mirrored here. MMQ's check reads smpbo of the current device (ggml_cuda_get_device()).
+// ggml_cuda_should_use_* functions. Where `install` finds the tree's ggml_cuda_mul_mat as mirrored here
+// (feature stock_route) this is what stock runs; elsewhere it is the trace's prediction of it.
+// MMQ's check reads smpbo of the current device (ggml_cuda_get_device()).
 static inline int ggml_dispatch_stock_route(const ggml_dispatch_mm_desc & d, const ggml_dispatch_dev_desc & dev) {
     if (d.fwht_hint) {
         return ggml_dispatch::ROUTE_FWHT;
@@ -388,13 +406,13 @@ static inline int ggml_dispatch_stock_route(const ggml_dispatch_mm_desc & d, con
         return GGML_DISPATCH_ROUTE_CUBLAS;
     }
     const int64_t ne11 = d.src1_ne[1];
-    if (ggml_cuda_should_use_mmvf(d.src0_type, dev.cc, d.src0_ne, d.src0_nb, ne11)) {
+    if (ggml_dispatch_should_use_mmvf(d.src0_type, dev.cc, dev.warp_size, d.src0_ne, d.src0_nb, ne11)) {
         return GGML_DISPATCH_ROUTE_MMVF;
     }
     // dst->ne[2], dst->ne[3] of a MUL_MAT are src1's
     if (d.src0_ne[1] == 1 && ne11 > MMVF_MAX_BATCH_SIZE && d.src1_ne[2] == 1 && d.src1_ne[3] == 1 &&
             d.src0_type == GGML_TYPE_F32 && d.src0_contiguous && d.src1_contiguous && d.dst_contiguous &&
-            ggml_cuda_should_use_mmvf(d.src1_type, dev.cc, d.src1_ne, d.src1_nb, /*ne11 =*/ 1)) {
+            ggml_dispatch_should_use_mmvf(d.src1_type, dev.cc, dev.warp_size, d.src1_ne, d.src1_nb, /*ne11 =*/ 1)) {
         return ggml_dispatch::ROUTE_MMVF_T;
     }
     if (ggml_cuda_should_use_mmf(d.src0_type, dev.cc, dev.warp_size, d.src0_ne, d.src0_nb, (int) ne11, /*mul_mat_id =*/ false)) {

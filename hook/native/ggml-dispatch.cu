@@ -12,6 +12,9 @@
 #define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION 3
 #include "ggml-dispatch-table.h"
 #include "ggml-dispatch-build.h"
+#ifndef GGML_DISPATCH_FEATURES
+#define GGML_DISPATCH_FEATURES 0xffffffffu  // stamped by install; a build header without it predates features
+#endif
 #include "fwht.cuh"
 #include "ggml-dispatch-cache-impl.cuh"
 #include "ggml-dispatch-kv-impl.cuh"
@@ -435,6 +438,14 @@ static bool forced_config(const dispatch_state & st, int * config) {
     return ov != 0 || st.m == MODE_FORCE;
 }
 
+// GGML_DISPATCH_OK, or GGML_DISPATCH_WHY_FEATURE for a configuration whose route or parameters need a hook
+// feature install skipped on this tree (install --check): its code would not run as it names, so the node
+// runs stock. Table rules that need one are dropped at install; this holds forced and overridden ones.
+static int feature_check(int config) {
+    return (ggml_dispatch_config_features(config) & ~(unsigned) GGML_DISPATCH_FEATURES) != 0u ? GGML_DISPATCH_WHY_FEATURE
+                                                                                            : GGML_DISPATCH_OK;
+}
+
 // The configuration a node of `op` is asked to run (override, force or table; 0 = none) and why.
 static int requested_config(const dispatch_state & st, int device, int op, int layout, int type0, int type1,
                             const int64_t * key, int64_t M, int * reason) {
@@ -497,7 +508,10 @@ int ggml_cuda_dispatch_begin_mul_mat(ggml_backend_cuda_context & ctx, const ggml
     int run = 0;
     int why = GGML_DISPATCH_OK;
     if (requested != 0) {
-        why = ggml_dispatch_check_config(GGML_DISPATCH_OP_MUL_MAT, requested, d, dev);
+        why = feature_check(requested);
+        if (why == GGML_DISPATCH_OK) {
+            why = ggml_dispatch_check_config(GGML_DISPATCH_OP_MUL_MAT, requested, d, dev);
+        }
         if (why == GGML_DISPATCH_OK) {
             run = requested;
         } else {
@@ -597,7 +611,10 @@ static int choose_mul_mat_id(int device, const ggml_tensor * dst, const ggml_dis
         return 0;
     }
     const bool ids_ok = ids != nullptr && ids->type == GGML_TYPE_I32 && ids->nb[0] == sizeof(int32_t);
-    *why              = ggml_dispatch_check_config_id(requested, d, dev, ids_ok);
+    *why              = feature_check(requested);
+    if (*why == GGML_DISPATCH_OK) {
+        *why = ggml_dispatch_check_config_id(requested, d, dev, ids_ok);
+    }
     if (*why != GGML_DISPATCH_OK) {
         *reason = REASON_INELIGIBLE;
         return 0;
@@ -854,7 +871,10 @@ int ggml_cuda_dispatch_select_flash_attn(int device, const ggml_tensor * dst, in
                                                          GGML_DISPATCH_OP_FLASH_ATTN_EXT)) {
         reason = REASON_STOCK;  // a matmul route forced or overridden: not asked of attention nodes
     } else if (requested != 0) {
-        why = ggml_dispatch_config_valid(requested) ? check(device, dst, requested) : GGML_DISPATCH_WHY_ROUTE;
+        why = !ggml_dispatch_config_valid(requested) ? GGML_DISPATCH_WHY_ROUTE : feature_check(requested);
+        if (why == GGML_DISPATCH_OK) {
+            why = check(device, dst, requested);
+        }
         // kv=reuse is resolved at the launch only: the scratch is sized for the configuration, which needs at
         // least what stock's kernel does (the f16 copies of K and V)
         const int resolved = why == GGML_DISPATCH_OK && run ? fattn_kv_reuse_resolve(device, dst, requested) : requested;
