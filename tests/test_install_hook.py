@@ -429,12 +429,18 @@ def test_a_tree_whose_mmq_differs_skips_the_mmq_features_naming_the_hunk(tree: P
     report = inst.check(tree)
     tiles, split = report["features"]["mmq_tiles"], report["features"]["moe_split"]
     assert tiles["status"] == split["status"] == "skipped"
-    assert "mmq.cuh" in tiles["reason"] and "mmq_tiling" in tiles["reason"] and "launch_mul_mat_q" in tiles["reason"]
+    assert (
+        "mmq.cuh" in tiles["reason"]
+        and "mmq_tiling" in tiles["reason"]
+        and "launch_mul_mat_q" in tiles["reason"]
+    )
     assert "`if (!config.stream_k && true) {`" in tiles["reason"]
     assert split["reason"] == "needs feature 'mmq_tiles', which is skipped"
     # a table rule that needs a skipped feature is dropped at install, with one message; the others stay
     t = h200_table()
-    t["rules"].append({**t["rules"][0], "M_lo": 9, "M_hi": 16, "route": "mmq", "config": "mmq/j=16,stream_k=off"})
+    t["rules"].append(
+        {**t["rules"][0], "M_lo": 9, "M_hi": 16, "route": "mmq", "config": "mmq/j=16,stream_k=off"}
+    )
     plan = inst.install(tree, table_path=write_table(tmp_path / "table.json", t))
     assert [m for m in plan.messages if "dropped" in m] == [
         f"warning: {tmp_path / 'table.json'}: 1 rule(s) dropped: they need feature mmq_tiles, skipped here"
@@ -469,3 +475,86 @@ def test_reads_a_single_target_record(tree: Path) -> None:
     (tree / CUDA / inst.MANIFEST).write_text(json.dumps(record))
     inst.uninstall(tree)
     assert snapshot(tree) == before
+
+
+def test_a_crlf_reindented_tree_takes_the_hook_and_uninstall_restores_its_bytes(tree: Path) -> None:
+    """Matching is by content: CRLF line endings, other indentation and extra blank lines do not matter; what
+    install inserts takes the file's line endings, and uninstall gives the file back byte for byte."""
+    for name in inst.HOOK_SPECS:
+        p = tree / CUDA / name
+        lines = p.read_bytes().decode().split("\n")
+        p.write_bytes(
+            "\r\n".join(
+                ("  " + x if x.strip() else x) + ("\r\n" if i % 7 == 0 else "") for i, x in enumerate(lines)
+            ).encode()
+        )
+    before = snapshot(tree)
+    report = inst.check(tree)
+    assert report["core"]["status"] == "applied"
+    assert {n: f["status"] for n, f in report["features"].items()} == dict.fromkeys(
+        report["features"], "applied"
+    )
+    inst.install(tree)
+    cu = (tree / CUDA / "ggml-cuda.cu").read_bytes()
+    assert b'#include "ggml-cuda/ggml-dispatch-hook.cuh"\r\n' in cu
+    assert b"\n" not in cu.replace(b"\r\n", b"")  # no bare LF was put into a CRLF file
+    inst.uninstall(tree)
+    assert snapshot(tree) == before
+
+
+def test_check_json_reports_core_features_unhooked_and_writes_nothing(tree: Path) -> None:
+    before = snapshot(tree)
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--check", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert set(report) >= {"core", "features", "unhooked", "upstream"}
+    assert report["core"]["status"] == "applied" and 0 < report["core"]["lines"] <= 150
+    assert set(report["features"]) == set(registry.FEATURES) - {"core"}
+    assert report["unhooked"] == []  # the copied files hold no launch the seam misses
+    assert report["upstream"]["matches"] == [schema.PINNED_UPSTREAM_COMMIT]
+    assert snapshot(tree) == before
+    # a new launch of an mmvq kernel from a function the seam does not know is listed
+    cu = tree / CUDA / "ggml-cuda.cu"
+    cu.write_text(
+        cu.read_text()
+        + "\nstatic void my_fusion(ggml_backend_cuda_context & ctx, ggml_tensor * a, ggml_tensor * b, ggml_tensor * d) {\n"
+        + "    ggml_cuda_mul_mat_vec_q(ctx, a, b, nullptr, d);\n}\n"
+    )
+    listed = inst.check(tree)["unhooked"]
+    assert [(u["function"], u["call"]) for u in listed] == [
+        ("my_fusion", "ggml_cuda_mul_mat_vec_q(ctx, a, b, nullptr, d);")
+    ]
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--json"])
+    assert res.exit_code == 2 and "--json goes with --check" in res.output
+
+
+def test_features_core_installs_the_seam_alone(tree: Path) -> None:
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--features", "core"])
+    assert res.exit_code == 0, res.output
+    assert "feature mmq_tiles skipped: not asked for (--features)" in res.output
+    assert "ggml-dispatch" not in (tree / CUDA / "mmq.cuh").read_text()
+    assert "#define GGML_DISPATCH_FEATURES 1u" in (tree / CUDA / inst.BUILD_HEADER).read_text()
+    res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--features", "core,nope"])
+    assert res.exit_code == 2 and "unknown feature 'nope'" in res.output
+
+
+def test_a_fork_with_the_pinned_kernels_gets_a_table_of_the_pinned_commit(tree: Path, tmp_path: Path) -> None:
+    pytest.importorskip("codegen.render")
+    (tree / "UPSTREAM_COMMIT").write_text("b99999\n")  # a fork: another id, the same hooked regions
+    plan = inst.install(tree, table_path=write_table(tmp_path / "table.json", h200_table()))
+    assert any("hooked regions are the same" in m for m in plan.messages)
+    assert "#define GGML_DISPATCH_TABLE_RULE_COUNT 1" in (tree / CUDA / inst.TABLE_HEADER).read_text()
+
+
+def test_the_pinned_fingerprint_is_the_trees(pinned: Path) -> None:
+    """upstream.KNOWN_FINGERPRINTS holds the pinned tree's: a spec change that moves it fails here."""
+    assert (
+        inst.check(pinned)["upstream"]["fingerprint"]
+        == upstream.KNOWN_FINGERPRINTS[schema.PINNED_UPSTREAM_COMMIT]
+    )
+
+
+def test_the_core_seam_inserts_at_most_150_lines() -> None:
+    specs = inst.load_specs()
+    core = sum(h.inserted_lines for hunks in specs.values() for h in hunks if "core" in h.features)
+    assert 0 < core <= 150
