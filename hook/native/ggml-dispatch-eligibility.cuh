@@ -21,6 +21,16 @@
 #include "ggml-dispatch.h"
 #include "ggml-dispatch-params.h"
 #include "ggml-dispatch-core.h"
+#if defined(__has_include)
+#if __has_include("ggml-dispatch-build.h")
+#include "ggml-dispatch-build.h"
+#endif
+#endif
+#ifndef GGML_DISPATCH_FEATURES
+#define GGML_DISPATCH_FEATURES 0xffffffffu  // stamped by install; without its stamp (unit builds) every feature
+#endif
+// Code that reads what a feature's edits put into upstream files compiles only where install applied it.
+#define GGML_DISPATCH_HAS_FEATURE(f) ((GGML_DISPATCH_FEATURES & (f)) != 0u)
 
 #include <cstddef>
 #include <cstdint>
@@ -273,6 +283,7 @@ static inline bool ggml_dispatch_cublas_converts(ggml_type type, ggml_type t, bo
     }
 }
 
+#if GGML_DISPATCH_HAS_FEATURE(GGML_DISPATCH_FEATURE_MMQ_TILES)
 // mmq precision of src1 as ggml_cuda_mmq_get_prec_src1 picks it without GGML_CUDA_MMQ_PREC: Q8_1 but
 // for the FP4 types where Blackwell has W4A4 instructions (both are then required to hold).
 static inline bool ggml_dispatch_mmq_J_compiled(ggml_type type, int J, bool fallback, const ggml_dispatch_dev_desc & dev,
@@ -286,6 +297,7 @@ static inline bool ggml_dispatch_mmq_J_compiled(ggml_type type, int J, bool fall
     }
     return true;
 }
+#endif
 
 // The hard limits of a configuration's parameter values on the node (its route is already eligible):
 // cuBLAS compute f16/bf16/f32 needs the tree's converters for src0 and src1, f16 output (then a
@@ -294,6 +306,7 @@ static inline bool ggml_dispatch_mmq_J_compiled(ggml_type type, int J, bool fall
 // needs a config with stream-k (at the given J, or at every J stock may pick).
 static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, const ggml_dispatch_mm_desc & d,
                                                            const ggml_dispatch_dev_desc & dev) {
+    GGML_UNUSED(dev);  // the mmq checks read it; a tree without the mmq_tiles feature compiles them out
     if (!ggml_dispatch_config_allows_op(config, op)) {
         return GGML_DISPATCH_WHY_PARAMS;  // a parameter of another op (mmq's split: MUL_MAT_ID)
     }
@@ -321,6 +334,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
         }
         return GGML_DISPATCH_OK;
     }
+#if GGML_DISPATCH_HAS_FEATURE(GGML_DISPATCH_FEATURE_MMQ_TILES)
     if (route == GGML_DISPATCH_ROUTE_MMQ) {
         const bool fallback = d.src0_ne[1] % 128 != 0;
         const bool stream_k = p.mmq_stream_k == GGML_DISPATCH_MMQ_STREAM_K_ON;
@@ -330,6 +344,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
         if (p.mmq_split_wave != 0 && p.mmq_stream_k != GGML_DISPATCH_MMQ_STREAM_K_TILES) {
             return GGML_DISPATCH_WHY_PARAMS;  // one wave over whole tiles is the stream-k kernel without a fixup
         }
+#if GGML_DISPATCH_HAS_FEATURE(GGML_DISPATCH_FEATURE_MOE_SPLIT)
         if (p.mmq_split_fused != 0) {
             // one block per tile at J = 128 with J's tiles beside: compiled for row counts of whole 128-row tiles
             // and Q8_1 activations, where both widths share the block size and row tile
@@ -342,6 +357,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
                        ? GGML_DISPATCH_OK
                        : GGML_DISPATCH_WHY_PARAMS;
         }
+#endif
         if (p.mmq_J != 0) {
             return ggml_dispatch_mmq_J_compiled(d.src0_type, p.mmq_J, fallback, dev, stream_k || p.mmq_split_wave != 0) ? GGML_DISPATCH_OK
                                                                                                 : GGML_DISPATCH_WHY_PARAMS;
@@ -356,6 +372,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
         }
         return GGML_DISPATCH_OK;
     }
+#endif
     return ggml_dispatch_config_has_params(config) ? GGML_DISPATCH_WHY_PARAMS : GGML_DISPATCH_OK;
 }
 
