@@ -45,7 +45,6 @@ MAX_T_US: Final = 3.6e9  # one hour for one matmul call: a larger t_us is not a 
 INT64_MAX: Final = (1 << 63) - 1
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _BOM: Final = b"\xef\xbb\xbf"
-_HEX40: Final = re.compile(r"[0-9a-f]{40}")
 _JSON_NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 Dims = tuple[int, int, int, int]
@@ -351,10 +350,11 @@ def parse_header(obj: dict[str, Any]) -> dict[int, schema.GpuId]:
         )
     _check_fields(obj, schema.TRACE_HEADER_FIELDS, "header")
     commit = obj["upstream_commit"]
-    if commit is not None and not _HEX40.fullmatch(commit):
-        raise RecordError(
-            f"header: upstream_commit must be 40 lower-case hex digits, got {_describe(commit)}"
-        )
+    if commit is not None:
+        try:
+            schema.check_upstream_id(commit)
+        except ValueError as e:
+            raise RecordError(f"header: upstream_commit: {e}") from None
     devices: dict[int, schema.GpuId] = {}
     for n, dev in enumerate(obj["devices"]):
         what = f"header: devices[{n}]"

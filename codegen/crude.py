@@ -106,9 +106,10 @@ def _printable(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 def _commit(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
-        raise click.BadParameter(f"{value!r}: needs 40 lowercase hex digits")
-    return value
+    try:
+        return schema.check_upstream_id(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 @click.command("codegen-crude")

@@ -19,6 +19,7 @@ at the border and nowhere else.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -40,6 +41,35 @@ TABLE_LAYOUT_VERSION: Final = 3
 PINNED_LLAMA_CPP_PYTHON: Final = "0.3.36"
 PINNED_SDIST_SHA256: Final = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PINNED_UPSTREAM_COMMIT: Final = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+# What names the llama.cpp a measurement or a table belongs to: a git commit (40 lower-case hex
+# digits), a release build number (b11549, the tag llama.cpp publishes per build), or a registry
+# release pinned by version (llama-cpp-python==0.3.36: a PEP 508 name, then a PEP 440 version). Each
+# names one tree exactly; anything else (a short hash, a branch, free text) does not.
+_UPSTREAM_COMMIT: Final = re.compile(r"[0-9a-f]{40}")
+_UPSTREAM_BUILD: Final = re.compile(r"b[1-9][0-9]{0,8}")
+_UPSTREAM_RELEASE: Final = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?"
+    r"==(?:[0-9]+!)?[0-9]+(?:\.[0-9]+){0,9}(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?"
+    r"(?:\+[a-z0-9]+(?:\.[a-z0-9]+){0,9})?"
+)
+UPSTREAM_ID_HELP: Final = (
+    "a 40-hex commit, a build number like b11549 or a registry version like "
+    f"llama-cpp-python=={PINNED_LLAMA_CPP_PYTHON}"
+)
+
+
+def check_upstream_id(text: object) -> str:
+    """``text`` when it names an upstream tree as :data:`UPSTREAM_ID_HELP` says, spelled canonically
+    (lower-case hex, no surrounding space: a caller reading user input normalizes it first); else a
+    ValueError whose message says what was expected."""
+    if not isinstance(text, str):
+        raise ValueError(f"{type(text).__name__} is not an upstream id ({UPSTREAM_ID_HELP})")
+    for form in (_UPSTREAM_COMMIT, _UPSTREAM_BUILD, _UPSTREAM_RELEASE):
+        if form.fullmatch(text):
+            return text
+    shown = repr(text if len(text) <= 60 else text[:57] + "...")
+    raise ValueError(f"{shown} is not an upstream id ({UPSTREAM_ID_HELP})")
 
 
 # Ops, layouts, fused groups and routes, with their integer codes, are spelled once in the registry.

@@ -451,7 +451,7 @@ def test_bad_headers(make_trace: TraceBuilder) -> None:
         (b.header(devices=[H200_DEVICE, H200_DEVICE]), "device id 0 appears twice"),
         (b.header(devices=[{**H200_DEVICE, "sm_count": 0}]), "'sm_count' must be positive"),
         ({**b.header(), "devices": ["H200"]}, "devices[0] must be an object"),
-        (b.header(upstream_commit="0c1e570"), "upstream_commit must be 40"),
+        (b.header(upstream_commit="0c1e570"), "upstream_commit: '0c1e570' is not an upstream id"),
         (b.header(pid="1"), "field 'pid' must be an integer"),
         ({k: v for k, v in b.header().items() if k != "env"}, "missing field 'env'"),
     ]

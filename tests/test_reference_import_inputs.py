@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from test_codegen_support import trials, write_tuning
+from test_codegen_support import REPO, trials, write_tuning
 
 from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.cli import main
@@ -76,3 +76,20 @@ def test_the_largest_allowed_integer_converts(tmp_path: Path) -> None:
     res = run(tsv, out)
     assert res.exit_code == 0, res.output
     assert tuning_artifact.read(out).table.column("replays").to_pylist() == [1 << 62]
+
+
+def test_a_short_commit_that_is_not_the_pinned_one(tmp_path: Path) -> None:
+    """The real reference TSV with another abbreviated commit: only a prefix of the pinned commit is
+    expanded, and any other short hash names no tree exactly, so no tuning file is written from it (a
+    reader would refuse its upstream_commit column)."""
+    real = REPO / "samples" / "reference" / "h200-mul-mat-routes.tsv"
+    text = real.read_text()
+    assert "llama.cpp 0c1e57098bba" in text.splitlines()[0]
+    tsv = tmp_path / "ref.tsv"
+    tsv.write_text(text.replace("llama.cpp 0c1e57098bba", "llama.cpp deadbeef1234", 1))
+    out = tmp_path / "o.parquet"
+    msg = refused(run(tsv, out), out)
+    assert msg == (
+        f"{tsv}: llama.cpp commit: 'deadbeef1234' is not an upstream id (a 40-hex commit, a build number "
+        "like b11549 or a registry version like llama-cpp-python==0.3.36); write the full commit"
+    )

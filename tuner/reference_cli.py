@@ -48,6 +48,11 @@ def import_reference_cmd(
             "first comment does not say 'NAME (cc X.Y, driver D, CUDA V), llama.cpp COMMIT'",
             line=1,
         )
+    try:
+        schema.check_upstream_id(identity.upstream_commit)
+    except ValueError as e:
+        # only a prefix of the pinned commit is expanded; any other short hash names no tree exactly
+        raise InputError(tsv, f"{e}; write the full commit", field="llama.cpp commit") from None
     if gpu_name is not None or cc is not None:
         identity = reference.ReferenceIdentity(
             gpu_name=gpu_name if gpu_name is not None else identity.gpu_name,
