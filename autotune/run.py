@@ -19,6 +19,7 @@ from typing import IO, Any, Final
 
 from autotune import plan as plan_mod
 from ggml_dispatch import fileio
+from ggml_dispatch.artifacts import table as table_artifact
 
 STATE_SCHEMA: Final = "ggml-dispatch-autotune/1"
 AB_DEPENDENT: Final = ("install-table", "rebuild", "ab")
@@ -73,8 +74,8 @@ def done_stages(
 
 
 def table_rule_count(table: Path) -> int:
-    data = json.loads(table.read_text(encoding="utf-8"))
-    return len(data.get("rules", []))
+    """Rules of the table codegen wrote, read as every command reads a table.json."""
+    return len(table_artifact.load(table)["rules"])
 
 
 def _run_step(step: plan_mod.Step, env: Mapping[str, str], log: IO[str], show: Callable[[str], None]) -> int:

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import table as table_artifact
+from ggml_dispatch.artifacts import validators
 from ggml_dispatch.errors import InputError
 
 # MUL_MAT's rule and key fields; other ops: rule_fields(op) / registry.key_class(op).fields()
@@ -59,6 +60,25 @@ RULE_FIELDS: Final = (
 KEY_FIELDS: Final = schema.SHAPE_KEY
 # a size-class default's range of the product of its key's default fields (N*K): both or neither
 CLASS_FIELDS: Final = ("NK_lo", "NK_hi")
+# what a rule may carry besides its op's rule_fields and CLASS_FIELDS: the evidence build_table writes
+EVIDENCE_FIELDS: Final = (
+    "kind",
+    "measured_M",
+    "min_ratio",
+    "shapes",
+    "shape_types",
+    "buckets",
+    "between",
+    "ci_low",
+    "crossover",
+)
+# the sections a table may have (the last three only with MUL_MAT_ID tuning rows, a cache budget, a
+# KV shadow budget); a key outside these is a mistake, not data this tool would carry along unread
+TABLE_KEYS: Final = frozenset(
+    {"schema", "layout_version", "gpu", "upstream_commit", "provenance", "rules", "refused"}
+    | {"routing_buckets", "cache", "kv_shadow"}
+)
+GPU_KEYS: Final = frozenset({"name", "cc", "sm_count"})
 # "declared": a hand-written rule (the crude-rule baseline), never produced by decide
 RULE_KINDS: Final = ("measured", "interpolated", "default", "declared")
 LEGACY_KINDS: Final = {"exact": "measured"}  # tables written before interpolation called measured rules exact
@@ -229,16 +249,24 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
             f"(it knows {schema.TABLE_LAYOUT_VERSION}); regenerate the table with a matching ggml-dispatch",
             field="layout_version",
         )
+    _only_known(table, TABLE_KEYS, path, "", "a table")
     gpu = table.get("gpu")
     if not isinstance(gpu, dict):
         raise InputError(path, "missing GPU identity", field="gpu")
+    _only_known(gpu, GPU_KEYS, path, "gpu.", "a GPU identity")
     if not isinstance(gpu.get("name"), str) or "\0" in gpu["name"]:
         raise InputError(path, "GPU name must be a string without NUL", field="gpu.name")
     for f in ("cc", "sm_count"):
         if not _is_int(gpu.get(f)) or gpu[f] < 0:
             raise InputError(path, "must be a non-negative integer", field=f"gpu.{f}")
-    if not isinstance(table.get("upstream_commit"), str):
+    commit = table.get("upstream_commit")
+    if not isinstance(commit, str):
         raise InputError(path, "must be a string", field="upstream_commit")
+    if commit:  # empty: no upstream (the table with no rules)
+        try:
+            schema.check_upstream_id(commit)
+        except ValueError as e:
+            raise InputError(path, str(e), field="upstream_commit") from None
     prov = table.get("provenance")
     if not isinstance(prov, dict) or prov.get("source") not in _SOURCES:
         raise InputError(path, f"provenance.source must be one of {sorted(_SOURCES)}", field="provenance")
@@ -345,12 +373,24 @@ def _validate_cache(c: Any, path: str | Path | None) -> None:
         raise InputError(path, "the chosen copies exceed the budget", field="cache.bytes")
 
 
+def _only_known(
+    obj: Mapping[str, Any], known: Iterable[str], path: str | Path | None, where: str, what: str
+) -> None:
+    allowed = set(known)
+    for k in obj:
+        if k not in allowed:
+            raise InputError(path, f"unknown key in {what}", field=f"{where}{k}")
+
+
 def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
     if not isinstance(r, dict):
         raise InputError(path, "a rule is an object", field=where)
     if r.get("op") not in _OPS:
         raise InputError(path, f"unknown op {r.get('op')!r}", field=f"{where}.op")
     spec = registry.op_spec(r["op"])
+    _only_known(
+        r, (*rule_fields(r["op"]), *CLASS_FIELDS, *EVIDENCE_FIELDS), path, f"{where}.", f"a {r['op']} rule"
+    )
     for f in rule_fields(r["op"]):
         if f not in r and f != "config":
             raise InputError(path, f"missing {f}", field=where)
@@ -432,11 +472,8 @@ def upgrade(table: Any) -> Any:
 
 
 def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
-    try:
-        table = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(path, f"not JSON: {e.msg}", line=e.lineno) from None
-    return validate(upgrade(table), path)
+    """table.json text: strict JSON (``validators.loads_json``), then :func:`validate`."""
+    return validate(upgrade(validators.loads_json(text, path)), path)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -5,7 +5,9 @@ a good one is accepted by all of them. Through the real CLI root; the trial time
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,11 @@ from ggml_dispatch.artifacts import validators
 from ggml_dispatch.cli import main
 
 H100 = schema.GpuId("NVIDIA H100", 900, 132)
+# the committed H200 table and the tuning file it was decided from: the bad files below are these,
+# changed in one place
+H200_DIR = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h200"
+H200_TABLE = H200_DIR / "table.json"
+H200_TUNING = H200_DIR / "tuning.parquet"
 
 
 def cli(*args: str | Path) -> Result:
@@ -99,6 +106,33 @@ def _without_tool_version(tmp: Path, kind: str) -> Path:
     return p
 
 
+def _real_tuning_with(tmp: Path, change: Callable[[pa.Table], pa.Table]) -> Path:
+    """The committed H200 tuning file with ``change`` made to its rows (its metadata kept)."""
+    p = tmp / "bad-tuning.parquet"
+    fileio.write_parquet(change(pq.read_table(H200_TUNING)), p, fileio.read_parquet_metadata(H200_TUNING))
+    return p
+
+
+def _set(name: str, row: int, value: Any) -> Callable[[pa.Table], pa.Table]:
+    def change(t: pa.Table) -> pa.Table:
+        values = t.column(name).to_pylist()
+        values[row] = value
+        return t.set_column(t.column_names.index(name), name, pa.array(values, t.schema.field(name).type))
+
+    return change
+
+
+def _first_ineligible_row() -> int:
+    return int(
+        pq.read_table(H200_TUNING, columns=["status"]).column("status").to_pylist().index("ineligible")
+    )
+
+
+UPSTREAM_HELP = (
+    "is not an upstream id (a 40-hex commit, a build number like b11549 or a registry version like "
+    "llama-cpp-python==0.3.36)"
+)
+
 BAD_TUNING: dict[str, tuple[Callable[[Path], Path], str]] = {
     "unknown status": (lambda t: _tuning_with(t, status="great"), "row 1: status: unknown status 'great'"),
     "null status": (lambda t: _tuning_with(t, status=None), "row 1: status: unknown status None"),
@@ -136,6 +170,27 @@ BAD_TUNING: dict[str, tuple[Callable[[Path], Path], str]] = {
     "random bytes": (lambda t: _raw(t, bytes(range(256)) * 4), "not a readable Parquet file"),
     "empty": (lambda t: _raw(t, b""), "empty file (expected a tuning Parquet file)"),
     "folder": (_folder, "is a folder (expected a tuning Parquet file)"),
+    # the committed H200 file: row 3 is its first ineligible row (stock timed, the route not)
+    "real: NaN stock time in an ineligible row": (
+        lambda t: _real_tuning_with(t, _set("anchor_us", 3, math.nan)),
+        "row 3: anchor_us: not a finite number: nan (null says not measured)",
+    ),
+    "real: infinite time in an ineligible row": (
+        lambda t: _real_tuning_with(t, _set("us", 3, math.inf)),
+        "row 3: us: not a finite number: inf (null says not measured)",
+    ),
+    "real: NaN nmse": (
+        lambda t: _real_tuning_with(t, _set("nmse", 0, math.nan)),
+        "row 0: nmse: not a finite number: nan",
+    ),
+    "real: trials twice": (
+        lambda t: _real_tuning_with(t, lambda x: pa.concat_tables([x, x.slice(0, 5)])),
+        "row 6090: trial: repeats row 0 (same GPU, upstream commit, shape, configuration and trial)",
+    ),
+    "real: a short upstream commit": (
+        lambda t: _real_tuning_with(t, _set("upstream_commit", 7, "0c1e570")),
+        f"row 7: upstream_commit: '0c1e570' {UPSTREAM_HELP}",
+    ),
 }
 
 BAD_CENSUS: dict[str, tuple[Callable[[Path], Path], str]] = {
@@ -285,6 +340,141 @@ def test_diff_names_what_a_bad_table_file_is(content: bytes, expect: str, tmp_pa
     for args in (("diff", bad, "empty"), ("diff", "empty", bad)):
         msg = refused(cli(*args))
         assert msg.startswith(f"{bad}") and expect in msg, msg
+
+
+def _table_text_with(tmp: Path, change: Callable[[str], str]) -> Path:
+    """The committed H200 table.json with ``change`` made to its text."""
+    p = tmp / "table.json"
+    p.write_text(change(H200_TABLE.read_text()))
+    return p
+
+
+def _table_with(tmp: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    t = json.loads(H200_TABLE.read_text())
+    change(t)
+    p = tmp / "table.json"
+    p.write_text(json.dumps(t, indent=1))
+    return p
+
+
+def _first_rule_line() -> int:
+    text = H200_TABLE.read_text()
+    return text[: text.index('"measured_M": [')].count("\n") + 1
+
+
+def _nested(text: str) -> str:
+    """rules[0].measured_M wrapped in 100,000 lists (the decoder recursed out of stack on it)."""
+    start = text.index('"measured_M": [') + len('"measured_M": ')
+    end = text.index("]", start) + 1
+    return text[:start] + "[" * 100_000 + text[start:end] + "]" * 100_000 + text[end:]
+
+
+def _rule_key_twice(text: str) -> str:
+    """rules[0] with its M_hi given a second time (json.loads kept the last one)."""
+    return re.sub(r'("M_hi": \d+)', r"\1, \1", text, count=1)
+
+
+def _set_table(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(t: dict[str, Any]) -> None:
+        t[key] = value
+
+    return change
+
+
+BAD_TABLES: dict[str, tuple[Callable[[Path], Path], Callable[[Path], str]]] = {
+    "nested 100,000 deep": (
+        lambda t: _table_text_with(t, _nested),
+        lambda p: f"{p}:{_first_rule_line()}: not JSON this tool reads: nested deeper than 64 levels",
+    ),
+    "a rule's key twice": (
+        lambda t: _table_text_with(t, _rule_key_twice),
+        lambda p: f"{p}: rules[0].M_hi: key given twice in one JSON object",
+    ),
+    "a top-level key twice": (
+        lambda t: _table_text_with(t, lambda x: x.replace('"rules": [', '"rules": [],\n  "rules": [', 1)),
+        lambda p: f"{p}: rules: key given twice in one JSON object",
+    ),
+    "NaN": (
+        lambda t: _table_text_with(
+            t, lambda x: re.sub(r'"min_ratio": [0-9.]+', '"min_ratio": NaN', x, count=1)
+        ),
+        lambda p: f"{p}:{_first_rule_line()}: not JSON: NaN is not a JSON number",
+    ),
+    "an unknown key in a rule": (
+        lambda t: _table_with(t, lambda x: x["rules"][3].update(note="hand-tuned")),
+        lambda p: f"{p}: rules[3].note: unknown key in a MUL_MAT rule",
+    ),
+    "an unknown top-level key": (
+        lambda t: _table_with(t, _set_table("rule", [])),
+        lambda p: f"{p}: rule: unknown key in a table",
+    ),
+    "upstream commit zz": (
+        lambda t: _table_with(t, _set_table("upstream_commit", "zz")),
+        lambda p: f"{p}: upstream_commit: 'zz' {UPSTREAM_HELP}",
+    ),
+    "upstream commit of 39 hex digits": (
+        lambda t: _table_with(t, _set_table("upstream_commit", schema.PINNED_UPSTREAM_COMMIT[:39])),
+        lambda p: f"{p}: upstream_commit: '{schema.PINNED_UPSTREAM_COMMIT[:39]}' {UPSTREAM_HELP}",
+    ),
+    "upstream commit in upper case": (
+        lambda t: _table_with(t, _set_table("upstream_commit", schema.PINNED_UPSTREAM_COMMIT.upper())),
+        lambda p: f"{p}: upstream_commit: '{schema.PINNED_UPSTREAM_COMMIT.upper()}' {UPSTREAM_HELP}",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+def test_a_bad_table_is_refused_alike_by_every_reader(case: str, tmp_path: Path) -> None:
+    make, expect = BAD_TABLES[case]
+    bad = make(tmp_path)
+    out = tmp_path / "out"
+    messages = {
+        "diff A": refused(cli("diff", bad, "empty")),
+        "diff B": refused(cli("diff", "empty", bad)),
+        "report --table": refused(cli("report", "--tuning", H200_TUNING, "--table", bad, "-o", out), out),
+        "tune verify": refused(cli("tune", "verify", bad, "--shape", "q4_K:8x8", "--m", "8", "--dry-run")),
+    }
+    assert set(messages.values()) == {expect(bad)}, messages
+
+
+@pytest.mark.parametrize("commit", ["b11549", "llama-cpp-python==0.3.36"])
+def test_a_table_of_a_build_number_or_registry_version_is_read(commit: str, tmp_path: Path) -> None:
+    good = _table_with(tmp_path, _set_table("upstream_commit", commit))
+    res = cli("diff", H200_TABLE, good)
+    assert res.exit_code == 0, res.output
+    assert f"identity upstream_commit: '{schema.PINNED_UPSTREAM_COMMIT}' -> '{commit}'" in res.output
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (schema.PINNED_UPSTREAM_COMMIT, True),
+        ("b11549", True),
+        ("llama-cpp-python==0.3.36", True),
+        ("llama_cpp_python==0.3.37rc1", True),
+        ("zz", False),
+        (schema.PINNED_UPSTREAM_COMMIT[:39], False),
+        (schema.PINNED_UPSTREAM_COMMIT.upper(), False),
+        (" b11549", False),
+        ("b0", False),
+        ("llama-cpp-python>=0.3.36", False),
+        ("llama-cpp-python==", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_check_upstream_id(text: Any, ok: bool) -> None:
+    if ok:
+        assert schema.check_upstream_id(text) == text
+    else:
+        with pytest.raises(ValueError, match="is not an upstream id"):
+            schema.check_upstream_id(text)
+
+
+def test_row_3_of_the_h200_tuning_is_ineligible_with_a_stock_time() -> None:
+    """What the 'real: ... ineligible row' cases of BAD_TUNING change."""
+    assert _first_ineligible_row() == 3
+    assert pq.read_table(H200_TUNING).slice(3, 1).to_pylist()[0]["anchor_us"] > 0
 
 
 def test_diff_on_a_folder(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_support import run
+from cli_support import run, snapshot
 from test_codegen_support import trials, write_tuning
 
 from codegen import table
@@ -49,17 +49,21 @@ def tree(tmp_path: Path) -> Path:
     return t
 
 
-def test_install_escapes_the_upstream_commit_of_the_table(tree: Path, tmp_path: Path) -> None:
+def test_install_refuses_a_table_upstream_commit_with_control_characters(tree: Path, tmp_path: Path) -> None:
+    """A table's upstream_commit is an upstream id (``schema.check_upstream_id``): one that hides a
+    newline and an ANSI escape is refused as the table is read, shown escaped, mismatch allowed or not."""
     t = table.empty_table()
     t["gpu"] = {"name": "NVIDIA H200", "cc": 900, "sm_count": 132}
     t["upstream_commit"] = "1" * 40 + "\nggml-dispatch hook in /tmp: 0 file(s) changed\x1b[2K"
     t["provenance"] = {"source": "measured"}
     path = tmp_path / "table.json"
     path.write_text(table.dumps(t))
-    res = run("install", "--llama-cpp", tree, "--table", path)
-    assert res.exit_code == 2, res.output
-    assert "\x1b" not in res.output and "\nggml-dispatch hook in" not in res.output
-    assert "1" * 40 + "\\x0aggml-dispatch hook in /tmp" in res.stderr
-    res = run("install", "--llama-cpp", tree, "--table", path, "--allow-upstream-mismatch")
-    assert res.exit_code == 0, res.output
-    assert "\x1b" not in res.output and "warning: " in res.stderr and "\\x1b[2K" in res.stderr
+    before = snapshot(tree)
+    for extra in ((), ("--allow-upstream-mismatch",)):
+        res = run("install", "--llama-cpp", tree, "--table", path, *extra)
+        assert res.exit_code == 2, res.output
+        assert "\x1b" not in res.output and "\nggml-dispatch hook in" not in res.output
+        (line,) = res.stderr.splitlines()
+        assert line.startswith(f"ggml-dispatch: error: {path}: upstream_commit: '{'1' * 40}\\nggml-dispatch")
+        assert "is not an upstream id" in line
+    assert snapshot(tree) == before

@@ -3,7 +3,8 @@
 One row per (shape, configuration, trial) with exactly ``schema.TUNING_COLUMNS`` and the optional
 ``schema.TUNING_OPTIONAL_COLUMNS`` (read as null where an older file lacks them). A row's ``status`` is one of
 ``schema.TrialStatus`` or ``failed:<msg>``; an ``ok`` row carries a finite positive ``us`` and, where
-stock was measured, a finite positive ``anchor_us``. The provenance columns (GPU identity, driver,
+stock was measured, a finite positive ``anchor_us``; no row holds NaN or infinity (null: not measured),
+and no trial comes twice. The provenance columns (GPU identity, driver,
 CUDA and cuBLAS versions, upstream commit, patch hash, harness version) are per row; a file (or a set
 of files) from several GPUs or upstream commits is refused unless the caller allows mixing.
 """
@@ -11,6 +12,7 @@ of files) from several GPUs or upstream commits is refused unless the caller all
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +41,10 @@ SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENC
 # one commit.
 ROW_KEY: Final = (
     *("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "config", "trial"),
-    *("E", "U", "routing_kind"),  # MUL_MAT_ID: one shape and M under several routing kinds
+    # MUL_MAT_ID: one shape and M under several routing kinds, and (a census keys its rows by routing
+    # bucket) under one kind in several buckets; experts per token shape the routing too
+    *("E", "U", "routing_kind", "routing", "used"),
+    *("k_type", "v_type", "D_K", "D_V", "gqa", "kv"),  # FLASH_ATTN_EXT: its attention key
 )
 ROW_IDENTITY: Final = ("gpu_name", "gpu_cc", "gpu_sm_count", "upstream_commit")
 
@@ -131,11 +136,40 @@ def _check_expert_rows(table: pa.Table, path: str | Path) -> None:
         )
 
 
+def _check_upstream(table: pa.Table, path: str | Path) -> None:
+    """Every row's upstream commit is an upstream id (``schema.check_upstream_id``), as a table's is."""
+    c = table.column("upstream_commit")
+    for value in pc.unique(c).to_pylist():
+        try:
+            schema.check_upstream_id(value)
+        except ValueError as e:
+            i = pc.index(c, value).as_py()
+            raise InputError(path, str(e), field=f"row {i}: upstream_commit") from None
+
+
+def _check_duplicates(table: pa.Table, path: str | Path) -> None:
+    """One row per trial (:func:`row_keys`): a trial counted twice would narrow its confidence interval."""
+    names = [*ROW_IDENTITY, *ROW_KEY]
+    counts = table.select(names).group_by(names, use_threads=False).aggregate([([], "count_all")])
+    if counts.num_rows == table.num_rows:
+        return
+    first: dict[tuple[Any, ...], int] = {}
+    for i, key in enumerate(row_keys(table)):
+        if key in first:
+            raise InputError(
+                path,
+                f"repeats row {first[key]} (same GPU, upstream commit, shape, configuration and trial)",
+                field=f"row {i}: trial",
+            )
+        first[key] = i
+
+
 def validate_table(table: pa.Table, path: str | Path) -> None:
     """Row checks, each naming the first bad row: known op / layout / ggml types / table route /
     source / status, positive dimensions, GPU cc and SM count >= 0 (0: the CPU backend), a GPU name,
-    an upstream commit and a harness version, and a finite positive time (and stock anchor, where
-    there is one) in every ok row."""
+    an upstream id (``schema.check_upstream_id``) and a harness version, a finite positive time (and
+    stock anchor, where there is one) in every ok row, no NaN or infinite value in any row, and no
+    trial twice."""
     col.not_null(table, _REQUIRED, path)
     col.one_of(table, "op", _OPS, path, "op")
     col.one_of(table, "layout", _LAYOUTS, path, "layout")
@@ -152,6 +186,7 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
     if i is not None and i >= 0:
         raise InputError(path, "GPU name contains a NUL byte", field=f"row {i}: gpu_name")
     _check_text(table, "upstream_commit", path, "empty upstream commit")
+    _check_upstream(table, path)
     _check_text(table, "harness_version", path, "empty harness version (what measured the row?)")
     src = table.column("source")
     bad_src = pc.fill_null(pc.invert(pc.is_in(src, value_set=pa.array(sorted(SOURCES), pa.string()))), True)
@@ -176,6 +211,18 @@ def validate_table(table: pa.Table, path: str | Path) -> None:
         nullable=True,
         message="ok trial with stock anchor {value!r}",
     )
+    # any row: a measured value is finite (null says it was not measured; the tuner writes null, never NaN)
+    for name in ("us", "anchor_us", "nmse"):
+        col.finite_at_least(
+            table,
+            name,
+            path,
+            minimum=-math.inf,
+            strict=False,
+            nullable=True,
+            message="not a finite number: {value!r} (null says not measured)",
+        )
+    _check_duplicates(table, path)
 
 
 # --------------------------------------------------------------------------------------------

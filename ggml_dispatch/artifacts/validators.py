@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -78,6 +79,83 @@ def read_text(path: str | Path, what: str) -> str:
     except OSError as e:
         raise InputError(p, f"cannot read: {e.strerror or e}") from None
     return decode_text(data, p, what)
+
+
+# Deeper than any file this tool writes (a table.json nests 5 levels) and far below where Python's
+# decoder recurses out of stack: a file nested deeper is refused at its line, before it is decoded.
+MAX_JSON_DEPTH: Final = 64
+# What the depth scan looks at: strings (skipped whole, so a bracket inside one does not count),
+# brackets, and the bare NaN/Infinity Python's decoder takes but JSON has not.
+_JSON_TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]|-?(?:NaN|Infinity)')
+
+
+class _DuplicateKey(dict[str, Any]):
+    """An object in which ``key`` came twice (found by the walk that names where)."""
+
+    key: str
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _find_duplicate(value: Any, where: str) -> str | None:
+    """The path of the first key given twice in one object, in document order."""
+    if isinstance(value, _DuplicateKey):
+        return f"{where}.{value.key}" if where else value.key
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _find_duplicate(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else k)
+        if found is not None:
+            return found
+    return None
+
+
+def loads_json(text: str, origin: str | Path | None) -> Any:
+    """One strict JSON value: no NaN or Infinity, no key twice in one object, nested at most
+    :data:`MAX_JSON_DEPTH` deep; else one :class:`InputError` naming the line (or the key's path)."""
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        if tok in ("[", "{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InputError(
+                    origin,
+                    f"not JSON this tool reads: nested deeper than {MAX_JSON_DEPTH} levels",
+                    line=_line(text, m.start()),
+                )
+        elif tok in ("]", "}"):
+            depth -= 1
+        elif tok[0] != '"':
+            raise InputError(
+                origin, f"not JSON: {tok.lstrip('-')} is not a JSON number", line=_line(text, m.start())
+            )
+    twice = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal twice
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out:
+                twice = True
+                dup = _DuplicateKey(out)
+                dup.key = k
+                return dup
+            out[k] = v
+        return out
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as e:
+        raise InputError(origin, f"not JSON: {e.msg}", line=e.lineno) from None
+    except RecursionError:  # the scan above bounds the depth; kept so that no input reaches a traceback
+        raise InputError(origin, "not JSON this tool reads: nested too deep") from None
+    except ValueError as e:  # e.g. an integer literal longer than Python's digit limit
+        raise InputError(origin, f"not JSON this tool reads: {str(e).splitlines()[0]}") from None
+    if twice:
+        raise InputError(origin, "key given twice in one JSON object", field=_find_duplicate(value, ""))
+    return value
 
 
 def _type_ok(kind: str, t: pa.DataType) -> bool:
