@@ -14,7 +14,8 @@ from autotune import env as env_mod
 from autotune import plan as plan_mod
 from autotune import run as run_mod
 from autotune import status as status_mod
-from ggml_dispatch.options import int_list
+from census import gguf_meta
+from ggml_dispatch.options import FiniteFloat, Int, int_list, list_items
 
 
 class _Refusal(click.ClickException):
@@ -25,9 +26,12 @@ class _Refusal(click.ClickException):
 
 
 def _csv(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    items = tuple(p.strip() for p in text.split(",") if p.strip())
+    try:
+        items = list_items(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint=what) from None
     bad = [p for p in items if p not in allowed]
-    if bad or not items:
+    if bad:
         raise click.BadParameter(f"{text!r}: {what} must be among {', '.join(allowed)}")
     return tuple(dict.fromkeys(items))
 
@@ -94,7 +98,7 @@ _DIR = click.Path(path_type=Path, file_okay=False)
 )
 @click.option(
     "--kv-shadow-budget",
-    type=click.IntRange(0, 1 << 30),
+    type=Int(0, 1 << 30),
     default=0,
     show_default=True,
     help="MiB of VRAM the table may use at run time for an f16 shadow of a quantized KV cache: attention "
@@ -131,38 +135,30 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     help="llama.cpp build folder, reused when it holds a build (or a bin folder of prebuilt binaries) "
     "[default: LLAMA_CPP/build-dispatch].",
 )
-@click.option(
-    "--jobs", type=click.IntRange(1, 1024), default=None, help="build parallelism [default: CPU count]."
-)
-@click.option(
-    "--trials", type=click.IntRange(3, 1000), default=7, show_default=True, help="tuning trials per case."
-)
+@click.option("--jobs", type=Int(1, 1024), default=None, help="build parallelism [default: CPU count].")
+@click.option("--trials", type=Int(3, 1000), default=7, show_default=True, help="tuning trials per case.")
 @click.option(
     "--tune-seconds",
-    type=click.FloatRange(1, 1e7),
+    type=FiniteFloat(1, 1e7),
     default=None,
     help="stop starting tuning cases after this many seconds, in each sweep: the matmul one and, with "
     "--depth, the attention one (re-run to continue).",
 )
 @click.option(
     "--case-timeout",
-    type=click.FloatRange(1, 1e6),
+    type=FiniteFloat(1, 1e6),
     default=None,
     help="seconds before a tuning case is killed and recorded as failed [default: tune run's].",
 )
 @click.option(
     "--coverage",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloat(0, 1, min_open=True),
     default=0.95,
     show_default=True,
     help="tune the census points that make up this share of the estimated matmul time.",
 )
-@click.option(
-    "--pairs", type=click.IntRange(1, 1000), default=5, show_default=True, help="A/B interleaved pairs."
-)
-@click.option(
-    "--reps", type=click.IntRange(1, 1000), default=3, show_default=True, help="llama-bench -r per arm-run."
-)
+@click.option("--pairs", type=Int(1, 1000), default=5, show_default=True, help="A/B interleaved pairs.")
+@click.option("--reps", type=Int(1, 1000), default=3, show_default=True, help="llama-bench -r per arm-run.")
 @click.option(
     "--skip",
     "skips",
@@ -226,6 +222,12 @@ def autotune_cmd(
           --kv-shadow-budget 16384 --tune-seconds 240
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
+    # every option value and input file is checked here, before the environment is looked at
+    workloads = _csv(workload, plan_mod.WORKLOADS, "--workload")
+    ubatches = int_list(ubatch, "ubatch", param_hint="--ubatch")
+    depths = int_list(depth, "depth", param_hint="--depth") if depth is not None else ()
+    for m in models:  # a GGUF whose header parses, not merely a file
+        gguf_meta.read_gguf(m)
     quantized_kv = bool(depth) and kv_type not in ("f16", "bf16")
     if depth_fill and not depth:
         raise click.UsageError("--depth-fill needs --depth")
@@ -298,9 +300,9 @@ def autotune_cmd(
         models=models,
         out=out,
         build_dir=build,
-        workloads=_csv(workload, plan_mod.WORKLOADS, "--workload"),
-        ubatches=int_list(ubatch, "ubatch"),
-        depths=int_list(depth, "depth") if depth is not None else (),
+        workloads=workloads,
+        ubatches=ubatches,
+        depths=depths,
         kv_type=kv_type,
         kv_shadow_budget=kv_shadow_budget,
         depth_fill=depth_fill,
@@ -376,6 +378,8 @@ def _live_line() -> Any:
 def status_cmd(tree: Path, build_dir: Path | None, model: Path | None) -> None:
     """Is the tree hooked, which table it compiles in (hash, GPU), does it apply on the visible GPU, and
     the ggml_cuda_dispatch: start-up line of a short run."""
+    if model is not None:
+        gguf_meta.read_gguf(model)
     lines, header = status_mod.tree_lines(tree)
     gpus = env_mod.visible_gpus()
     lines += status_mod.applies_lines(header, gpus)

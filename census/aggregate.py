@@ -284,10 +284,7 @@ def parse_m_list(text: str) -> list[int]:
     """``"1,2,4,512"`` -> [1, 2, 4, 512] (sorted, unique, positive, at most ``MAX_TOKENS``); ValueError
     otherwise."""
     out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in options.list_items(text):
         try:
             v = int(part)
         except ValueError:

@@ -160,7 +160,7 @@ def ingest_cmd(traces: tuple[Path, ...], ggufs: tuple[Path, ...], output: Path, 
 @output_option("attention census .parquet to write.")
 @click.option(
     "--max-m",
-    type=click.IntRange(1),
+    type=Int(1, MAX_TOKENS),
     default=None,
     help="keep only calls with at most this many Q columns (decode and verify: a depth run's KV fill "
     "runs at the ubatch, one point per KV length on the way).",

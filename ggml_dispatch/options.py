@@ -71,11 +71,31 @@ def Int(min: int | None = None, max: int = INT64_MAX) -> click.IntRange:
     return click.IntRange(min=INT64_MIN if min is None else min, max=max)
 
 
+def list_items(text: str) -> list[str]:
+    """The items of a comma-separated option value, stripped; every command splits its lists here.
+
+    An empty item (``1,,512``, a leading or trailing comma) or an empty value is a ValueError: a typo
+    in a list is refused, not dropped while the rest is used."""
+    if not text.strip():
+        raise ValueError("an empty list")
+    items = [p.strip() for p in text.split(",")]
+    for n, item in enumerate(items, 1):
+        if not item:
+            raise ValueError(
+                f"{text!r}: item {n} of {len(items)} is empty (a doubled, leading or trailing comma)"
+            )
+    return items
+
+
 def int_list(text: str, what: str, param_hint: str | None = None) -> tuple[int, ...]:
     """Comma-separated integers, each in [1, 2^20], duplicates dropped in order (``16384,49152``); a
     click.BadParameter naming ``what`` otherwise."""
     try:
-        vals = tuple(int(p) for p in text.split(",") if p.strip())
+        items = list_items(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint=param_hint) from None
+    try:
+        vals = tuple(int(p) for p in items)
     except ValueError:
         raise click.BadParameter(
             f"{text!r}: expected comma-separated integers", param_hint=param_hint

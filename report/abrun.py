@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import click
 
+from census import gguf_meta
 from ggml_dispatch import fileio
 from ggml_dispatch.artifacts import ab
 from ggml_dispatch.errors import InputError
@@ -520,6 +521,7 @@ def ab_cmd(
     for _, m in models:
         if not m.is_file():
             raise InputError(m, "no such model file")
+        gguf_meta.read_gguf(m)  # a GGUF whose header parses, before any GPU work
     if out_path.exists():
         raise InputError(out_path, "exists: an A/B run writes a new file (remove it or choose another -o)")
     expect = None

@@ -203,6 +203,29 @@ def test_a_new_kv_shadow_budget_redoes_codegen_onward_not_the_sweep(
     assert changed == ["codegen"]  # done_stages stops at the first changed stage: codegen and all after it
 
 
+def test_a_model_that_is_not_a_gguf_is_refused_first(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+    """--model is a GGUF whose header parses, checked before the GPU, the toolkit or the plan: a text
+    file (the H200 table's README) or a GGUF cut short is one error naming it, and nothing is written."""
+    cut = tmp_path / "cut.gguf"
+    with smollm2.open("rb") as f:
+        cut.write_bytes(f.read(4096))
+    readme = REPO / "tables" / "cuda-sm90-nvidia-h200" / "README.md"
+    out = tmp_path / "o"
+    for model, why in (
+        (readme, "not a GGUF file (magic b'# NV', expected b'GGUF')"),
+        (cut, "truncated or corrupt GGUF file ("),
+    ):
+        for args in (
+            ["autotune", "--llama-cpp", str(tree), "--model", str(model), "-o", str(out), "--dry-run"],
+            ["status", "--llama-cpp", str(tree), "--model", str(model)],
+        ):
+            res = CliRunner().invoke(main, args, env=NO_GPU)
+            assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+            (line,) = res.stderr.splitlines()
+            assert line.startswith(f"ggml-dispatch: error: {model}: {why}"), line
+            assert not out.exists()
+
+
 def test_refuses_without_a_gpu(tree: Path, smollm2: Path, tmp_path: Path) -> None:
     out = tmp_path / "o"
     res = CliRunner().invoke(

@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_support import make_inputs, run, snapshot
+from cli_support import REPO, make_inputs, run, snapshot
 from conftest import MakeGguf
 
 from ggml_dispatch.options import FiniteFloat
 
 BIG = "99999999999999999999999"
+H200_TABLE = REPO / "tables" / "cuda-sm90-nvidia-h200" / "table.json"
 
 
 @pytest.fixture
@@ -30,6 +31,18 @@ def _argv(cmd: str, i: dict[str, Path], out: Path) -> list[str | Path]:
         "import-reference": ["tune", "import-reference", i["tsv"], "--sm-count", "132", "-o", out / "r.pq"],
         "codegen": ["codegen", i["tuning"], "-o", out / "table"],
         "report": ["report", "--tuning", i["tuning"], "-o", out / "report"],
+        "attention": ["census", "attention", i["trace"], "-o", out / "a.parquet"],
+        "tune verify": ["tune", "verify", H200_TABLE, "--shape", "q4_K:8x8", "--m", "8", "--dry-run"],
+        "autotune": [
+            "autotune",
+            "--llama-cpp",
+            i["trace"].parent,
+            "--model",
+            i["gguf"],
+            "-o",
+            out / "t",
+            "--dry-run",
+        ],
     }[cmd]
 
 
@@ -70,6 +83,21 @@ CASES: list[tuple[str, str, str]] = [
     ("codegen", "--min-default-shapes", BIG),
     ("report", "--reference-margin", "inf"),
     ("report", "--reference-margin", "0"),
+    ("attention", "--max-m", BIG),
+    ("tune verify", "--case-timeout", "nan"),
+    ("tune verify", "--trials", BIG),
+    ("tune verify", "--l2-bytes", BIG),
+    ("autotune", "--tune-seconds", "nan"),
+    ("autotune", "--tune-seconds", "inf"),
+    ("autotune", "--case-timeout", "nan"),
+    ("autotune", "--coverage", "nan"),
+    ("autotune", "--kv-shadow-budget", "nan"),
+    ("autotune", "--kv-shadow-budget", BIG),
+    ("autotune", "--trials", "nan"),
+    ("autotune", "--pairs", "nan"),
+    ("autotune", "--reps", "nan"),
+    ("autotune", "--reps", BIG),
+    ("autotune", "--jobs", "0"),
 ]
 
 
@@ -84,6 +112,39 @@ def test_a_bad_number_is_refused_while_parsing(
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
     err = res.stderr.strip().splitlines()[-1]
     assert err.startswith("Error: Invalid value for") and option in err, res.stderr
+    assert snapshot(tmp_path) == before
+
+
+# (command, option, value, the empty item's number and the item count)
+EMPTY_ITEMS: list[tuple[str, str, str, int, int]] = [
+    ("from-gguf", "--m", "1,,512", 2, 3),
+    ("from-gguf", "--m", ",1", 1, 2),
+    ("from-gguf", "--m", "1,512,", 3, 3),
+    ("from-gguf", "--m", "1, ,512", 2, 3),
+    ("tune verify", "--m", "5-7,,384", 2, 3),
+    ("autotune", "--ubatch", "512,,2048", 2, 3),
+    ("autotune", "--depth", "4096,", 2, 2),
+    ("autotune", "--workload", "decode,,prefill", 2, 3),
+    ("tune run", "--routes", "mmq,,cublas", 2, 3),
+    ("tune run", "--layouts", "weight,", 2, 2),
+    ("tune run", "--routing-kinds", "few,,uniform", 2, 3),
+]
+
+
+@pytest.mark.parametrize(("cmd", "option", "value", "item", "items"), EMPTY_ITEMS)
+def test_an_empty_item_in_a_list_is_refused(
+    cmd: str, option: str, value: str, item: int, items: int, inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--m 1,,512`` used to mean ``--m 1,512``: a list's typo is refused, not dropped."""
+    out = tmp_path / "out"
+    before = snapshot(tmp_path)
+    res = run(*_argv(cmd, inputs, out), option, value)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"Error: Invalid value for {option}: {value!r}: item {item} of {items} is empty "
+        "(a doubled, leading or trailing comma)"
+    ), res.stderr
     assert snapshot(tmp_path) == before
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import MakeGguf
 
 from codegen import decide
 from codegen import table as table_mod
@@ -233,11 +234,10 @@ def test_runner_records_each_runs_provenance(tmp_path: Path) -> None:
     assert check.checked == len(recs) and check.legacy == 0
 
 
-def test_ab_command_refusals(tmp_path: Path) -> None:
+def test_ab_command_refusals(tmp_path: Path, make_gguf: MakeGguf) -> None:
     bench = tmp_path / "llama-bench"
     bench.write_text("#!/bin/sh\nexit 1\n")
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
+    model = make_gguf("m.gguf", [("blk.0.attn_q.weight", "q8_0", [64, 64])])
     args = ["ab", "--arm", f"stock={bench}", "--arm", f"table={bench}", "--model", str(model)]
     # no GPU visible (CUDA_VISIBLE_DEVICES="" hides every device, as on a machine without one)
     res = CliRunner().invoke(
@@ -251,6 +251,17 @@ def test_ab_command_refusals(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "old.jsonl: exists" in res.output and existing.read_text() == "keep\n"
     res = CliRunner().invoke(main, ["ab", "--arm", "fast=x", "--model", str(model), "-o", "o.jsonl"])
     assert res.exit_code == 2 and "NAME one of stock, table, crude" in res.output
+    # a model is a GGUF, checked before the GPU is looked for
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model\n")
+    args = ["ab", "--arm", f"stock={bench}", "--arm", f"table={bench}", "--model", str(text)]
+    res = CliRunner().invoke(
+        main, [*args, "-o", str(tmp_path / "ab.jsonl")], env={"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert res.exit_code == 2 and res.stderr == (
+        f"ggml-dispatch: error: {text}: not a GGUF file (magic b'not ', expected b'GGUF')\n"
+    )
+    assert not (tmp_path / "ab.jsonl").exists()
 
 
 def test_runner_stops_at_a_run_of_another_table(tmp_path: Path) -> None:

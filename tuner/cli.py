@@ -14,7 +14,7 @@ import click
 
 from ggml_dispatch import fileio
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_option, output_option
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_option, list_items, output_option
 from tuner import attention as tattn
 from tuner import build, results
 from tuner import mul_mat_id as tmoe
@@ -47,7 +47,10 @@ def _echo(msg: str) -> None:
 
 
 def _routes(text: str) -> tuple[str, ...]:
-    routes = tuple(r.strip() for r in text.split(",") if r.strip())
+    try:
+        routes = tuple(list_items(text))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--routes") from None
     bad = [r for r in routes if r not in ALL_ROUTES]
     if bad or not routes:
         raise click.BadParameter(
@@ -323,7 +326,10 @@ def run_cmd(
         others = [census, *([harness_bin] if harness_bin else [])]
         fileio.check_output(output, [*others, journal])
         fileio.check_output(journal, [*others, output])
-    layout_list = tuple(x.strip() for x in layouts.split(",") if x.strip())
+    try:
+        layout_list = tuple(list_items(layouts))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--layouts") from None
     shard_t = parse_shard(shard)
     # the census is checked before anything is built; an attention census (`census attention`) gives
     # FLASH_ATTN_EXT cases with the FlashAttention kernels as candidates
@@ -521,12 +527,12 @@ def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="use this harness binary instead of building one.",
 )
-@click.option("--trials", type=click.IntRange(min=2), default=DEFAULT_TRIALS, show_default=True)
+@click.option("--trials", type=Int(2, INT32_MAX), default=DEFAULT_TRIALS, show_default=True)
 @click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
-@click.option("--case-timeout", type=click.FloatRange(1), default=900, show_default=True)
+@click.option("--case-timeout", type=FiniteFloat(1), default=900, show_default=True)
 @click.option(
     "--l2-bytes",
-    type=click.IntRange(min=0),
+    type=Int(0),
     default=None,
     help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
 )

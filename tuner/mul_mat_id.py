@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import registry
+from ggml_dispatch import options, registry
 from ggml_dispatch.errors import InputError
 from tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection, census_fused, census_int, census_types
 
@@ -260,7 +260,7 @@ def parse_routing_kinds(text: str) -> tuple[str, ...]:
     """--routing-kinds: a comma list of ROUTING_KINDS, or ``none`` (no MUL_MAT_ID cases)."""
     if text.strip() == "none":
         return ()
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    kinds = tuple(options.list_items(text))
     bad = [k for k in kinds if k not in ROUTING_KINDS]
     if bad or not kinds:
         raise ValueError(f"routing kinds must be among {', '.join(ROUTING_KINDS)} or none; got {text!r}")

@@ -23,7 +23,7 @@ import pandas as pd
 
 from codegen import decide
 from codegen import table as tbl
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import fileio, options, schema
 from ggml_dispatch.errors import InputError
 from tuner import results
 from tuner.build import TreeStamp
@@ -32,6 +32,8 @@ from tuner.run import probe_harness, run_harness_case
 from tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Case, mul_mat_configs
 
 NEAR_BEST: Final = 1.05  # points whose table/oracle ratio exceeds this are listed
+# --m ranges expand to every M in them: bounded so that a typo (1-2147483647) is refused, not allocated
+MAX_M_VALUES: Final = 1 << 16
 
 ShapeKey = schema.ShapeKey
 
@@ -39,24 +41,32 @@ ShapeKey = schema.ShapeKey
 def parse_m_list(text: str) -> tuple[int, ...]:
     """``5,6,7,384`` or ranges ``5-7,384`` -> sorted distinct positive M."""
     out: set[int] = set()
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+    try:
+        parts = options.list_items(text)
+    except ValueError as e:
+        raise InputError(None, str(e), field="m") from None
+    for part in parts:
         try:
             if "-" in part:
                 a, b = (int(x) for x in part.split("-", 1))
-                if a < 1 or b < a:
+                if a < 1 or b < a or b > options.MAX_TOKENS:
                     raise ValueError
+                if b - a >= MAX_M_VALUES:
+                    raise InputError(None, f"{part!r} spans more than {MAX_M_VALUES} M values", field="m")
                 out.update(range(a, b + 1))
             else:
                 m = int(part)
-                if m < 1:
+                if m < 1 or m > options.MAX_TOKENS:
                     raise ValueError
                 out.add(m)
         except ValueError:
             raise InputError(
-                None, f"--m: {part!r} is not a positive integer or a range a-b", field="m"
+                None,
+                f"{part!r} is not a positive integer (at most {options.MAX_TOKENS}) or a range a-b of them",
+                field="m",
             ) from None
+        if len(out) > MAX_M_VALUES:
+            raise InputError(None, f"more than {MAX_M_VALUES} M values", field="m")
     if not out:
         raise InputError(None, "--m: no M values", field="m")
     return tuple(sorted(out))
