@@ -16,9 +16,6 @@ from ggml_dispatch import schema
 from hook import patch
 
 _HEX40: Final = re.compile(r"^[0-9a-f]{40}$")
-_BUILD: Final = re.compile(r"^b[0-9]{1,7}$")
-# a registry version: project==version (PEP 440-ish version characters)
-_REGISTRY: Final = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,99})==[0-9][A-Za-z0-9.+!_-]{0,63}$")
 
 # The fingerprint of each upstream a committed table was measured on (hooked regions as the hook specs name
 # them; tests/test_install_hook.py recomputes the pinned one from the tree, so a spec change that moves it
@@ -34,16 +31,12 @@ class UpstreamError(ValueError):
 
 def parse_id(text: str, what: str = "--upstream-commit") -> str:
     """A 40-hex commit (lower-cased), a build number (``b11549``) or a registry version
-    (``llama-cpp-python==0.3.36``)."""
+    (``llama-cpp-python==0.3.36``): the forms of schema.check_upstream_id, read from user input."""
     t = text.strip()
-    if _HEX40.match(t.lower()):
-        return t.lower()
-    if _BUILD.match(t) or _REGISTRY.match(t):
-        return t
-    raise UpstreamError(
-        f"{what} {text!r} is not a 40-hex commit, a build number (b11549) or a registry version "
-        "(llama-cpp-python==0.3.36)"
-    )
+    try:
+        return schema.check_upstream_id(t.lower() if _HEX40.match(t.lower()) else t)
+    except ValueError as e:
+        raise UpstreamError(f"{what}: {e}") from None
 
 
 def resolve_id(tree: Path, given: str | None) -> tuple[str | None, str]:

@@ -208,7 +208,9 @@ static std::string header_json(const std::vector<device_ident> & idents) {
     const auto &           info = ggml_cuda_info();
 
     std::string s = "{\"kind\":\"header\",\"schema\":\"ggml-route-trace/1\"";
-    s += ",\"upstream_commit\":" + json_string(GGML_DISPATCH_UPSTREAM_COMMIT);
+    // a tree installed on its content alone has no id: null, as the trace schema says
+    s += ",\"upstream_commit\":" + (GGML_DISPATCH_UPSTREAM_COMMIT[0] != '\0' ? json_string(GGML_DISPATCH_UPSTREAM_COMMIT)
+                                                                            : std::string("null"));
     s += ",\"patch_hash\":" + json_string(GGML_DISPATCH_PATCH_HASH);
     s += ",\"table_hash\":";
     s += GGML_DISPATCH_TABLE_RULE_COUNT > 0 ? json_string(ggml_dispatch_table_hash) : std::string("null");
