@@ -174,9 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2 or args[0] != "--learn":
         print("usage: python -m hook.unhooked --learn TREE  (prints seen-calls.tsv for a reviewed tree)")
         return 2
-    print(
-        "# calls of kernel entry points the seam accounts for: file, function, callee, call"
-    )
+    print("# calls of kernel entry points the seam accounts for: file, function, callee, call")
     print("\n".join(seen_lines(Path(args[1]))))
     return 0
 
