@@ -459,6 +459,7 @@ def config_features(config: Config) -> frozenset[str]:
             need.add(p.feature)
     return frozenset(need - {CORE_FEATURE})
 
+
 # FLASH_ATTN_EXT: fattn.cu's best_fattn_kernel values -> route
 FATTN_KERNEL_ROUTES: Final[dict[str, Route]] = {
     "VEC": Route.FA_VEC,

@@ -519,7 +519,8 @@ def test_check_json_reports_core_features_unhooked_and_writes_nothing(tree: Path
     cu = tree / CUDA / "ggml-cuda.cu"
     cu.write_text(
         cu.read_text()
-        + "\nstatic void my_fusion(ggml_backend_cuda_context & ctx, ggml_tensor * a, ggml_tensor * b, ggml_tensor * d) {\n"
+        + "\nstatic void my_fusion(ggml_backend_cuda_context & ctx, ggml_tensor * a, ggml_tensor * b,"
+        + " ggml_tensor * d) {\n"
         + "    ggml_cuda_mul_mat_vec_q(ctx, a, b, nullptr, d);\n}\n"
     )
     listed = inst.check(tree)["unhooked"]
