@@ -68,7 +68,8 @@ def fit(
     wanted = frozenset(registry.FEATURES) if wanted is None else frozenset(wanted)
     out = Fit()
     located: dict[str, dict[str, patch.Hunk]] = {t: {} for t in specs}
-    failed: dict[str, list[str]] = {name: [] for name in registry.FEATURES}
+    misfits: list[tuple[patch.Hunk, str]] = []
+    fitted_groups: set[str] = set()
     lines: dict[str, int] = dict.fromkeys(registry.FEATURES, 0)
     for target, hunks in specs.items():
         index = patch.index_lines(sources[target])
@@ -76,14 +77,22 @@ def fit(
             unknown = [f for f in h.features if f not in registry.FEATURES]
             if unknown:
                 raise patch.PatchError(f"names an unknown feature {unknown[0]!r}", h.name, h.function)
+            if h.group and h.group in fitted_groups:
+                continue  # another form of this edit already fits the tree
             try:
                 located[target][h.name] = patch.locate(sources[target], h, index)
             except patch.PatchError as e:
-                for f in h.features:
-                    failed[f].append(f"{target}: {e}")
+                misfits.append((h, f"{target}: {e}"))
                 continue
+            if h.group:
+                fitted_groups.add(h.group)
             for f in h.features:
                 lines[f] += h.inserted_lines
+    failed: dict[str, list[str]] = {name: [] for name in registry.FEATURES}
+    for h, why in misfits:  # a form of a grouped edit that does not fit fails only if no form does
+        if not (h.group and h.group in fitted_groups):
+            for f in h.features:
+                failed[f].append(why)
     # a feature is applied once its own hunks fit and what it requires is applied (the order of FEATURES
     # lists a required feature before the ones that need it)
     for name, spec in registry.FEATURES.items():

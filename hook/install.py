@@ -40,6 +40,7 @@ HOOK_SPECS: Final[dict[str, str]] = {
     "mmq.cuh": "mmq.cuh.hook",
     "fattn.cu": "fattn.cu.hook",
     "fattn-common.cuh": "fattn-common.cuh.hook",
+    "mmq.cu": "mmq.cu.hook",
 }
 # Copied verbatim into ggml/src/ggml-cuda/ (the patch hash covers them and the hook specs).
 NATIVE_SOURCES: Final = (
@@ -76,6 +77,7 @@ HOOK_MARKERS: Final[dict[str, str]] = {
     "mmq.cuh": '#include "ggml-dispatch-params.h"',
     "fattn.cu": '#include "ggml-dispatch-fattn-vec.cuh"',
     "fattn-common.cuh": '#include "ggml-dispatch-params.h"',
+    "mmq.cu": "// ggml-dispatch: a configuration's J",
 }
 
 
@@ -346,8 +348,12 @@ def plan_install(
         problems = "; ".join(found.fit.problems.get(registry.CORE_FEATURE, [core.reason or ""]))
         raise InstallError(f"{tree / CUDA_DIR}: the core seam does not fit this tree: {problems}")
     specs = load_specs(native_dir)
-    targets: dict[str, tuple[str, str]] = {}  # rel -> (pristine, patched)
+    targets: dict[
+        str, tuple[str, str]
+    ] = {}  # rel -> (pristine, patched); a file no applied edit touches: none
     for rel, pristine in found.pristine.items():
+        if not found.fit.hunks[Path(rel).name]:
+            continue
         try:
             targets[rel] = (pristine, patch.apply(pristine, found.fit.hunks[Path(rel).name]))
         except patch.PatchError as e:

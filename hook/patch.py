@@ -44,15 +44,21 @@ class Hunk:
     anchor: str
     text: str = ""
     features: tuple[str, ...] = ("core",)
+    alternatives: tuple[str, ...] = ()  # other anchors that fit as well (upstream's forms of the same code)
+    # hunks of one group are forms of one edit for different upstreams (in any target file): the first that
+    # fits is applied, and the group fails only where none fits
+    group: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["features"] = list(self.features)
+        d["alternatives"] = list(self.alternatives)
         return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Hunk:
         features = tuple(str(f) for f in d.get("features", ["core"]))
+        alternatives = tuple(str(a) for a in d.get("alternatives", []))
         return Hunk(
             str(d["name"]),
             str(d["function"]),
@@ -60,6 +66,8 @@ class Hunk:
             str(d["anchor"]),
             str(d.get("text", "")),
             features,
+            alternatives,
+            str(d.get("group", "")),
         )
 
     @property
@@ -92,11 +100,11 @@ def parse_spec(text: str, source: str = "hook spec") -> list[Hunk]:
                 start = lineno
             elif not fields:
                 raise ValueError(f"{source}:{lineno}: '@@ {directive}' outside a hunk")
-            elif directive in ("function", "kind", "feature"):
+            elif directive in ("function", "kind", "feature", "group"):
                 fields[directive] = arg
                 block = None
-            elif directive in ("anchor", "text"):
-                block = directive
+            elif directive in ("anchor", "text", "or_anchor"):
+                block = directive if directive != "or_anchor" else f"or_anchor{len(blocks)}"
                 blocks[block] = []
             elif directive == "end":
                 hunks.append(_make_hunk(fields, blocks, source, start))
@@ -129,12 +137,20 @@ def _make_hunk(fields: dict[str, str], blocks: dict[str, list[str]], source: str
         raise ValueError(f"{source}:{line}: hunk '{name}' has an empty anchor")
     if (kind == "require") != (not text):
         raise ValueError(f"{source}:{line}: hunk '{name}': a 'require' hunk has no text, the others need one")
+    alternatives = tuple("".join(v) for k, v in blocks.items() if k.startswith("or_anchor"))
+    if alternatives and kind == "replace":
+        raise ValueError(f"{source}:{line}: hunk '{name}': a 'replace' hunk takes no '@@ or_anchor'")
+    if any(not a.strip() for a in alternatives):
+        raise ValueError(f"{source}:{line}: hunk '{name}' has an empty '@@ or_anchor'")
     features = tuple(fields.get("feature", "").split())
     if not features or any(not _FEATURE_NAME.match(f) for f in features):
         raise ValueError(f"{source}:{line}: hunk '{name}' needs '@@ feature NAME [NAME ...]'")
     if not any(_norm(x) for x in anchor.splitlines()):
         raise ValueError(f"{source}:{line}: hunk '{name}' has a blank anchor")
-    return Hunk(name, fields["function"], kind, anchor, text, features)
+    group = fields.get("group", "")
+    if group and not _FEATURE_NAME.match(group):
+        raise ValueError(f"{source}:{line}: hunk '{name}': '@@ group' needs one lower-case name")
+    return Hunk(name, fields["function"], kind, anchor, text, features, alternatives, group)
 
 
 _FEATURE_NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -193,6 +209,22 @@ def index_lines(src: str) -> _Lines:
 
 
 def locate(src: str, hunk: Hunk, lines: _Lines | None = None) -> Hunk:
+    """The effective hunk for ``src`` (:func:`locate_one`); a hunk with alternative anchors takes the first
+    of them that fits (its text goes to the same place), and names its first anchor's difference where none
+    does."""
+    lines = lines or _Lines.of(src)
+    try:
+        return locate_one(src, hunk, lines)
+    except PatchError as first:
+        for alt in hunk.alternatives:
+            try:
+                return locate_one(src, replace(hunk, anchor=alt, alternatives=()), lines)
+            except PatchError:
+                continue
+        raise first
+
+
+def locate_one(src: str, hunk: Hunk, lines: _Lines | None = None) -> Hunk:
     """The effective hunk for ``src``: its anchor as ``src`` spells it (whole lines, exactly once by content),
     its text in the line endings of the anchor's place. Raises PatchError naming the first anchor line that
     differs from the tree (with the tree's line there) or how often the anchor occurs."""
@@ -306,7 +338,16 @@ def revert(src: str, hunks: list[Hunk]) -> str:
 def spec_digest(hunks: list[Hunk]) -> str:
     h = hashlib.sha256()
     for hunk in hunks:
-        for part in (hunk.name, hunk.function, hunk.kind, hunk.anchor, hunk.text):
+        for part in (
+            hunk.name,
+            hunk.function,
+            hunk.kind,
+            hunk.anchor,
+            hunk.text,
+            hunk.group,
+            *hunk.features,
+            *hunk.alternatives,
+        ):
             h.update(part.encode("utf-8"))
             h.update(b"\0")
     return h.hexdigest()

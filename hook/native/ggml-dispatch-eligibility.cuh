@@ -364,7 +364,7 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
         }
         if (stream_k) {
             for (int J = 8; J <= 128; J += 8) {
-                const ggml_cuda_mmq_config c = ggml_cuda_mmq_get_config(d.src0_type, J, fallback, dev.cc);
+                const ggml_cuda_mmq_config c = ggml_cuda_mmq_get_config(d.src0_type, J, fallback, dev.cc, GGML_PREC_Q8);
                 if (c.type != GGML_TYPE_COUNT && !c.stream_k) {
                     return GGML_DISPATCH_WHY_PARAMS;
                 }
