@@ -11,7 +11,7 @@ REFERENCE_MARGIN ?= 0.10
 MEASURED ?= tables/cuda-sm90-nvidia-h200
 COMMITTED_TABLE ?= $(MEASURED)/table.json
 
-.PHONY: help venv demo test lint fmt typecheck pytest llama-src smollm2 llama-tarball clean device-carry device-session device-profile-carry device-gguf-py-carry
+.PHONY: help venv demo test lint fmt typecheck pytest archive llama-src smollm2 llama-tarball clean device-carry device-session device-profile-carry device-gguf-py-carry
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -74,6 +74,9 @@ smollm2: venv  ## fetch the real SmolLM2-135M Q4_1 GGUF into .cache/models
 
 llama-tarball: venv  ## trimmed .tar.xz of the pinned tree for the GPU machine (.carry/)
 	$(BIN)/python -m ggml_dispatch.fetch pack $(CARRY)/llama.cpp.tar.xz
+
+archive: venv  ## restore the archive (evidence/, superseded tables: git history) into .cache/archive/
+	$(BIN)/python -m ggml_dispatch.archive
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -23,7 +23,7 @@ from autotune import plan as plan_mod
 from autotune import run as run_mod
 from autotune import status as status_mod
 from codegen import table as table_mod
-from ggml_dispatch import fetch
+from ggml_dispatch import archive, fetch
 from ggml_dispatch.cli import main
 from hook import install as inst
 
@@ -546,7 +546,9 @@ def test_hook_trace_census_stages_compose(tree_copy: Path, smollm2: Path, tmp_pa
     build = tmp_path / "build"
     (build / "bin").mkdir(parents=True)
     (build / "CMakeCache.txt").write_text("# a configured build\n")
-    bench_line = (REPO / "evidence/h200-2026-11-30/integration/bench.jsonl").read_text().splitlines()[0]
+    bench_line = (
+        (archive.path("evidence/h200-2026-11-30/integration/bench.jsonl")).read_text().splitlines()[0]
+    )
     (tmp_path / "bench.jsonl").write_text(bench_line + "\n")
     fake = build / "bin" / "llama-bench"
     fake.write_text(

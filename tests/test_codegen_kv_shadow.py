@@ -13,7 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from codegen import kv_shadow
-from ggml_dispatch import registry
+from ggml_dispatch import archive, registry
 from ggml_dispatch.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ def test_a_bad_budget_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-H100_S25 = REPO / "evidence" / "h100-2026-12-06-s25"
+H100_S25 = archive.path("evidence") / "h100-2026-12-06-s25"
 
 
 def test_shallow_shadow_rules_only_reuse_a_shadow_made_deeper(tmp_path: Path) -> None:

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from codegen import decide, kv_shadow, loo
+from ggml_dispatch import archive
 from ggml_dispatch.artifacts import tuning
 
-TUNING = Path(__file__).resolve().parent.parent / "tables" / "cuda-sm90-nvidia-h200-attn" / "tuning.parquet"
+TUNING = archive.path("tables/cuda-sm90-nvidia-h200-attn/tuning.parquet")
 
 
 def test_in_sample_scores_every_attention_point_with_its_own_key() -> None:
@@ -32,7 +33,7 @@ def test_in_sample_scores_every_attention_point_with_its_own_key() -> None:
 
 
 def test_a_mul_mat_id_point_of_any_bucket_is_answered_by_its_routing_0_rule() -> None:
-    df = pd.read_parquet(TUNING.parent.parent / "cuda-sm90-nvidia-h200-moe" / "tuning.parquet")
+    df = pd.read_parquet(archive.path("tables/cuda-sm90-nvidia-h200-moe/tuning.parquet"))
     held = loo.in_sample(df, decide.Params())
     claimed = [h for h in held if h.predicted is not None]
     assert claimed and {h.key.routing for h in claimed} == {1, 2, 3}  # each answered by the routing-0 rule
@@ -40,7 +41,7 @@ def test_a_mul_mat_id_point_of_any_bucket_is_answered_by_its_routing_0_rule() ->
     assert all(f"routing={h.key.routing}" in loo._point(h) for h in held)
 
 
-SHADOW_SWEEP = TUNING.parent.parent / "cuda-sm90-nvidia-h200-attn-shadow" / "tuning-q8_0.parquet"
+SHADOW_SWEEP = archive.path("tables/cuda-sm90-nvidia-h200-attn-shadow/tuning-q8_0.parquet")
 
 
 def test_main_answers_bad_input_with_one_error_line(

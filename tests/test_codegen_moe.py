@@ -19,7 +19,7 @@ from test_codegen_support import H200, trials
 
 from codegen import decide, diff, render
 from codegen import table as tbl
-from ggml_dispatch import registry, schema
+from ggml_dispatch import archive, registry, schema
 
 P = decide.Params()
 J64 = "mmq/j=64,stream_k=off"
@@ -366,13 +366,13 @@ def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
     """Real H200 sweeps (seventeenth session). The first raced against each bucket's best: its early-
     pruned configurations (0.57-0.63x of stock under concentrated routing) no longer make rules. The
     second raced against stock: its two rules, one a split, are the committed table's."""
-    first, refused = _moe_decisions(REPO / "evidence" / "h200-2026-12-04-s17" / "moe-tuning.parquet")
+    first, refused = _moe_decisions(archive.path("evidence") / "h200-2026-12-04-s17" / "moe-tuning.parquet")
     assert first == []
     assert any(
         f.route == "mmq/j=32,stream_k=off" and "not shown harmless in bucket concentrated" in f.reason
         for f in refused
     )
-    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h200-moe-scaled"
+    table_dir = archive.path("tables/cuda-sm90-nvidia-h200-moe-scaled")
     rules, _ = _moe_decisions(table_dir / "tuning.parquet")
     got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.route) for r in rules)
     assert got == [
@@ -410,7 +410,7 @@ def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
     splits every point at M 128 and 512 gets one, not slower than stock in any bucket (concentrated
     included); with split=fit beside them fit takes every point and one rule covers M 128-512 per shape.
     M = 1 keeps stock's mmvq (every mmq configuration is far slower there)."""
-    fused_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fused"
+    fused_dir = archive.path("tables/cuda-sm90-nvidia-h100-moe-fused")
     rules, refused = _moe_decisions(fused_dir / "tuning.parquet")
     got = _rule_spans(rules)
     assert [g[:4] for g in got] == [
@@ -459,7 +459,7 @@ def test_the_third_h100_sweep_decides_split_fit_under_the_total_regret() -> None
     took the fused J = 16 at gate/up M = 128; the total regret takes split=fit there too, as the twenty-eighth
     session's sweep did, and every bucket's in-sample time is within 2% of its per-point bests."""
 
-    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s29"
+    table_dir = archive.path("tables/cuda-sm90-nvidia-h100-moe-fit-s29")
     rules, _ = _moe_decisions(table_dir / "tuning.parquet")
     fit = "mmq/stream_k=off,split=fit"
     got = _rule_spans(rules)
@@ -474,7 +474,7 @@ def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned
     """Real H100 sweep (thirtieth session): the trace routing kind beside the others (spread routing, so its
     cases land in the spread bucket) and id_sorted timed for the first time, pruned in every case for breaking
     CUDA graphs. The committed table is today's decision; two buckets are beyond 2% in-sample on this GPU."""
-    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit-s30"
+    table_dir = archive.path("tables/cuda-sm90-nvidia-h100-moe-fit-s30")
     tuning = table_dir / "tuning.parquet"
     rules, _ = _moe_decisions(tuning)
     fit = "mmq/stream_k=off,split=fit"

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from codegen import decide
+from ggml_dispatch import archive
 from lab import ab_order
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = [
-    ROOT / "evidence/h200-2026-12-04-s18/ab-qwen3-seed-f16-hook.jsonl",
-    ROOT / "evidence/h200-2026-12-04-s16/ab-qwen3-seed-f16-hook-call1.jsonl",
-    ROOT / "evidence/h200-2026-12-04-s16/ab-qwen3-seed-f16-hook-call2.jsonl",
+    archive.path("evidence/h200-2026-12-04-s18/ab-qwen3-seed-f16-hook.jsonl"),
+    archive.path("evidence/h200-2026-12-04-s16/ab-qwen3-seed-f16-hook-call1.jsonl"),
+    archive.path("evidence/h200-2026-12-04-s16/ab-qwen3-seed-f16-hook-call2.jsonl"),
 ]
 
 

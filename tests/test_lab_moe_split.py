@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ggml_dispatch import archive
 from lab import moe_split
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ROOT / "evidence/h200-2026-12-04-s18/moe-tuning.parquet"
+SWEEP = archive.path("evidence/h200-2026-12-04-s18/moe-tuning.parquet")
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from ggml_dispatch import archive
 from lab import route_match, stock_wrong
 
 ROOT = Path(__file__).resolve().parents[1]
-S10 = ROOT / "evidence/h200-2026-12-02-s10/configs"
+S10 = archive.path("evidence/h200-2026-12-02-s10/configs")
 
 
 def test_classify() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ggml_dispatch import registry
+from ggml_dispatch import archive, registry
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from tuner.select import (
@@ -285,7 +285,7 @@ def test_tune_run_only_focuses_the_mul_mat_id_cases_and_refuses_a_pattern_that_m
     tmp_path: Path,
 ) -> None:
     # the H100 MoE census of the twenty-eighth session (a real trace of the qwen3moe-a3b-L8-scaled model)
-    census = Path(__file__).parents[1] / "tables" / "cuda-sm90-nvidia-h100-moe-fused" / "census.parquet"
+    census = archive.path("tables/cuda-sm90-nvidia-h100-moe-fused/census.parquet")
     out = tmp_path / "t.parquet"
     args = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(out), "--dry-run"]
     r = CliRunner().invoke(main, [*args, "--only", "*split=fit", "--only", "mmq/j=64,stream_k=off"])

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Lab script (GPU machine): the hook on a newer llama.cpp tree than the pinned one (issue #48, item 6).
+# Carry: .carry/upstream.tar.xz from `python -m lab.upstream_carry b11549 -o .carry/upstream.tar.xz` (the tree
+# with the hook installed, every feature that fits, and its install-check.json).
+#   PARTS="build tbo" OUT=... bash lab/upstream.sh
+#   build  cmake + build test-backend-ops and llama-bench (sm_90) in $WORK (kept while the machine is warm)
+#   tbo    test-backend-ops test for MUL_MAT, MUL_MAT_ID and FLASH_ATTN_EXT: the hook with no table
+#          (stock), GGML_CUDA_DISPATCH=off, and each forced configuration of TBO_MODES; a route trace
+#          each; $OUT/tbo-summary.tsv holds op, mode, exit code, passed/total, seconds
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$REPO/out/upstream}
+WORK=${WORK:-/tmp/ggml-dispatch-upstream}
+PARTS=${PARTS:-build tbo}
+JOBS=${JOBS:-$(nproc)}
+mkdir -p "$OUT" "$WORK"
+LOG=$OUT/upstream.log
+T0=$(date +%s)
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+# shellcheck source=lab/cuda-env.sh
+source "$REPO/lab/cuda-env.sh"
+SRC=$WORK/llama.cpp
+BUILD=$WORK/build
+
+if has_part build; then
+    rm -rf "$SRC"
+    tar -xJf "$REPO/.carry/upstream.tar.xz" -C "$WORK"
+    cp "$SRC/install-check.json" "$OUT/"
+    nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+    log "configure"
+    cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF >>"$LOG" 2>&1 || { log "configure failed"; tail -30 "$LOG"; exit 1; }
+    log "build"
+    cmake --build "$BUILD" --target test-backend-ops llama-bench -j "$JOBS" >>"$LOG" 2>&1 || { log "build failed"; grep -m20 -B2 -A8 "error" "$LOG" | tail -60; exit 1; }
+    log "build done"
+fi
+
+if has_part tbo; then
+    TBO=$WORK/tbo
+    rm -rf "$TBO"; mkdir -p "$TBO"
+    run_tbo() {  # $1 = op, $2 = stock | off | force:<config>
+        local op=$1 mode=$2 env=table
+        [ "$mode" = off ] && env=off
+        [[ "$mode" == force:* ]] && env=$mode
+        local name="$op-${mode//[^A-Za-z0-9_=.-]/_}"
+        local t=$(date +%s)
+        GGML_CUDA_DISPATCH=$env GGML_CUDA_ROUTE_TRACE=$TBO/trace-$name.jsonl \
+            timeout "${TBO_TIMEOUT:-400}" "$BUILD/bin/test-backend-ops" test -o "$op" -b CUDA0 >"$TBO/log-$name.txt" 2>&1
+        local rc=$?
+        local pass=$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$TBO/log-$name.txt" | tail -1)
+        local fails=$(grep -c 'FAIL' "$TBO/log-$name.txt")
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$op" "$mode" "$rc" "${pass:-none}" "$fails" "$(( $(date +%s) - t ))" >>"$OUT/tbo-summary.tsv"
+    }
+    printf 'op\tmode\trc\tpassed\tFAIL_lines\tseconds\n' >"$OUT/tbo-summary.tsv"
+    MM_MODES=${MM_MODES:-"stock off force:mmvq force:mmq force:mmq/j=64,stream_k=off force:mmq/stream_k=on force:cublas force:cublas/compute=f32 force:mmf force:mmvf"}
+    ID_MODES=${ID_MODES:-"stock off force:mmvq force:mmq force:mmq/j=32,stream_k=off force:mmf"}
+    FA_MODES=${FA_MODES:-"stock off force:fa_vec force:fa_tile force:fa_mma force:fa_mma/ncols2=4 force:fa_vec/blocks=32"}
+    jobs_list=()
+    for m in $MM_MODES; do jobs_list+=("MUL_MAT $m"); done
+    for m in $ID_MODES; do jobs_list+=("MUL_MAT_ID $m"); done
+    for m in $FA_MODES; do jobs_list+=("FLASH_ATTN_EXT $m"); done
+    running=0
+    for j in "${jobs_list[@]}"; do
+        if [ "$running" -ge "${TBO_JOBS:-4}" ]; then wait -n; running=$((running - 1)); fi
+        # shellcheck disable=SC2086
+        run_tbo $j &
+        running=$((running + 1))
+    done
+    wait
+    log "test-backend-ops done"
+    tar -czf "$OUT/tbo-logs.tar.gz" -C "$TBO" .
+    column -t -s $'\t' "$OUT/tbo-summary.tsv"
+fi
+log "end"
