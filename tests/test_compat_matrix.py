@@ -6,14 +6,15 @@ results, the cache extraction from a tiny hand-made sdist.
 Slow (``pytest.mark.slow``): the four trees of ``hook/compat.tsv`` (PyPI sdists, sha256-checked, fetched
 once into the cache) each get ``install --check`` (the core must apply on all four; every feature's status
 is printed and recorded as a test property), a real install into a temporary copy (the cached tree is
-never modified), and ``nvcc -c`` for sm_90 of the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu with
-the flags of llama.cpp's CUDA build (tests/test_native_build.py) and the FlashAttention type defines the
-tree's CMake adds to every unit.
+never modified), and ``nvcc -c`` for sm_90 of the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu (and
+any other .cu the install edits there: mmq.cu of b11549) with the flags of llama.cpp's CUDA build
+(tests/test_native_build.py) and the FlashAttention type defines the tree's CMake adds to every unit.
 
 Compile cost, measured on the 2-core development machine (CUDA 13.0 nvcc, one nvcc at a time, idle
-machine): ggml-cuda.cu 10-12 s, ggml-dispatch.cu 10-16 s, fattn.cu 24 s, so about 50 s of CPU a tree and
-200 s for the four, 100 s of wall time at two nvcc at once (CI has 2 cores). That fits the suite's budget,
-so every tree's three units are compiled rather than ggml-cuda.cu of the pinned and newest tree only.
+machine): ggml-cuda.cu 10-12 s, ggml-dispatch.cu 10-16 s, fattn.cu 24 s, mmq.cu 11 s, so about 50 s of
+CPU a tree and 200 s for the four, 100 s of wall time at two nvcc at once (CI has 2 cores). That fits the
+suite's budget, so every tree's units are compiled rather than ggml-cuda.cu of the pinned and newest tree
+only.
 """
 
 from __future__ import annotations
@@ -376,6 +377,15 @@ def test_install_applies_what_check_said(
     assert inst.HOOK_MARKER not in (real_trees[tree] / CUDA / "ggml-cuda.cu").read_text()  # the cache's copy
 
 
+def _units(tree: Path) -> list[str]:
+    """UNITS, and any other .cu the install edited or added there (mmq.cu where the tree sizes mmq by J)."""
+    record = inst.read_manifest(tree)
+    assert record is not None
+    rels = [*record["targets"], *record["files_added"]]
+    edited = sorted(Path(r).name for r in rels if r.endswith(".cu") and Path(r).parent == CUDA)
+    return [*UNITS, *(u for u in edited if u not in UNITS)]
+
+
 def _flags(tree: Path) -> list[str]:
     """NVCC_FLAGS, and the FlashAttention defines where the tree's CMake adds them to every unit."""
     cmake = (tree / CUDA / "CMakeLists.txt").read_text()
@@ -387,7 +397,7 @@ def _flags(tree: Path) -> list[str]:
 def compiled(
     installed: dict[str, Path | str], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, str], subprocess.CompletedProcess[str]]:
-    """nvcc -c of each installed tree's UNITS, two at a time (CI's two cores)."""
+    """nvcc -c of each installed tree's units (_units), two at a time (CI's two cores)."""
     if NVCC is None:
         pytest.skip(
             "nvcc is not installed: the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu of the "
@@ -402,7 +412,7 @@ def compiled(
         ]
         for i, (name, tree) in enumerate(installed.items())
         if isinstance(tree, Path)
-        for unit in UNITS
+        for unit in _units(tree)
     }
     with ThreadPoolExecutor(2) as ex:
         futures = {k: ex.submit(subprocess.run, v, capture_output=True, text=True) for k, v in jobs.items()}
@@ -416,11 +426,11 @@ def test_nvcc_compiles_the_hooked_units_for_sm90(
     installed: dict[str, Path | str],
     compiled: dict[tuple[str, str], subprocess.CompletedProcess[str]],
 ) -> None:
-    _installed(installed, tree)
-    failed = {u: compiled[(tree, u)].stderr for u in UNITS if compiled[(tree, u)].returncode != 0}
+    units = _units(_installed(installed, tree))
+    failed = {u: compiled[(tree, u)].stderr for u in units if compiled[(tree, u)].returncode != 0}
     first_errors = {u: [ln for ln in err.splitlines() if "error" in ln][:3] for u, err in failed.items()}
     assert not failed, f"{tree}: {sorted(failed)} do not compile: {first_errors}\n" + "\n".join(
         err[-3000:] for err in failed.values()
     )
-    for unit in UNITS:
+    for unit in units:
         assert _hook_warnings(compiled[(tree, unit)].stderr) == [], f"{tree} {unit}"
