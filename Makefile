@@ -75,6 +75,12 @@ smollm2: venv  ## fetch the real SmolLM2-135M Q4_1 GGUF into .cache/models
 llama-tarball: venv  ## trimmed .tar.xz of the pinned tree for the GPU machine (.carry/)
 	$(BIN)/python -m ggml_dispatch.fetch pack $(CARRY)/llama.cpp.tar.xz
 
+.PHONY: compat compat-span
+compat: venv  ## install --check on the trees of hook/compat.tsv -> docs/compat.md, docs/compat.json
+	$(BIN)/python -m hook.compat
+compat-span: venv  ## install --check across llama.cpp builds (hook/compat-span.tsv, 10 sdists; not in CI) -> docs/compat-span.md
+	$(BIN)/python -m hook.compat --span
+
 archive: venv  ## restore the archive (evidence/, superseded tables: git history) into .cache/archive/
 	$(BIN)/python -m ggml_dispatch.archive
 

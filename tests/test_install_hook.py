@@ -355,8 +355,6 @@ def test_fattn_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> 
         "mma_ncols1",
         "mma_ncols2",
         "vec_kv_shadow",
-        "core_needs_vec_case",
-        "core_needs_sparse",
     }
     patched = patch.apply(src, hunks)
     assert inst.HOOK_MARKERS["fattn.cu"] in patched and inst.HOOK_MARKERS["fattn.cu"] not in src

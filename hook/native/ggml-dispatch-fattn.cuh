@@ -3,6 +3,43 @@
 // that file's own functions defined above that place, so it is not a self-contained header.
 #pragma once
 
+// Tree functions this file reads that older trees lack. Overload resolution takes the form that compiles
+// (`int` beats `long`); where a tree has none, the answer its absence means: no sparse-gather variant, and a
+// VEC launch of unknown instances sized with the f16 copies (more scratch, never less).
+template <typename T>
+static constexpr auto ggml_dispatch_may_use_sparse_form(int, T DKQ, int DV, int n1, int n2)
+        -> decltype(ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(DKQ, DV, n1, n2)) {
+    return ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(DKQ, DV, n1, n2);
+}
+template <typename T>
+static constexpr bool ggml_dispatch_may_use_sparse_form(long, T, int, int, int) {
+    return false;
+}
+static constexpr bool ggml_dispatch_may_use_sparse(int DKQ, int DV, int n1, int n2) {
+    return ggml_dispatch_may_use_sparse_form(0, DKQ, DV, n1, n2);
+}
+template <typename T>
+static auto ggml_dispatch_shall_use_sparse_form(int, int cc, T dst, int n1, int n2)
+        -> decltype(ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, n1, n2)) {
+    return ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, n1, n2);
+}
+template <typename T>
+static bool ggml_dispatch_shall_use_sparse_form(long, int, T, int, int) {
+    return false;
+}
+static bool ggml_dispatch_shall_use_sparse(int cc, const ggml_tensor * dst, int n1, int n2) {
+    return ggml_dispatch_shall_use_sparse_form(0, cc, dst, n1, n2);
+}
+template <typename T>
+static auto ggml_dispatch_vec_needs_f16_form(int, T head, ggml_type k, ggml_type v)
+        -> decltype(ggml_cuda_get_fattn_vec_case(head, k, v) == nullptr) {
+    return ggml_cuda_get_fattn_vec_case(head, k, v) == nullptr;
+}
+template <typename T>
+static bool ggml_dispatch_vec_needs_f16_form(long, T, ggml_type, ggml_type) {
+    return true;
+}
+
 // ggml-dispatch: the hard limits of each kernel on a node stock can run (stock != NONE), as the tree's
 // kernels take them: VEC needs a head dim <= 256, a multiple of 64 but not 192, a KV length that is a
 // multiple of FATTN_KQ_STRIDE and at most GGML_DISPATCH_FA_VEC_MAX_COLS Q columns (1-2 per block); a K/V
@@ -183,9 +220,9 @@ static bool ggml_cuda_fattn_dispatch_mma_pick(const int cc, const ggml_tensor * 
         if (!launched) {
             return false;
         }
-    } else if (ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(DKQ, DV, 1, n2) &&
-               !(ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(DKQ, DV, 64/n2, n2) && M > 32/n2) &&
-               ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, 1, n2)) {
+    } else if (ggml_dispatch_may_use_sparse(DKQ, DV, 1, n2) &&
+               !(ggml_dispatch_may_use_sparse(DKQ, DV, 64/n2, n2) && M > 32/n2) &&
+               ggml_dispatch_shall_use_sparse(cc, dst, 1, n2)) {
         n1 = 1;
     } else if (n2 <= 8 && turing_mma_available(cc) && M <= 8/n2) {
         n1 = 8/n2;
@@ -204,8 +241,8 @@ static bool ggml_cuda_fattn_dispatch_mma_pick(const int cc, const ggml_tensor * 
     memcpy(&logit_softcap, (const float *) dst->op_params + 2, sizeof(float));
     out->ncols1 = n1;
     out->ncols2 = n2;
-    out->sparse = logit_softcap == 0.0f && ggml_cuda_flash_attn_ext_mma_f16_may_use_sparse(DKQ, DV, n1, n2) &&
-                  ggml_cuda_flash_attn_ext_mma_f16_shall_use_sparse(cc, dst, n1, n2);
+    out->sparse = logit_softcap == 0.0f && ggml_dispatch_may_use_sparse(DKQ, DV, n1, n2) &&
+                  ggml_dispatch_shall_use_sparse(cc, dst, n1, n2);
     return true;
 }
 
@@ -306,7 +343,7 @@ static size_t ggml_cuda_fattn_dispatch_scratch(const ggml_tensor * dst, const be
         need_f16_K = true;
         need_f16_V = true;
     } else if (kernel == BEST_FATTN_KERNEL_VEC) {
-        const bool f16_fallback = ggml_cuda_get_fattn_vec_case(Q->ne[0], K->type, V->type) == nullptr;
+        const bool f16_fallback = ggml_dispatch_vec_needs_f16_form(0, Q->ne[0], K->type, V->type);
         need_f16_K = K->type == GGML_TYPE_F32 || f16_fallback;
         need_f16_V = V->type == GGML_TYPE_F32 || f16_fallback;
     }

@@ -15,7 +15,9 @@
 #ifndef GGML_DISPATCH_FEATURES
 #define GGML_DISPATCH_FEATURES 0xffffffffu  // stamped by install; a build header without it predates features
 #endif
+#if __has_include("fwht.cuh")
 #include "fwht.cuh"
+#endif
 #include "ggml-dispatch-cache-impl.cuh"
 #include "ggml-dispatch-kv-impl.cuh"
 
@@ -349,6 +351,16 @@ static bool bad_padding(const ggml_tensor * src0) {  // as ggml_cuda_mul_mat com
            ggml_nbytes(src0) != ggml_backend_buffer_get_alloc_size(src0->buffer, src0) && src0->view_src;
 }
 
+// The tree's FWHT hint path (ggml_cuda_op_mul_mat_use_fwht) where it has one; none in older trees.
+template <typename T>
+static auto fwht_hint_form(int, T dst) -> decltype(ggml_cuda_op_mul_mat_use_fwht(dst)) {
+    return ggml_cuda_op_mul_mat_use_fwht(dst);
+}
+template <typename T>
+static bool fwht_hint_form(long, T) {
+    return false;
+}
+
 static ggml_dispatch_mm_desc describe(const ggml_tensor * dst) {
     const ggml_tensor *   src0 = dst->src[0];
     const ggml_tensor *   src1 = dst->src[1];
@@ -370,7 +382,7 @@ static ggml_dispatch_mm_desc describe(const ggml_tensor * dst) {
     d.src0_bad_padding            = bad_padding(src0);
     // ggml_cuda_op_fwht takes the node only for these row lengths (fwht.cu)
     const int64_t n = src1->ne[0];
-    d.fwht_hint = dst->op == GGML_OP_MUL_MAT && ggml_cuda_op_mul_mat_use_fwht(dst) &&
+    d.fwht_hint = dst->op == GGML_OP_MUL_MAT && fwht_hint_form(0, dst) &&
                   (n == 64 || n == 128 || n == 256 || n == 512);
     return d;
 }
