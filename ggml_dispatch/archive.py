@@ -90,13 +90,14 @@ def archived(rel: str | os.PathLike[str]) -> bool:
 
 
 def path(rel: str | os.PathLike[str]) -> Path:
-    """A file or folder of the repository: from the archive where it is inside an archived folder (the
-    checkout keeps only their index), else the checkout's."""
+    """A file or folder of the repository: the checkout's where it is there, else the archive's (inside an
+    archived folder: ``evidence/`` keeps its index and the sessions after the archive in the checkout)."""
     rel = Path(rel)
-    if not archived(rel):
-        return REPO_ROOT / rel
+    here = REPO_ROOT / rel
+    if here.exists() or not archived(rel):
+        return here
     if rel.as_posix().rstrip("/") not in listing():
-        raise ArchiveError(f"{rel}: not in the archive ({COMMIT[:12]})")
+        raise ArchiveError(f"{rel}: in neither the checkout nor the archive ({COMMIT[:12]})")
     return restore() / rel
 
 

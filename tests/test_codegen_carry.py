@@ -234,7 +234,7 @@ def test_gap_class_defaults_reach_larger_shapes_where_their_fitted_curves_carry(
     assert _look(t, key, 384, 8192, 28672) == "cublas" and _look(t, key, 488, 28672, 8192) == "cublas"
     near = min(r["M_lo"] for r in gap)
     assert [r["NK_hi"] for r in gap if r["M_lo"] == near] == [4096 * 14336]  # the threshold end stays fitted
-    rows = pd.read_parquet(archive.path("evidence") / "h200-2026-12-01" / "verify" / "verify-70b.parquet")
+    rows = pd.read_parquet(archive.path("evidence/h200-2026-12-01/verify/verify-70b.parquet"))
     s = verify.summarize(rows, t)
     assert not any(p.slower_than_stock for p in s.points)
     at = {(p.key.N, p.key.K, p.M): p for p in s.points if p.key.src0_type == "q4_K"}

@@ -57,7 +57,7 @@ def test_a_bad_budget_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-H100_S25 = archive.path("evidence") / "h100-2026-12-06-s25"
+H100_S25 = archive.path("evidence/h100-2026-12-06-s25")
 
 
 def test_shallow_shadow_rules_only_reuse_a_shadow_made_deeper(tmp_path: Path) -> None:

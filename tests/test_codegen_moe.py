@@ -366,7 +366,7 @@ def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
     """Real H200 sweeps (seventeenth session). The first raced against each bucket's best: its early-
     pruned configurations (0.57-0.63x of stock under concentrated routing) no longer make rules. The
     second raced against stock: its two rules, one a split, are the committed table's."""
-    first, refused = _moe_decisions(archive.path("evidence") / "h200-2026-12-04-s17" / "moe-tuning.parquet")
+    first, refused = _moe_decisions(archive.path("evidence/h200-2026-12-04-s17/moe-tuning.parquet"))
     assert first == []
     assert any(
         f.route == "mmq/j=32,stream_k=off" and "not shown harmless in bucket concentrated" in f.reason

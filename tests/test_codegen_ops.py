@@ -16,7 +16,7 @@ from ggml_dispatch import archive, registry
 from ggml_dispatch.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
-EVIDENCE = archive.path("evidence") / "h100-2026-12-06-s25"
+EVIDENCE = archive.path("evidence/h100-2026-12-06-s25")
 TUNING = EVIDENCE / "autotune-fill-tuning.parquet"
 BUDGET = ["--kv-shadow-budget", "16384"]
 
@@ -60,9 +60,7 @@ def test_without_op_the_decision_record_is_unchanged(full: dict) -> None:
     as_measured = [{**r, "config": registry.measured_config(r["config"])} for r in full["rules"]]
     assert as_measured == measured["rules"]
     assert full["provenance"]["decision"] == measured["provenance"]["decision"]
-    reuse = json.loads(
-        (archive.path("evidence") / "h100-2026-12-06-s26" / "fill-reuse" / "table.json").read_text()
-    )
+    reuse = json.loads((archive.path("evidence/h100-2026-12-06-s26/fill-reuse/table.json")).read_text())
     assert full["rules"] == reuse["rules"] and any("kv=reuse" in r["config"] for r in full["rules"])
 
 

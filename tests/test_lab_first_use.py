@@ -15,7 +15,7 @@ from ggml_dispatch.artifacts.timeline import parse_ktl
 from lab import ab_first_rep, eval_gaps, first_use_gaps
 
 REPO = Path(__file__).resolve().parent.parent
-AB = archive.path("evidence") / "h200-2026-12-01-s8" / "attn" / "ab-warmup-v1" / "ab-llama8b-q8_0-f16.jsonl"
+AB = archive.path("evidence/h200-2026-12-01-s8/attn/ab-warmup-v1/ab-llama8b-q8_0-f16.jsonl")
 
 
 def test_first_repetition_carries_the_committed_ab_losses() -> None:
@@ -147,9 +147,7 @@ def test_chain_bounds_packs_and_stops_at_a_failed_step(tmp_path: Path) -> None:
     assert "step 2 rc=1" in (out / "steps.txt").read_text()
 
 
-HOOK_AB = sorted(
-    (archive.path("evidence") / "h200-2026-12-03-s14").glob("ab-qwen3-seed-f16-hook-call*.jsonl")
-)
+HOOK_AB = sorted((archive.path("evidence/h200-2026-12-03-s14")).glob("ab-qwen3-seed-f16-hook-call*.jsonl"))
 
 
 def test_each_repetition_apart_on_the_real_three_arm_ab() -> None:

@@ -29,7 +29,7 @@ from report import abrun, analysis, markdown
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"
-BENCH_JSONL = archive.path("evidence") / "h200-2026-11-30" / "integration" / "bench.jsonl"
+BENCH_JSONL = archive.path("evidence/h200-2026-11-30/integration/bench.jsonl")
 TABLE_HASH = table_mod.table_hash(table_mod.load(TABLES / "table.json"))
 TABLE_LINE = f"table {TABLE_HASH[:12]} (NVIDIA H200, cc 900, 132 SMs, 20 rules): applied on CUDA0"
 OFF_LINE = "GGML_CUDA_DISPATCH=off: stock dispatch"
@@ -311,10 +311,8 @@ def test_table_check_of_a_cached_table_holds_the_cached_arm(tmp_path: Path) -> N
         ab.check_records(swapped, p, TABLE_HASH, table_arm="cached")
 
 
-ATTN_TRACE = archive.path("evidence") / "h200-2026-12-01-s6" / "attn" / "attn-trace"
-ATTN_AB = (
-    archive.path("evidence") / "h200-2026-12-01-s7" / "attn" / "table-d86e5132" / "ab-llama8b-q8_0-f16.jsonl"
-)
+ATTN_TRACE = archive.path("evidence/h200-2026-12-01-s6/attn/attn-trace")
+ATTN_AB = archive.path("evidence/h200-2026-12-01-s7/attn/table-d86e5132/ab-llama8b-q8_0-f16.jsonl")
 
 
 def test_test_names_carry_the_kv_cache_types_of_a_real_run() -> None:
@@ -340,9 +338,7 @@ def test_records_named_before_the_kv_types_keep_their_caches_apart() -> None:
 
 
 ATTN_TABLE = archive.path("tables/cuda-sm90-nvidia-h200-attn")
-ATTN_AB_V1 = (
-    archive.path("evidence") / "h200-2026-12-01-s8" / "attn" / "ab-warmup-v1"
-)  # the eighth session's A/B
+ATTN_AB_V1 = archive.path("evidence/h200-2026-12-01-s8/attn/ab-warmup-v1")  # the eighth session's A/B
 
 
 def test_losses_of_the_first_repetition_alone_are_told_apart() -> None:
@@ -421,7 +417,7 @@ def test_hook_arm_splits_table_over_stock_into_the_hook_and_the_rules() -> None:
     )
 
 
-S14 = archive.path("evidence") / "h200-2026-12-03-s14"
+S14 = archive.path("evidence/h200-2026-12-03-s14")
 
 
 def test_pooled_calls_make_one_comparison_per_workload_with_pairs_kept_per_file() -> None:
@@ -449,7 +445,7 @@ def test_pooled_calls_make_one_comparison_per_workload_with_pairs_kept_per_file(
 
 
 def test_pooling_refuses_calls_of_another_table(tmp_path: Path) -> None:
-    other = archive.path("evidence") / "h200-2026-12-02-s13" / "ab-qwen3-seed-f16-attn-table.jsonl"
+    other = archive.path("evidence/h200-2026-12-02-s13/ab-qwen3-seed-f16-attn-table.jsonl")
     calls = [S14 / "ab-qwen3-seed-f16-hook-call1.jsonl", other]
     with pytest.raises(InputError, match="A/Bs of different tables are not pooled") as e:
         report_ab.load_ab(calls, pool=True)
@@ -492,7 +488,7 @@ def test_a_depth_test_is_predicted_at_its_own_M(tmp_path: Path) -> None:
     import io
     import tarfile
 
-    s22 = archive.path("evidence") / "h100-2026-12-06-s22"
+    s22 = archive.path("evidence/h100-2026-12-06-s22")
     with tarfile.open(s22 / "call2" / "1-attn-autotune.tar.gz") as outer:
         inner = outer.extractfile("1-attn-autotune/autotune-attn.tar.gz")
         assert inner is not None
@@ -524,7 +520,7 @@ def test_a_depth_test_is_predicted_at_its_own_M(tmp_path: Path) -> None:
     assert "1.491" not in rows.values()
 
 
-S23 = archive.path("evidence") / "h100-2026-12-06-s23"
+S23 = archive.path("evidence/h100-2026-12-06-s23")
 
 
 def test_a_gain_the_last_repetition_does_not_show_is_named() -> None:
