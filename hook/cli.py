@@ -156,7 +156,7 @@ def _check_text(report: dict[str, object]) -> str:
     lines = [f"core           {core['status']} ({core['lines']} lines into upstream files)"]
     for name, st in features.items():
         lines.append(f"{name:<14} {st['status']}" + (f": {st['reason']}" if st["reason"] else ""))
-    matmul = [u for u in unseen if "another op" not in u["why"]]
+    matmul = [u for u in unseen if u.get("kind") != "other_op"]
     lines.append(
         f"unhooked: {len(matmul)} matmul/attention launch(es) the seam does not see"
         f" (+{len(unseen) - len(matmul)} GEMMs inside other ops)"

@@ -339,14 +339,19 @@ def render_matrix(results: Sequence[Result], source: str, command: str = "python
     ]
     for r in results:
         t = r.tree
-        row = [_cell(t.name), _cell(f"{t.project} {t.version}"), _short(t.upstream)]
-        if r.check is None:
-            row += ["refused"] + ["—"] * len(features) + ["—"]
-        else:
-            row += [_core_cell(r.check), *(_feature_cell(r.check, f) for f in features)]
-            row.append(str(len(r.check.get("unhooked", []))))
+        row = [_cell(t.name), _cell(f"{t.project} {t.version}"), _short(t.upstream), *_cells(r, features)]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines + _notes(results, features)) + "\n"
+
+
+def _cells(r: Result, features: Sequence[str]) -> list[str]:
+    """A tree's core, feature and unhooked cells (the launches inside other ops counted apart)."""
+    if r.check is None:
+        return ["refused", *(["—"] * len(features)), "—"]
+    unseen = r.check.get("unhooked", [])
+    other = sum(1 for u in unseen if u.get("kind") == "other_op")
+    count = f"{len(unseen) - other} (+{other} in other ops)"
+    return [_core_cell(r.check), *(_feature_cell(r.check, f) for f in features), count]
 
 
 def _works(r: Result, feature: str) -> bool:
@@ -382,12 +387,7 @@ def render_span(results: Sequence[Result], source: str, command: str = "python -
         "|" + "---|" * (len(features) + 3),
     ]
     for r in results:
-        if r.check is None:
-            row = [_cell(r.tree.name), "refused", *(["—"] * len(features)), "—"]
-        else:
-            row = [_cell(r.tree.name), _core_cell(r.check), *(_feature_cell(r.check, f) for f in features)]
-            row.append(str(len(r.check.get("unhooked", []))))
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append("| " + " | ".join([_cell(r.tree.name), *_cells(r, features)]) + " |")
     lines += ["", "## From which build each feature works", ""]
     lines += ["A feature works where it and the core apply.", "", "| feature | works from | not in |"]
     lines.append("|---|---|---|")

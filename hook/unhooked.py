@@ -77,6 +77,7 @@ class Call:
 class Unhooked:
     call: Call
     why: str
+    other_op: bool = False  # a GEMM inside another op (conv, out_prod, ssm_scan): not a matmul node
 
     def to_json(self) -> dict[str, Any]:
         c = self.call
@@ -86,6 +87,7 @@ class Unhooked:
             "function": c.function,
             "call": c.text,
             "why": self.why,
+            "kind": "other_op" if self.other_op else "node",
         }
 
 
@@ -157,13 +159,14 @@ def scan(tree: Path, seen: frozenset[tuple[str, str, str, str]] | None = None) -
             ("ggml_cuda_mul_mat", "ggml_cuda_flash_attn", "launch_")
         ):
             continue  # inside the kernel family's own file: the entry point's own code
-        if OTHER_OPS.search(c.function) or OTHER_OPS.search(c.file):
+        other = bool(OTHER_OPS.search(c.function) or OTHER_OPS.search(c.file))
+        if other:
             why = f"a GEMM inside another op ({c.function}); not a matmul node, the seam does not choose it"
         elif c.file == "ggml-cuda.cu" and c.function in SEEN_FUNCTIONS:
             why = f"a call in {c.function} that the seam was not reviewed against (a new path of the tree)"
         else:
             why = f"{c.callee} called from {c.function}, which the seam does not see"
-        found.append(Unhooked(c, why))
+        found.append(Unhooked(c, why, other))
     return found
 
 

