@@ -332,16 +332,18 @@ def render_matrix(results: Sequence[Result], source: str, command: str = "python
     """docs/compat.md: tree x feature."""
     features = feature_names(results)
     lines = _header("Compatibility matrix", source, command)
-    lines += [
-        "",
-        "| tree | sdist | upstream | core | " + " | ".join(features) + " | unhooked calls |",
-        "|" + "---|" * (len(features) + 5),
-    ]
+    lines += ["", *_table_head(["tree", "sdist", "upstream"], features)]
     for r in results:
         t = r.tree
         row = [_cell(t.name), _cell(f"{t.project} {t.version}"), _short(t.upstream), *_cells(r, features)]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines + _notes(results, features)) + "\n"
+
+
+def _table_head(lead: Sequence[str], features: Sequence[str]) -> list[str]:
+    """A tree x feature table's head: ``lead`` columns, then the core, each feature, the unhooked calls."""
+    columns = [*lead, "core", *features, "unhooked calls"]
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def _cells(r: Result, features: Sequence[str]) -> list[str]:
@@ -381,11 +383,7 @@ def render_span(results: Sequence[Result], source: str, command: str = "python -
     features = feature_names(results)
     columns = ["core", *features]
     lines = _header("Compatibility across llama.cpp builds", source, command)
-    lines += [
-        "",
-        "| build | core | " + " | ".join(features) + " | unhooked calls |",
-        "|" + "---|" * (len(features) + 3),
-    ]
+    lines += ["", *_table_head(["build"], features)]
     for r in results:
         lines.append("| " + " | ".join([_cell(r.tree.name), *_cells(r, features)]) + " |")
     lines += ["", "## From which build each feature works", ""]

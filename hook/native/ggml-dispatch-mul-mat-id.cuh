@@ -17,27 +17,12 @@ static void ggml_cuda_mul_mat_id_dispatch(ggml_backend_cuda_context & ctx, ggml_
     const ggml_tensor * ids  = dst->src[2];
     const int config = ggml_cuda_dispatch_begin_mul_mat_id(ctx, dst);
     ggml_dispatch_params_scope params(ggml_cuda_dispatch_params_of(config));
-    switch (ggml_dispatch_config_route(config)) {
-        case GGML_DISPATCH_ROUTE_MMVF:
-            ggml_cuda_mul_mat_vec_f(ctx, src0, src1, ids, dst);
-            break;
-        case GGML_DISPATCH_ROUTE_MMF:
-            ggml_cuda_mul_mat_f(ctx, src0, src1, ids, dst);
-            break;
-        case GGML_DISPATCH_ROUTE_MMVQ:
-            ggml_cuda_mul_mat_vec_q(ctx, src0, src1, ids, dst);
-            break;
-        case GGML_DISPATCH_ROUTE_MMQ:
-            ggml_cuda_mul_mat_q(ctx, src0, src1, ids, dst);
-            break;
-        case GGML_DISPATCH_ROUTE_ID_SORTED:
-            ggml_cuda_dispatch_id_sorted_now = true;
-            ggml_cuda_mul_mat_id(ctx, dst);
-            ggml_cuda_dispatch_id_sorted_now = false;
-            break;
-        default:
-            ggml_cuda_mul_mat_id(ctx, dst);
-            break;
+    const int route = ggml_dispatch_config_route(config);
+    if (!ggml_cuda_dispatch_run_kernel(route, ctx, src0, src1, ids, dst)) {
+        // id_sorted: the tree's per-expert fallback, by the dispatch's choice; else stock
+        ggml_cuda_dispatch_id_sorted_now = route == GGML_DISPATCH_ROUTE_ID_SORTED;
+        ggml_cuda_mul_mat_id(ctx, dst);
+        ggml_cuda_dispatch_id_sorted_now = false;
     }
     ggml_cuda_dispatch_end_mul_mat_id(params.refused());
 }
