@@ -76,10 +76,10 @@ llama-tarball: venv  ## trimmed .tar.xz of the pinned tree for the GPU machine (
 	$(BIN)/python -m ggml_dispatch.fetch pack $(CARRY)/llama.cpp.tar.xz
 
 .PHONY: compat compat-span
-compat: venv  ## install --check on the trees of hook/compat.tsv -> docs/compat.md, docs/compat.json
-	$(BIN)/python -m hook.compat
-compat-span: venv  ## install --check across llama.cpp builds (hook/compat-span.tsv, 10 sdists; not in CI) -> docs/compat-span.md
-	$(BIN)/python -m hook.compat --span
+compat: venv  ## install --check on the trees of ggml_dispatch/hook/compat.tsv -> docs/compat.md, docs/compat.json
+	$(BIN)/python -m ggml_dispatch.hook.compat
+compat-span: venv  ## install --check across llama.cpp builds (ggml_dispatch/hook/compat-span.tsv, 10 sdists; not in CI) -> docs/compat-span.md
+	$(BIN)/python -m ggml_dispatch.hook.compat --span
 
 archive: venv  ## restore the archive (evidence/, superseded tables: git history) into .cache/archive/
 	$(BIN)/python -m ggml_dispatch.archive
@@ -109,7 +109,7 @@ BENCH_MEMORY_KEYS ?= 1000000
 
 .PHONY: bench-ingest
 bench-ingest: venv  ## census ingest vs pandas on a generated 5M-line trace (records/s, peak RSS; BENCH_RECORDS=...), and RSS per distinct key
-	$(BIN)/python -m census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
+	$(BIN)/python -m ggml_dispatch.census.bench_ingest --records $(BENCH_RECORDS) --keys $(BENCH_KEYS) \
 		$(if $(BENCH_ALSO),--also $(BENCH_ALSO)) $(if $(BENCH_MEMORY_KEYS),--memory-keys $(BENCH_MEMORY_KEYS))
 
 # ---- ggml-cuda integration: install into a tree, and the GPU proof (lab/integration.sh)
@@ -146,7 +146,7 @@ device-carry: venv device-integration-carry tune-agreement-carry device-profile-
 	if [ -f $(MEASURED)/census.parquet ]; then cp $(MEASURED)/census.parquet $(CARRY)/census.parquet; fi
 	@du -sh $(CARRY)
 
-$(CARRY)/libkernel_timeline.so: report/native/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
+$(CARRY)/libkernel_timeline.so: ggml_dispatch/report/native/kernel_timeline.cpp  ## CUPTI kernel-timeline injection library (+ libcupti) for the profile step
 	mkdir -p $(CARRY)
 	g++ -O2 -shared -fPIC -std=c++17 -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib -L$(CUDA_HOME)/lib64 -lcupti
 	cp -L $$(ls $(CUDA_HOME)/lib/libcupti.so.13 $(CUDA_HOME)/lib64/libcupti.so.13 2>/dev/null | head -1) $(CARRY)/libcupti.so.13

@@ -23,16 +23,16 @@ class _InputFailure(click.ClickException):
 
 # Sub-commands are imported only when used: `census ingest` need not load matplotlib or jinja2.
 _COMMANDS: Final[dict[str, str]] = {
-    "census": "census.cli:census",
-    "tune": "tuner.cli:tune",
-    "codegen": "codegen.cli:codegen_cmd",
-    "codegen-crude": "codegen.crude:crude_cmd",
-    "install": "hook.cli:install_cmd",
-    "diff": "codegen.cli:diff_cmd",
-    "report": "report.cli:report_cmd",
-    "ab": "report.abrun:ab_cmd",
-    "autotune": "autotune.cli:autotune_cmd",
-    "status": "autotune.cli:status_cmd",
+    "census": "ggml_dispatch.census.cli:census",
+    "tune": "ggml_dispatch.tuner.cli:tune",
+    "codegen": "ggml_dispatch.codegen.cli:codegen_cmd",
+    "codegen-crude": "ggml_dispatch.codegen.crude:crude_cmd",
+    "install": "ggml_dispatch.hook.cli:install_cmd",
+    "diff": "ggml_dispatch.codegen.cli:diff_cmd",
+    "report": "ggml_dispatch.report.cli:report_cmd",
+    "ab": "ggml_dispatch.report.abrun:ab_cmd",
+    "autotune": "ggml_dispatch.autotune.cli:autotune_cmd",
+    "status": "ggml_dispatch.autotune.cli:status_cmd",
 }
 
 

@@ -1,7 +1,8 @@
 """The one registry of ops, layouts, routes, route parameters, configurations and shape keys.
 
 Everything the Python stages and the native code call by name or by integer code is spelled here
-once; ``hook/codes.py`` renders it into the C header ``ggml-dispatch-codes.h`` (install writes it
+once; ``ggml_dispatch/hook/codes.py`` renders it into the C header ``ggml-dispatch-codes.h`` (install writes
+it
 into the tree beside the other native files, the harness build gets the same file), and a test holds
 the op and type tables against the pinned tree's ``ggml/include/ggml.h``.
 
@@ -145,7 +146,8 @@ FUSED_CODES: Final[dict[Fused, int]] = {Fused.GLU: 1, Fused.BIAS: 2, Fused.SCALE
 # Why a node ran what it ran (trace `reason`); "ineligible:<why>" carries the eligibility answer.
 REASONS: Final[tuple[str, ...]] = ("stock", "table", "forced", "fused", "ineligible")
 
-# The eligibility check's answers (hook/native/ggml-dispatch-eligibility.cuh), in code order; "ok" = 0.
+# The eligibility check's answers (ggml_dispatch/hook/native/ggml-dispatch-eligibility.cuh), in code order;
+# "ok" = 0.
 INELIGIBLE: Final[dict[str, str]] = {
     "ok": "eligible",
     "route": "not a valid configuration of a table route",
@@ -919,7 +921,8 @@ def route_allowed(op: Op | str, config: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# MUL_MAT_ID routing buckets (a MulMatIdKey's ``routing``), as hook/native/ggml-dispatch-moe-stats.h
+# MUL_MAT_ID routing buckets (a MulMatIdKey's ``routing``), as
+# ggml_dispatch/hook/native/ggml-dispatch-moe-stats.h
 # computes them per call from the tokens each expert got. Coverage = non-empty experts / min(E, picks),
 # picks = (token, slot) pairs.
 

@@ -240,7 +240,8 @@ TRACE_ROUTE_FIELDS: Final[dict[str, str]] = {
 # config: the configuration that ran, canonical text (null for a trace-only path)
 TRACE_ROUTE_OPTIONAL: Final[dict[str, str]] = {"t_us": "num", "config": "str|null", "experts": "obj"}
 # MUL_MAT_ID records of a traced run: tokens-per-expert statistics of the sampled calls since the last
-# flush (hook/native/ggml-dispatch-moe-stats.h): means per call, the largest max, calls per routing bucket.
+# flush (ggml_dispatch/hook/native/ggml-dispatch-moe-stats.h): means per call, the largest max, calls per
+# routing bucket.
 TRACE_EXPERTS_FIELDS: Final[dict[str, str]] = {
     "sampled": "int",
     "picks": "num",

@@ -26,10 +26,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from codegen import decide
 from ggml_dispatch.artifacts import ab
+from ggml_dispatch.codegen import decide
 from ggml_dispatch.errors import InputError
-from report.analysis import Ratio, paired_ratio
+from ggml_dispatch.report.analysis import Ratio, paired_ratio
 
 Split = tuple[float, float, float]  # the mean, repetition 1, the later repetitions' mean
 

@@ -21,10 +21,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from codegen import decide
 from ggml_dispatch.artifacts import ab
+from ggml_dispatch.codegen import decide
 from ggml_dispatch.errors import InputError
-from report.analysis import Ratio, paired_ratio
+from ggml_dispatch.report.analysis import Ratio, paired_ratio
 
 # (model, test) -> (arm tps, base tps, arm started first) of each pair both arms ran
 Pairs = dict[tuple[str, str], list[tuple[float, float, bool]]]

@@ -137,8 +137,8 @@ filtered_census() {  # out
     python3 - "$src" "$1" <<'PY' || die "filtering the attention census"
 import sys
 from pathlib import Path
-from census import attention
-from tuner.attention import read_attention_census
+from ggml_dispatch.census import attention
+from ggml_dispatch.tuner.attention import read_attention_census
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 rows = [r for r in read_attention_census(src) if r["M"] <= 8 or (r["M"] == 512 and 16384 <= r["n_kv"] <= 17152)]
 attention.write(rows, dst, {str(src): "filtered"}, src)
@@ -318,8 +318,8 @@ shadow)
         python3 - "$COMMITTED/census.attn.parquet" "$D/census.attn.parquet" <<'PY' || die "filtering the census"
 import sys
 from pathlib import Path
-from census import attention
-from tuner.attention import read_attention_census
+from ggml_dispatch.census import attention
+from ggml_dispatch.tuner.attention import read_attention_census
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 rows = [r for r in read_attention_census(src) if r["k_type"] == "q8_0" and r["v_type"] == "q8_0"]
 attention.write(rows, dst, {str(src): "q8_0 points"}, src)

@@ -20,7 +20,7 @@ from statistics import median
 
 def main(argv: list[str]) -> int:
     from ggml_dispatch.errors import InputError
-    from tuner import results
+    from ggml_dispatch.tuner import results
 
     if len(argv) != 1:
         print("usage: python lab/attn_configs_summary.py TUNING.parquet", file=sys.stderr)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ggml_dispatch.artifacts.timeline import BenchRun, parse_bench
 from ggml_dispatch.errors import InputError
-from report import timeline
+from ggml_dispatch.report import timeline
 
 NAME = re.compile(r"^(?:.*/)?(stock|table)\.tg(\d+)@d(\d+)(-kv[A-Za-z0-9_]+)?\.(ktl|jsonl)$")
 SHORT, LONG = 32, 96

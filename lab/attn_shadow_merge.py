@@ -19,7 +19,7 @@ import click
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import tuning as artifact
 from ggml_dispatch.errors import InputError
-from tuner import results
+from ggml_dispatch.tuner import results
 
 
 def merge(committed: Path, shadow: Path, out: Path) -> int:

@@ -218,7 +218,7 @@ sanitize)
     grep -E "Invalid|ERROR SUMMARY|GGML_ASSERT|Address" "$OUT/sanitize-memcheck.log" | head -20 | tee -a "$OUT/sanitize-summary.txt"
     ;;
 profile)
-    # CUPTI kernel timelines (report/native/kernel_timeline.cpp) of one llama-bench process per arm and test,
+    # CUPTI kernel timelines (ggml_dispatch/report/native/kernel_timeline.cpp) of one llama-bench process per arm and test,
     # read by `ggml-dispatch report --profile`: where the time goes with and without the cache
     KT=$REPO/.carry/libkernel_timeline.so
     [ -f "$KT" ] || die "no $KT (make device-carry builds it)"

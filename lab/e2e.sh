@@ -12,7 +12,7 @@
 #           the crude rule (a one-rule table compiled into a second build); AB_PAIRS pairs of AB_REPS
 #           llama-bench repetitions each, run by `ggml-dispatch ab` (ggml-dispatch-ab/1 records with
 #           each run's command, start-up line, library sha256, GPU and time);
-#   profile kernel timelines (CUPTI, report/native/kernel_timeline.cpp, carried prebuilt as
+#   profile kernel timelines (CUPTI, ggml_dispatch/report/native/kernel_timeline.cpp, carried prebuilt as
 #           .carry/libkernel_timeline.so with .carry/libcupti.so.13) of PROFILE_MODEL for each arm:
 #           pp2048 at every ubatch and tg128, one llama-bench process per test, PROFILE_REPS repetitions;
 #           read by `ggml-dispatch report --profile` (matmul share, other kernels, idle gaps).
@@ -174,7 +174,7 @@ if has_part ab || has_part profile; then
 fi
 
 if has_part ab; then
-    # the package runner (ggml-dispatch ab, report/abrun.py): interleaved pairs, one ggml-dispatch-ab/1
+    # the package runner (ggml-dispatch ab, ggml_dispatch/report/abrun.py): interleaved pairs, one ggml-dispatch-ab/1
     # record per test of each run, with its command, GGML_* environment, start-up line, library, GPU, time
     AB=$OUT/ab.jsonl
     rm -f "$AB"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ggml_dispatch.artifacts.timeline import Timeline, parse_ktl
-from report.timeline import union_ns
+from ggml_dispatch.report.timeline import union_ns
 
 if not __package__:  # run as a script: lab/ is not a package on the path then
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -9,7 +9,7 @@
 #include <vector>
 // NMSE of the CPU backend's FLASH_ATTN_EXT against a float64 reference, with f16 and with f32 K/V holding
 // the same (f16-rounded) values: is the CPU reference the less precise side at long KV lengths? (Why the
-// harness's FlashAttention reference widens f16/bf16 K/V to f32, tuner/harness/flash_attn_ext.cpp.)
+// harness's FlashAttention reference widens f16/bf16 K/V to f32, ggml_dispatch/tuner/harness/flash_attn_ext.cpp.)
 // Runs on the development machine, against the CPU ggml of a harness build (B = its build folder):
 //   g++ -O2 -std=c++17 -I<tree>/ggml/include lab/fa_reference_precision.cpp -o fa_prec \
 //       -L$B/ggml/src -lggml -lggml-base -lggml-cpu -Wl,-rpath,$B/ggml/src

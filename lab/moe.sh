@@ -167,7 +167,7 @@ for r in rules:
     print(" ", r["src0_type"], "N", r["N"], "K", r["K"], "E", r["E"], "U", r["U"], "M", r["M_lo"], "..", r["M_hi"], "->", r["config"], r["buckets"])
 PY
     # in-sample: the table's time at every MUL_MAT_ID point of every bucket against the per-point best
-    python3 -m codegen.loo "$W/moe/tuning.parquet" >"$W/moe/loo.txt" 2>&1 || { cat "$W/moe/loo.txt"; die "codegen.loo failed"; }
+    python3 -m ggml_dispatch.codegen.loo "$W/moe/tuning.parquet" >"$W/moe/loo.txt" 2>&1 || { cat "$W/moe/loo.txt"; die "codegen.loo failed"; }
     grep -A 1000 '^in-sample' "$W/moe/loo.txt" | tee "$OUT/moe-in-sample.txt"
     cp -r "$W/moe/table" "$OUT/moe-table"
     ;;

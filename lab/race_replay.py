@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ggml_dispatch.errors import InputError
-from tuner import journal
+from ggml_dispatch.tuner import journal
 
 MMQ = re.compile(r"mmq/j=(\d+)(,.*)?$")
 
@@ -129,8 +129,8 @@ def screened_rows(df: pd.DataFrame, screen: float) -> pd.DataFrame:
 
 
 def decision_changes(df: pd.DataFrame, screen: float) -> list[str]:
-    from codegen import decide
-    from codegen import table as tbl
+    from ggml_dispatch.codegen import decide
+    from ggml_dispatch.codegen import table as tbl
 
     params = decide.Params()
     rules = [

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from codegen import table as tbl
 from ggml_dispatch import registry
+from ggml_dispatch.codegen import table as tbl
 
 
 def classify(old: str, new: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ggml_dispatch.errors import InputError
-from tuner import journal, results
+from ggml_dispatch.tuner import journal, results
 
 
 def predecessor_spread(rec: dict[str, Any]) -> Iterator[tuple[float, str, dict[str, float]]]:

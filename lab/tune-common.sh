@@ -64,7 +64,7 @@ fi
 if [ -n "$TBO" ] || [ "${NEED_TBO:-0}" != 1 ]; then ARGS+=(-DTUNER_TEST_BACKEND_OPS=OFF); else ARGS+=(-DTUNER_TEST_BACKEND_OPS=ON); fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-cmake -S tuner/harness -B "$HB" "${GEN[@]}" "${ARGS[@]}" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
+cmake -S ggml_dispatch/tuner/harness -B "$HB" "${GEN[@]}" "${ARGS[@]}" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
 cmake --build "$HB" -j "$JOBS" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
 log "build done in $(( $(date +%s) - T0 )) s"
 HARNESS=$HB/bin/ggml-dispatch-harness

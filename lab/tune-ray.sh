@@ -13,7 +13,7 @@
 # the warm machine to continue (the journals stay in $WORK). Each call's wall time per sweep goes to
 # $WORK/phases.jsonl, so the wall and device seconds add up over calls.
 # Writes under $OUT: tuning-multi.parquet, tuning-single.parquet (and their journals), run.log, and
-# once both sweeps are complete summary.json (python -m tuner.executor_spread: per-case per-GPU
+# once both sweeps are complete summary.json (python -m ggml_dispatch.tuner.executor_spread: per-case per-GPU
 # timing spread, wall and device seconds against the target wall <= 1.2 x one-GPU / n) and
 # decisions.txt (ggml-dispatch diff of the tables codegen makes from each: expect no change; GPU only).
 # DEVICE=CPU runs the same steps on ggml's CPU backend with Ray tasks of CPU=1 (RAY_CPUS of them at a

@@ -1,6 +1,7 @@
 """The carry for lab/upstream.sh: a tree of the compatibility matrix, whole, with the hook installed.
 
-``python -m lab.upstream_carry b11549 -o .carry/upstream.tar.xz`` takes the tree's line of hook/compat.tsv,
+``python -m lab.upstream_carry b11549 -o .carry/upstream.tar.xz`` takes the tree's line of
+ggml_dispatch/hook/compat.tsv,
 downloads its sdist (sha256-checked, cached), extracts the llama.cpp folder whole (the GPU machine builds
 test-backend-ops and llama-bench from it), installs the hook with every feature that fits, writes
 ``install-check.json`` beside it and packs it without the folders a build does not read.
@@ -17,13 +18,13 @@ import tempfile
 from pathlib import Path
 
 from ggml_dispatch import fetch
-from hook import compat
-from hook import install as inst
+from ggml_dispatch.hook import compat
+from ggml_dispatch.hook import install as inst
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("name", help="a tree's name in hook/compat.tsv (e.g. b11549)")
+    ap.add_argument("name", help="a tree's name in ggml_dispatch/hook/compat.tsv (e.g. b11549)")
     ap.add_argument("-o", "--out", type=Path, required=True, help="the .tar.xz to write")
     args = ap.parse_args(argv)
     trees = {t.name: t for t in compat.load_trees(compat.TREES_TSV)}

@@ -54,7 +54,7 @@ def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def harness(tree: Path, harness_cache: Path) -> Path:
     """The harness against the tree's CPU backend (-DGGML_NATIVE=OFF), built once for every test file
     that runs it (MUL_MAT, MUL_MAT_ID and FLASH_ATTN_EXT cases are one binary)."""
-    from tuner import build
+    from ggml_dispatch.tuner import build
 
     return build.build_harness(tree, cuda=False, cache_root=harness_cache)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from ggml_dispatch import fetch
-from hook import install as inst
+from ggml_dispatch.hook import install as inst
 
 NATIVE_TESTS = Path(__file__).parent / "native"
 # a CPU-only ggml (GGML_BUILD_TESTS / _EXAMPLES are off by default under add_subdirectory: spelled out)

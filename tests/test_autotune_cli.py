@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autotune import env as env_mod
-from autotune import plan as plan_mod
-from autotune import run as run_mod
-from autotune import status as status_mod
-from codegen import table as table_mod
 from ggml_dispatch import archive, fetch
+from ggml_dispatch.autotune import env as env_mod
+from ggml_dispatch.autotune import plan as plan_mod
+from ggml_dispatch.autotune import run as run_mod
+from ggml_dispatch.autotune import status as status_mod
 from ggml_dispatch.cli import main
-from hook import install as inst
+from ggml_dispatch.codegen import table as table_mod
+from ggml_dispatch.hook import install as inst
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "tables" / "cuda-sm90-nvidia-h200" / "table.json"

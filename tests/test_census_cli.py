@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import H200_DEVICE, MakeGguf, TraceBuilder
 
-from census import build, gguf_meta
 from ggml_dispatch import archive, fileio, schema
+from ggml_dispatch.census import build, gguf_meta
 from ggml_dispatch.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -506,7 +506,7 @@ DEPTH_TRACE = archive.path("evidence/h200-2026-12-01-s6/attn/attn-trace/qwen3-se
 
 
 def test_census_attention_max_m_keeps_decode_and_verify(tmp_path: Path) -> None:
-    from tuner.attention import read_attention_census
+    from ggml_dispatch.tuner.attention import read_attention_census
 
     full = cli("census", "attention", DEPTH_TRACE, "-o", tmp_path / "all.parquet")
     assert full.exit_code == 0, full.output
@@ -525,7 +525,7 @@ def test_census_attention_max_m_keeps_decode_and_verify(tmp_path: Path) -> None:
 def test_census_attention_fill_kv_keeps_each_depths_last_fill_point(tmp_path: Path) -> None:
     """The trace's M = 512 rows are the KV fill (one point per KV length on the way, in steps of the
     ubatch) and the pp512 tests (n_kv = depth + 512): --fill-kv keeps the fill's point at each depth."""
-    from tuner.attention import read_attention_census
+    from ggml_dispatch.tuner.attention import read_attention_census
 
     res = cli(
         "census", "attention", DEPTH_TRACE, "--max-m", "16", "--fill-kv", "16384,49152,10000",

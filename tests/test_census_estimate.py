@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from census import estimate
 from ggml_dispatch import schema
+from ggml_dispatch.census import estimate
 
 
 @pytest.mark.parametrize(

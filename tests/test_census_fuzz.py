@@ -12,7 +12,7 @@ from conftest import TraceBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from census import aggregate, gguf_meta, trace
+from ggml_dispatch.census import aggregate, gguf_meta, trace
 from ggml_dispatch.errors import InputError
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from conftest import MakeGguf, TraceBuilder
 
-from census import aggregate, estimate, gguf_meta, roles, trace
-from census.gguf_meta import GgufModel
 from ggml_dispatch import schema
+from ggml_dispatch.census import aggregate, estimate, gguf_meta, roles, trace
+from ggml_dispatch.census.gguf_meta import GgufModel
 from ggml_dispatch.errors import InputError
 
 HIDDEN, FFN, VOCAB = 64, 128, 256

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import TraceBuilder
 
-from census import aggregate, bench_ingest, trace
 from ggml_dispatch import schema
 from ggml_dispatch.artifacts import census as census_artifact
+from ggml_dispatch.census import aggregate, bench_ingest, trace
 
 
 def _tallies(agg: aggregate.Aggregator) -> list[tuple[str, int, int, float]]:

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import H200_DEVICE, TraceBuilder
 
-from census import build, estimate
 from ggml_dispatch import registry, schema
+from ggml_dispatch.census import build, estimate
 from ggml_dispatch.cli import main
 
 E, N, K = 128, 768, 2048

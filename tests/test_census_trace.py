@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from conftest import H200_DEVICE, TraceBuilder
 
-from census import aggregate, trace
 from ggml_dispatch import schema
+from ggml_dispatch.census import aggregate, trace
 from ggml_dispatch.errors import InputError
 
 H100 = {**H200_DEVICE, "id": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1"}

@@ -11,8 +11,8 @@ import pytest
 from cli_support import run, snapshot
 from test_codegen_support import trials, write_tuning
 
-from codegen import table
 from ggml_dispatch import fetch, schema
+from ggml_dispatch.codegen import table
 from ggml_dispatch.text import printable
 
 EVIL = "NVIDIA H200\nwrote everything\x1b[2J"

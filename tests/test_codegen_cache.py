@@ -17,9 +17,9 @@ from cli_support import refused, run
 from test_codegen_render import GCC, compile_and_run
 from test_codegen_support import census_row, frame, trials, write_census, write_tuning
 
-from codegen import cache, decide, render
-from codegen import table as tbl
 from ggml_dispatch import registry, schema
+from ggml_dispatch.codegen import cache, decide, render
+from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
 
 CACHED = "cublas/out=f16,compute=f16,weight=cached"

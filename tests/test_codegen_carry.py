@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from test_codegen_support import H200, frame, trials
 
-from codegen import decide
-from codegen import table as tbl
 from ggml_dispatch import archive
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as tbl
 
 REPO = Path(__file__).resolve().parent.parent
 H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
@@ -189,8 +189,8 @@ def test_a_shrinking_advantage_keeps_the_class_at_its_measured_sizes() -> None:
 
 
 def test_class_rules_round_trip_through_the_header_and_show_their_kind_in_diff() -> None:
-    from codegen import diff as dif
-    from codegen import render
+    from ggml_dispatch.codegen import diff as dif
+    from ggml_dispatch.codegen import render
 
     df, _, t = h200()
     header = render.render_header(t)
@@ -220,7 +220,7 @@ def test_gap_class_defaults_reach_larger_shapes_where_their_fitted_curves_carry(
     """On the committed H200 rows, the q4_K class default between the measured M = 256 and 512 reaches the
     70B-class shapes (N*K 4x the largest fitted) at the M where the fitted curves stay well above 1 + theta,
     and not where they sit at the threshold; scored on the recorded `tune verify` rows of those shapes."""
-    from tuner import verify
+    from ggml_dispatch.tuner import verify
 
     _, _, t = h200()
     key = decide.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 0, 0, 1)

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 from test_codegen_support import census_row, trials, tuning_row, write_census, write_tuning
 
-from codegen import render
-from codegen import table as tbl
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.cli import main
+from ggml_dispatch.codegen import render
+from ggml_dispatch.codegen import table as tbl
 
 
 def _tuning(tmp_path: Path) -> Path:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codegen import crude, render
-from codegen import table as tbl
 from ggml_dispatch import schema
 from ggml_dispatch.cli import main
+from ggml_dispatch.codegen import crude, render
+from ggml_dispatch.codegen import table as tbl
 
 REPO = Path(__file__).resolve().parent.parent
 GCC = ["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]

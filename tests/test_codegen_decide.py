@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from test_codegen_support import H200, frame, trials, tuning_row
 
-from codegen import decide
-from codegen import table as tbl
 from ggml_dispatch import schema
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
 
 P = decide.Params(interpolate=False, class_defaults=False)  # the measured rule and the per-type default alone

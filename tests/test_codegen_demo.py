@@ -1,4 +1,4 @@
-"""The demo's codegen/diff stage on its real inputs: the committed reference-shape trace through
+"""The demo's ggml_dispatch/codegen/diff stage on its real inputs: the committed reference-shape trace through
 ``census ingest``, samples/reference's TSV through ``tune import-reference``, then codegen and diff."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from test_codegen_support import REPO, reference_tsv
 
-from codegen import table as tbl
 from ggml_dispatch.cli import main
+from ggml_dispatch.codegen import table as tbl
 
 TRACE = REPO / "samples" / "trace-reference-shapes.jsonl"
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from test_codegen_support import frame, reference_tsv, trials
 
-from codegen import decide, render
-from codegen import table as tbl
 from ggml_dispatch import registry, schema
-from tuner import reference
+from ggml_dispatch.codegen import decide, render
+from ggml_dispatch.codegen import table as tbl
+from ggml_dispatch.tuner import reference
 
 GPU = schema.GpuId('NVIDIA H200 "SXM" \\ ??= */ é', 900, 132)
 N_QUERIES = 10_000

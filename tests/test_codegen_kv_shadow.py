@@ -12,9 +12,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from codegen import kv_shadow
 from ggml_dispatch import archive, registry
 from ggml_dispatch.cli import main
+from ggml_dispatch.codegen import kv_shadow
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEP = REPO / "tables" / "cuda-sm90-nvidia-h200-attn-shadow" / "tuning-q8_0.parquet"

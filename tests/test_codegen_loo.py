@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from codegen import decide, kv_shadow, loo
 from ggml_dispatch import archive
 from ggml_dispatch.artifacts import tuning
+from ggml_dispatch.codegen import decide, kv_shadow, loo
 
 TUNING = archive.path("tables/cuda-sm90-nvidia-h200-attn/tuning.parquet")
 

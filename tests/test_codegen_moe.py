@@ -17,9 +17,9 @@ import pytest
 from test_codegen_render import GCC, compile_and_run
 from test_codegen_support import H200, trials
 
-from codegen import decide, diff, render
-from codegen import table as tbl
 from ggml_dispatch import archive, registry, schema
+from ggml_dispatch.codegen import decide, diff, render
+from ggml_dispatch.codegen import table as tbl
 
 P = decide.Params()
 J64 = "mmq/j=64,stream_k=off"
@@ -264,7 +264,7 @@ def test_diff_shows_mul_mat_id_rules() -> None:
 
 
 def test_predict_prices_census_rows_of_every_bucket_with_the_routing_0_rule() -> None:
-    from codegen import predict
+    from ggml_dispatch.codegen import predict
 
     speed = {1: {"mmq": 1.0, J64: 1.5}, 2: {"mmq": 1.0, J64: 1.25}, 3: {"mmq": 1.0, J64: 1.1}}
     d = decide.decide(frame(moe_rows(speed, 512)), P)
@@ -285,7 +285,7 @@ def test_predict_prices_census_rows_of_every_bucket_with_the_routing_0_rule() ->
 
 
 def test_the_report_shows_the_routing_0_rule_on_every_bucket(tmp_path: Path) -> None:
-    from report import inputs
+    from ggml_dispatch.report import inputs
 
     d = decide.decide(frame(all_pass(512)), P)
     view = inputs.TableView(tbl.build_table(d, tuning_sha256="ab" * 32))
@@ -296,7 +296,7 @@ def test_the_report_shows_the_routing_0_rule_on_every_bucket(tmp_path: Path) -> 
 
 
 def test_in_sample_scores_every_bucket_with_the_routing_0_rule() -> None:
-    from codegen import loo
+    from ggml_dispatch.codegen import loo
 
     speed = {1: {"mmq": 1.0, J64: 1.5, "mmvq": 0.5}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 1.2}}
     held = loo.in_sample(frame(moe_rows(speed, 512)), P)
@@ -389,7 +389,7 @@ def _rule_spans(rules: list[decide.Rule]) -> list[tuple[Any, ...]]:
 
 
 def _in_sample_text(df: pd.DataFrame) -> str:
-    from codegen import loo
+    from ggml_dispatch.codegen import loo
 
     return "\n".join(loo.report(loo.in_sample(df, P)))
 
@@ -500,8 +500,8 @@ def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
     first GPU run) takes gate/up M = 128, split=fit the rest; id_sorted is pruned in every case; each routing
     bucket's in-sample time is within 2% of its per-point bests; pp2048 gains at ubatch 128 and by >= 1.15 at
     512, and tg128 is within noise."""
-    from report import ab as report_ab
-    from report import analysis
+    from ggml_dispatch.report import ab as report_ab
+    from ggml_dispatch.report import analysis
 
     table_dir = REPO / "tables" / "cuda-sm90-nvidia-h200-moe-fit"
     tuning = table_dir / "tuning.parquet"

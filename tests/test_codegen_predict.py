@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 from test_codegen_support import REPO, census_row, frame, trials, write_census, write_tuning
 
-from codegen import decide, predict
-from codegen import table as tbl
 from ggml_dispatch.cli import main
-from report import analysis, inputs
+from ggml_dispatch.codegen import decide, predict
+from ggml_dispatch.codegen import table as tbl
+from ggml_dispatch.report import analysis, inputs
 
 H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
 

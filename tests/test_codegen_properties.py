@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_codegen_support import H200, frame, tuning_row
 
-from codegen import decide
-from codegen import table as tbl
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as tbl
 
 ROUTES = ("mmvq", "mmq", "cublas")
 STATUSES = ("ok", "ok", "ok", "ok", "drifted", "failed:err", "ineligible", "wrong")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from test_codegen_support import frame, trials
 
-from codegen import decide, render
-from codegen import table as tbl
 from ggml_dispatch import registry, schema
+from ggml_dispatch.codegen import decide, render
+from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
 
 HOSTILE = 'NVIDIA "H200" \\ ??/ */ /* ??= %s %n \n\t\x01\x7f é 中 end'
@@ -230,7 +230,9 @@ def test_filters_refuse_what_is_not_their_type() -> None:
 
 
 def test_the_hook_reads_the_layout_version_codegen_writes() -> None:
-    source = (Path(__file__).parent.parent / "hook" / "native" / "ggml-dispatch.cu").read_text()
+    source = (
+        Path(__file__).parent.parent / "ggml_dispatch" / "hook" / "native" / "ggml-dispatch.cu"
+    ).read_text()
     v = schema.TABLE_LAYOUT_VERSION
     assert f"#define GGML_DISPATCH_TABLE_EXPECTED_LAYOUT_VERSION {v}\n" in source
     assert f"#if GGML_DISPATCH_TABLE_LAYOUT_VERSION != {v}\n" in source

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from test_codegen_support import H200, frame, trials
 
-from codegen import decide
-from codegen import table as tbl
 from ggml_dispatch import schema
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
 
 

@@ -1,9 +1,11 @@
-"""The compatibility matrix (hook/compat.py) and the hook on four real llama.cpp trees (issue #48).
+"""The compatibility matrix (ggml_dispatch/hook/compat.py) and the hook on four real llama.cpp trees (issue
+#48).
 
 Fast, no trees: the trees files' parser and its errors, the Markdown/JSON rendering of hand-written check
 results, the cache extraction from a tiny hand-made sdist.
 
-Slow (``pytest.mark.slow``): the four trees of ``hook/compat.tsv`` (PyPI sdists, sha256-checked, fetched
+Slow (``pytest.mark.slow``): the four trees of ``ggml_dispatch/hook/compat.tsv`` (PyPI sdists,
+sha256-checked, fetched
 once into the cache) each get ``install --check`` (the core must apply on all four; every feature's status
 is printed and recorded as a test property), a real install into a temporary copy (the cached tree is
 never modified), and ``nvcc -c`` for sm_90 of the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu (and
@@ -34,8 +36,8 @@ from test_native_build import NVCC_FLAGS, _hook_warnings, _includes
 from test_native_fattn import FA_DEFINES
 
 from ggml_dispatch import fetch, schema
-from hook import compat
-from hook import install as inst
+from ggml_dispatch.hook import compat
+from ggml_dispatch.hook import install as inst
 
 CUDA = Path("ggml/src/ggml-cuda")
 NVCC = shutil.which("nvcc")
@@ -236,8 +238,8 @@ def test_render_matrix_lists_every_tree_feature_and_skip_reason() -> None:
         compat.Result(_tree("b"), c),
         compat.Result(_tree("c"), None, "not a llama.cpp tree"),
     ]
-    md = compat.render_matrix(results, "hook/compat.tsv")
-    assert "from `hook/compat.tsv`" in md
+    md = compat.render_matrix(results, "ggml_dispatch/hook/compat.tsv")
+    assert "from `ggml_dispatch/hook/compat.tsv`" in md
     table = [ln for ln in md.splitlines() if ln.startswith("|")]
     assert table == [
         "| tree | sdist | upstream | core | mmq_tiles | moe_split | unhooked calls |",
@@ -266,7 +268,7 @@ def test_render_span_says_from_which_build_each_feature_works() -> None:
     assert compat.applied_from(results, "f_flaky") == "b3"
     assert compat.applied_from(results[2:], "f_new") == "b3 or earlier"
     assert compat.applied_from(results[1:2], "f_old") == "b2 or earlier"
-    md = compat.render_span(results, "hook/compat-span.tsv")
+    md = compat.render_span(results, "ggml_dispatch/hook/compat-span.tsv")
     # the table says what check said; "works" needs the core too (install refuses b1 as a whole)
     assert "| b1 | skipped | skipped | applied | applied | 0 (+0 in other ops) |" in md
     assert "| feature | works from | not in |" in md
@@ -279,7 +281,7 @@ def test_render_span_says_from_which_build_each_feature_works() -> None:
 
 def test_to_json_keeps_the_line_and_the_check_as_given() -> None:
     c = _check(mmq_tiles=None)
-    js = compat.to_json([compat.Result(_tree("a", COMMIT), c)], "hook/compat.tsv")
+    js = compat.to_json([compat.Result(_tree("a", COMMIT), c)], "ggml_dispatch/hook/compat.tsv")
     assert js["schema"] == compat.JSON_SCHEMA
     (entry,) = json.loads(json.dumps(js))["trees"]
     assert entry["check"] == c and entry["upstream"] == COMMIT and entry["error"] is None
@@ -326,7 +328,7 @@ def test_core_applies_on_every_tree(
         assert r.check is not None
         record_property(r.tree.name, json.dumps({f: s["status"] for f, s in r.check["features"].items()}))
     with capsys.disabled():
-        print("\n" + compat.render_matrix(results, "hook/compat.tsv"))
+        print("\n" + compat.render_matrix(results, "ggml_dispatch/hook/compat.tsv"))
     for name, c in checks.items():
         for f, s in [("core", c["core"]), *c["features"].items()]:
             assert s["status"] in ("applied", "skipped"), (name, f)
@@ -402,7 +404,7 @@ def compiled(
     if NVCC is None:
         pytest.skip(
             "nvcc is not installed: the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu of the "
-            f"{len(REAL)} trees of hook/compat.tsv are not compiled"
+            f"{len(REAL)} trees of ggml_dispatch/hook/compat.tsv are not compiled"
         )
     cublas = fetch.cublas_headers()
     work = tmp_path_factory.mktemp("compat-objs")

@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 from test_codegen_support import H200, census_row, rule, trials, write_census, write_tuning
 
-from codegen import diff as dif
-from codegen import render
-from codegen import table as tbl
 from ggml_dispatch import schema
 from ggml_dispatch.cli import main
+from ggml_dispatch.codegen import diff as dif
+from ggml_dispatch.codegen import render
+from ggml_dispatch.codegen import table as tbl
 
 
 def _table(*rules: dict[str, Any], gpu: schema.GpuId = H200) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def test_every_cited_path_exists(doc: Path) -> None:
 def test_the_citations_are_found() -> None:
     """The check above reads real citations (it would pass vacuously on a pattern that finds none)."""
     readme = cited_paths((REPO / "README.md").read_text())
-    assert "samples/trace-smollm2.jsonl" in readme and "hook/native/ggml-cuda.hook" in readme
+    assert "samples/trace-smollm2.jsonl" in readme and "ggml_dispatch/hook/native/ggml-cuda.hook" in readme
     assert "evidence/h200-2026-11-30-s2/qwen/" in cited_paths(
         (REPO / "tables/cuda-sm90-nvidia-h200/NOTES.md").read_text()
     )

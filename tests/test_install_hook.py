@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from ggml_dispatch import fetch, registry, schema
 from ggml_dispatch.cli import main
-from hook import codes, patch, upstream
-from hook import install as inst
+from ggml_dispatch.hook import codes, patch, upstream
+from ggml_dispatch.hook import install as inst
 
 CUDA = Path("ggml/src/ggml-cuda")
 
@@ -51,7 +51,7 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def h200_table(commit: str = schema.PINNED_UPSTREAM_COMMIT) -> dict[str, Any]:
-    from codegen import table
+    from ggml_dispatch.codegen import table
 
     t = table.empty_table()
     t["gpu"] = {"name": "NVIDIA H200", "cc": 900, "sm_count": 132}
@@ -75,7 +75,7 @@ def h200_table(commit: str = schema.PINNED_UPSTREAM_COMMIT) -> dict[str, Any]:
 
 
 def write_table(path: Path, t: dict[str, Any]) -> Path:
-    from codegen import table
+    from ggml_dispatch.codegen import table
 
     path.write_text(table.dumps(t))
     return path
@@ -247,7 +247,7 @@ def test_uninstall_keeps_later_unrelated_edits(tree: Path) -> None:
 
 
 def test_table_install_rewrites_only_the_table_header(tree: Path, tmp_path: Path) -> None:
-    pytest.importorskip("codegen.render")
+    pytest.importorskip("ggml_dispatch.codegen.render")
     inst.install(tree)
     cuda = tree / CUDA
     no_table = (cuda / inst.TABLE_HEADER).read_text()
@@ -264,7 +264,7 @@ def test_table_install_rewrites_only_the_table_header(tree: Path, tmp_path: Path
 
 
 def test_table_from_another_upstream_is_refused_unless_allowed(tree: Path, tmp_path: Path) -> None:
-    pytest.importorskip("codegen.render")
+    pytest.importorskip("ggml_dispatch.codegen.render")
     path = write_table(tmp_path / "table.json", h200_table(commit="1" * 40))
     res = CliRunner().invoke(main, ["install", "--llama-cpp", str(tree), "--table", str(path)])
     assert res.exit_code == 2 and "--allow-upstream-mismatch" in res.output
@@ -540,7 +540,7 @@ def test_features_core_installs_the_seam_alone(tree: Path) -> None:
 
 
 def test_a_fork_with_the_pinned_kernels_gets_a_table_of_the_pinned_commit(tree: Path, tmp_path: Path) -> None:
-    pytest.importorskip("codegen.render")
+    pytest.importorskip("ggml_dispatch.codegen.render")
     (tree / "UPSTREAM_COMMIT").write_text("b99999\n")  # a fork: another id, the same hooked regions
     plan = inst.install(tree, table_path=write_table(tmp_path / "table.json", h200_table()))
     assert any("hooked regions are the same" in m for m in plan.messages)

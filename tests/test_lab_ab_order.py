@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen import decide
 from ggml_dispatch import archive
+from ggml_dispatch.codegen import decide
 from lab import ab_order
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from test_tuner_attention import attn_key, journal_record, tally
 
-from census import attention
 from ggml_dispatch import registry
+from ggml_dispatch.census import attention
+from ggml_dispatch.tuner import attention as tattn
+from ggml_dispatch.tuner import results
 from lab import attn_configs_summary
-from tuner import attention as tattn
-from tuner import results
 
 CFGS = ["fa_vec", "fa_vec/blocks=32", "fa_mma", "fa_mma/ncols1=2,ncols2=4,sparse=off,stream_k=on"]
 

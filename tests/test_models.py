@@ -13,8 +13,8 @@ import gguf
 import numpy as np
 import pytest
 
-from census import gguf_meta
 from ggml_dispatch import fetch
+from ggml_dispatch.census import gguf_meta
 from lab import models
 
 

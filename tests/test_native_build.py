@@ -27,7 +27,7 @@ import native_shared
 import pytest
 
 from ggml_dispatch import fetch, registry
-from hook import install as inst
+from ggml_dispatch.hook import install as inst
 
 pytestmark = pytest.mark.slow
 
@@ -237,7 +237,7 @@ def test_hook_symbols_resolve(cuda_objects: dict[str, subprocess.CompletedProces
 
 
 def h200_table(commit: str) -> dict[str, Any]:
-    from codegen import table
+    from ggml_dispatch.codegen import table
 
     t = table.empty_table()
     t["gpu"] = {"name": "NVIDIA H200", "cc": 900, "sm_count": 132}
@@ -259,8 +259,8 @@ def table_object(
     """ggml-dispatch.cu compiled with a rendered three-rule table (a copy of the hook's files + table)."""
     if NVCC is None:
         pytest.skip("nvcc is not installed on this machine")
-    pytest.importorskip("codegen.render")
-    from codegen import table
+    pytest.importorskip("ggml_dispatch.codegen.render")
+    from ggml_dispatch.codegen import table
 
     work = tmp_path_factory.mktemp("table")
     tree = work / "llama.cpp"

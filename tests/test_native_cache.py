@@ -1,4 +1,5 @@
-"""The weight cache's bookkeeping (hook/native/ggml-dispatch-cache.h), compiled with g++ and driven by
+"""The weight cache's bookkeeping (ggml_dispatch/hook/native/ggml-dispatch-cache.h), compiled with g++ and
+driven by
 tests/native/cache_unit.cpp as ggml-dispatch-cache-impl.cuh drives it (host allocator in place of
 cudaMalloc, a fill callback in place of the to-f16 converter). The CUDA side needs a GPU: lab/cache.sh."""
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hook.install import NATIVE_DIR
+from ggml_dispatch.hook.install import NATIVE_DIR
 
 UNIT = Path(__file__).parent / "native" / "cache_unit.cpp"
 CXX = shutil.which("g++") or shutil.which("c++")

@@ -20,7 +20,7 @@ from test_native_build import (
     patched_tree,  # noqa: F401 (fixture)
 )
 
-from hook import install as inst
+from ggml_dispatch.hook import install as inst
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_nvcc_compiles_dispatch_source_with_a_cached_table(
     cublas_include: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    from codegen import table
+    from ggml_dispatch.codegen import table
 
     tree = tmp_path / "llama.cpp"
     (tree / CUDA).mkdir(parents=True)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from ggml_dispatch import registry, schema
-from hook import codes
-from hook.install import NATIVE_DIR
+from ggml_dispatch.hook import codes
+from ggml_dispatch.hook.install import NATIVE_DIR
 
 DRIVER = Path(__file__).parent / "native" / "core_driver.cpp"
 CXX = shutil.which("g++") or shutil.which("c++")

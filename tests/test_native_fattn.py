@@ -25,7 +25,7 @@ import pytest
 from test_native_build import NVCC_FLAGS, _hook_warnings, _includes, _nvcc
 
 from ggml_dispatch import fetch, registry
-from hook import install as inst
+from ggml_dispatch.hook import install as inst
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ MMA_CASE = re.compile(
 
 
 def _table(commit: str) -> dict[str, Any]:
-    from codegen import table
+    from ggml_dispatch.codegen import table
 
     t = table.empty_table()
     t["gpu"] = {"name": "NVIDIA H200", "cc": 900, "sm_count": 132}
@@ -92,7 +92,7 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         if p.name.startswith("ggml-dispatch") or p.name in inst.HOOK_SPECS:
             shutil.copy2(p, ttree / CUDA / p.name)
     shutil.copy2(tree / "UPSTREAM_COMMIT", ttree / "UPSTREAM_COMMIT")
-    from codegen import table
+    from ggml_dispatch.codegen import table
 
     (work / "table.json").write_text(table.dumps(_table((tree / "UPSTREAM_COMMIT").read_text().strip())))
     inst.install(ttree, table_path=work / "table.json")
@@ -454,7 +454,7 @@ def test_kv_reuse_reads_a_shadow_only_where_one_was_made(drivers: dict[str, Path
 def test_trace_of_attention_calls_reads_into_flash_attn_rows(
     drivers: dict[str, Path], tmp_path: Path
 ) -> None:
-    from census import aggregate, attention, trace
+    from ggml_dispatch.census import aggregate, attention, trace
 
     path = tmp_path / "trace.jsonl"
     run(drivers["no_table"], {"GGML_CUDA_ROUTE_TRACE": str(path)})

@@ -248,8 +248,8 @@ def sm70(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         # the harness's CUDA part is host code against the CUDA runtime API (its GPU provenance)
         cxx = shutil.which("g++") or shutil.which("c++") or "c++"
         args = [cxx, "-std=c++17", "-O1", "-DTUNER_WITH_CUDART", f"-I{root / 'include'}", *includes[:2]]
-        args += [f"-I{tree / CUDA}", f"-I{REPO / 'hook/native'}", f"-I{pinned / 'vendor'}"]
-        args += ["-c", str(REPO / "tuner/harness/bench.cpp"), "-o", str(work / "bench.host.o")]
+        args += [f"-I{tree / CUDA}", f"-I{REPO / 'ggml_dispatch/hook/native'}", f"-I{pinned / 'vendor'}"]
+        args += ["-c", str(REPO / "ggml_dispatch/tuner/harness/bench.cpp"), "-o", str(work / "bench.host.o")]
         return subprocess.run(args, capture_output=True, text=True)
 
     with ThreadPoolExecutor(2) as ex:

@@ -12,7 +12,7 @@ from test_codegen_support import reference_tsv
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
-from tuner import reference
+from ggml_dispatch.tuner import reference
 
 
 def _data_lines(text: str) -> list[str]:

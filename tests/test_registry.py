@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ggml_dispatch import fetch, registry, schema
-from hook import codes
+from ggml_dispatch.hook import codes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -323,16 +323,16 @@ def test_no_hand_copied_name_list_in_c() -> None:
     names.remove("table")  # also a GGML_CUDA_DISPATCH mode, which the env parser spells
     names.remove("ineligible")  # also a trial status (schema.TrialStatus), which the harness writes
     native = [
-        *sorted((REPO / "hook" / "native").glob("*.h")),
-        *sorted((REPO / "hook" / "native").glob("*.cu*")),
+        *sorted((REPO / "ggml_dispatch" / "hook" / "native").glob("*.h")),
+        *sorted((REPO / "ggml_dispatch" / "hook" / "native").glob("*.cu*")),
     ]
-    native += sorted((REPO / "tuner" / "harness").glob("*.[ch]*"))
+    native += sorted((REPO / "ggml_dispatch" / "tuner" / "harness").glob("*.[ch]*"))
     assert native
     for path in native:
         text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)  # code, not comments
         for name in names:
             assert f'"{name}"' not in text, f"{path.name} spells {name!r}"
-    assert not (REPO / "tuner" / "harness" / "dispatch_api.h").exists()
+    assert not (REPO / "ggml_dispatch" / "tuner" / "harness" / "dispatch_api.h").exists()
 
 
 def test_census_refuses_a_flash_attn_record_without_its_attention_fields(tmp_path: Path) -> None:
@@ -358,7 +358,7 @@ def test_census_refuses_a_flash_attn_record_without_its_attention_fields(tmp_pat
 def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> None:
     from test_codegen_support import frame, trials
 
-    from codegen import decide
+    from ggml_dispatch.codegen import decide
     from ggml_dispatch.errors import InputError
 
     rows = trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4, N=2880, K=2880, op="MUL_MAT_ID", layout="expert")
@@ -387,7 +387,7 @@ def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> 
 def test_decide_times_configurations_and_refuses_one_of_another_route() -> None:
     from test_codegen_support import frame, trials
 
-    from codegen import decide
+    from ggml_dispatch.codegen import decide
     from ggml_dispatch.errors import InputError
 
     df = frame(trials(speed={"mmq": 1.0, "mmvq": 1.5}, M=4))

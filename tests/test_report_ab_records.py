@@ -1,4 +1,5 @@
-"""The A/B record format (report/ab.py) and the llama-bench runner's pure parts (report/abrun.py).
+"""The A/B record format (ggml_dispatch/report/ab.py) and the llama-bench runner's pure parts
+(ggml_dispatch/report/abrun.py).
 
 Real inputs: llama-bench JSONL written on the H200 (evidence/), the committed legacy A/B files and the
 committed table. The llama-bench process itself needs a GPU: the runner test uses a stand-in script
@@ -18,14 +19,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import MakeGguf
 
-from codegen import decide
-from codegen import table as table_mod
 from ggml_dispatch import archive
 from ggml_dispatch.artifacts import ab
 from ggml_dispatch.cli import main
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as table_mod
 from ggml_dispatch.errors import InputError
-from report import ab as report_ab
-from report import abrun, analysis, markdown
+from ggml_dispatch.report import ab as report_ab
+from ggml_dispatch.report import abrun, analysis, markdown
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"

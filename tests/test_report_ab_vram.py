@@ -16,9 +16,9 @@ from test_report_ab_records import TABLE_HASH, fake_llama_bench
 from ggml_dispatch.artifacts import ab
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
-from report import abrun
-from report.ab import load_ab
-from report.analysis import ab_arm_vram
+from ggml_dispatch.report import abrun
+from ggml_dispatch.report.ab import load_ab
+from ggml_dispatch.report.analysis import ab_arm_vram
 
 
 def test_nvidia_smi_parsing() -> None:

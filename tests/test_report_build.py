@@ -286,7 +286,7 @@ def test_full_report(inputs: dict[str, Path], tmp_path: Path) -> None:
     assert "| cudaErrorIllegalAddress | 1 | MUL_MAT weight q4_Kxf32 N=4096 K=4096 B=1, M=8, cublas |" in md
 
     # the roofline column: each row's median over the H200 datasheet limit, and the per-M best
-    from report import analysis
+    from ggml_dispatch.report import analysis
 
     assert "| verdict | decision | × roofline |" in md and "4.8 TB/s" in md and "989 TFLOP/s" in md
     best = [ln for ln in md.splitlines() if ln.startswith("| 8 | best: ")]

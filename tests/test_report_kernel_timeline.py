@@ -1,4 +1,5 @@
-"""The kernel-timeline format: the writer (report/native/kernel_timeline.cpp, a CUPTI injection library)
+"""The kernel-timeline format: the writer (ggml_dispatch/report/native/kernel_timeline.cpp, a CUPTI injection
+library)
 and the reader (report.timeline.parse_ktl) agree.
 
 Without a GPU the library cannot run, so the records are produced from the writer's own ``fprintf``
@@ -18,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from ggml_dispatch.errors import InputError
-from report import timeline
+from ggml_dispatch.report import timeline
 
 REPO = Path(__file__).resolve().parent.parent
-WRITER = REPO / "report" / "native" / "kernel_timeline.cpp"
+WRITER = REPO / "ggml_dispatch" / "report" / "native" / "kernel_timeline.cpp"
 
 _FPRINTF = re.compile(r'std::fprintf\(g_out,\s*((?:"(?:[^"\\]|\\.)*"\s*|PRIu64\s*)+)')
 

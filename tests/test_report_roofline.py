@@ -8,7 +8,7 @@ import math
 import pytest
 
 from ggml_dispatch import registry, schema
-from report import analysis, markdown
+from ggml_dispatch.report import analysis, markdown
 
 H200 = analysis.gpu_spec("NVIDIA H200", 900, 132)
 

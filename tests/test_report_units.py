@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from test_codegen_support import H200, rule
 
-from codegen import decide
-from codegen import table as tbl
 from ggml_dispatch import registry, schema
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
-from report import ab, analysis, inputs, markdown
+from ggml_dispatch.report import ab, analysis, inputs, markdown
 
 
 def test_spread_matches_statistics_module() -> None:

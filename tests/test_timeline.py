@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
-from report import timeline
+from ggml_dispatch.report import timeline
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"

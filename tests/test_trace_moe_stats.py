@@ -1,4 +1,5 @@
-"""MUL_MAT_ID tokens-per-expert statistics: the C rule (hook/native/ggml-dispatch-moe-stats.h, compiled
+"""MUL_MAT_ID tokens-per-expert statistics: the C rule (ggml_dispatch/hook/native/ggml-dispatch-moe-stats.h,
+compiled
 with g++ by tests/native/moe_driver.cpp) against the registry's Python rule, the trace member the
 recorder writes through its extra-members hook, and the trace reader adding records up."""
 
@@ -13,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import H200_DEVICE, TraceBuilder
 
-from census import aggregate, trace
 from ggml_dispatch import registry
+from ggml_dispatch.census import aggregate, trace
 from ggml_dispatch.errors import InputError
-from hook import codes
-from hook.install import NATIVE_DIR
+from ggml_dispatch.hook import codes
+from ggml_dispatch.hook.install import NATIVE_DIR
 
 DRIVER = Path(__file__).parent / "native" / "moe_driver.cpp"
 CXX = shutil.which("g++") or shutil.which("c++")

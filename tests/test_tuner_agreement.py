@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner import agreement
+from ggml_dispatch.tuner import agreement
 
 REFERENCE = Path(__file__).resolve().parent.parent / "samples" / "reference" / "h200-mul-mat-routes.tsv"
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from test_codegen_render import GCC, compile_and_run
 
-from census import attention
-from census.trace import AttnInfo, RouteKey, Tally
-from codegen import decide, table
 from ggml_dispatch import registry, schema
+from ggml_dispatch.census import attention
+from ggml_dispatch.census.trace import AttnInfo, RouteKey, Tally
+from ggml_dispatch.codegen import decide, table
 from ggml_dispatch.errors import InputError
-from tuner import attention as tattn
-from tuner import results
+from ggml_dispatch.tuner import attention as tattn
+from ggml_dispatch.tuner import results
 
 H200 = schema.GpuId("NVIDIA H200", 900, 132)
 
@@ -277,7 +277,7 @@ def test_attention_configurations_become_rules_and_the_header_looks_them_up(tmp_
         (3, cfgs[3], "fa_mma"),
     ]
     # the header compiles (the codes header beside it) and looks the configurations up by the attention key
-    from hook import codes
+    from ggml_dispatch.hook import codes
 
     codes.write_codes_header(tmp_path / "table")
     op, lay = registry.OP_CODES[registry.Op.FLASH_ATTN_EXT], registry.LAYOUT_CODES[registry.Layout.ATTENTION]

@@ -40,7 +40,7 @@ def test_every_harness_source_is_in_its_hash(tmp_path: Path, monkeypatch: pytest
     # out of it (flash_attn_ext.cpp, mul_mat_id.cpp were) lets a stale binary measure after a change
     import shutil
 
-    from tuner import build
+    from ggml_dispatch.tuner import build
 
     copy = tmp_path / "harness"
     shutil.copytree(build.HARNESS_DIR, copy)

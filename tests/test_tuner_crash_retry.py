@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ggml_dispatch import schema
-from tuner import results
-from tuner.run import CRASH_RETRIES, crashed_candidate, run_harness_case
-from tuner.select import Case
+from ggml_dispatch.tuner import results
+from ggml_dispatch.tuner.run import CRASH_RETRIES, crashed_candidate, run_harness_case
+from ggml_dispatch.tuner.select import Case
 
 FAKE = f"""#!{sys.executable}
 import json, os, sys

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from ggml_dispatch import schema
 from ggml_dispatch.cli import main as cli_main
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.tuner import executor_spread
+from ggml_dispatch.tuner.executor import check_sweep_gpus, gpu_id
+from ggml_dispatch.tuner.executor_ray import node_slots, parse_resources, task_options
 from tests.test_tuner_native import census_row, write_census
-from tuner import executor_spread
-from tuner.executor import check_sweep_gpus, gpu_id
-from tuner.executor_ray import node_slots, parse_resources, task_options
 
 
 def test_task_resources() -> None:

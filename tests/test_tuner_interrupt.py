@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tuner.run import SweepInterrupted, _signals_raise
+from ggml_dispatch.tuner.run import SweepInterrupted, _signals_raise
 
 
 class _SignalsInFinalizer:
@@ -42,7 +42,7 @@ def test_no_signal_no_interrupt_and_handlers_are_restored() -> None:
 def test_a_failed_case_names_the_assertion_not_a_backtrace_frame() -> None:
     # ggml's abort handler prints the assertion, then backtrace_symbols_fd frames; the trial's status
     # must carry the assertion (a frame's address says nothing across builds)
-    from tuner.run import _failure_message
+    from ggml_dispatch.tuner.run import _failure_message
 
     stderr = "\n".join(
         [

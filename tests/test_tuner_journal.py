@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ggml_dispatch.errors import InputError
-from tuner.journal import JOURNAL_SCHEMA, Journal, journal_records, read_journal
+from ggml_dispatch.tuner.journal import JOURNAL_SCHEMA, Journal, journal_records, read_journal
 
 IDENT = {"census_sha256": "ab" * 32, "shard": "0/1"}
 

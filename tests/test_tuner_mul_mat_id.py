@@ -1,4 +1,5 @@
-"""The harness's MUL_MAT_ID op file (tuner/harness/mul_mat_id.cpp), built against the pinned tree's CPU
+"""The harness's MUL_MAT_ID op file (ggml_dispatch/tuner/harness/mul_mat_id.cpp), built against the pinned
+tree's CPU
 backend: cases with each routing kind run, their output matches the CPU reference, the routing the
 nodes read is the one asked for, and bad cases are refused naming the field. Which CUDA route ran and
 how fast is a GPU matter (lab/moe.sh PART=tune)."""
@@ -106,7 +107,7 @@ def test_tune_run_on_a_moe_census_writes_mul_mat_id_rows_with_their_buckets(
     import pyarrow.parquet as pq
     from conftest import write_gguf
 
-    from tuner import mul_mat_id as tmoe
+    from ggml_dispatch.tuner import mul_mat_id as tmoe
 
     hidden, ffn, E, used = 256, 64, 128, 8
     model = write_gguf(

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from ggml_dispatch.errors import InputError
-from tuner import mul_mat_id as tmoe
-from tuner import select
+from ggml_dispatch.tuner import mul_mat_id as tmoe
+from ggml_dispatch.tuner import select
 
 
 def row(M: int, N: int, K: int, E: int, U: int, est: float, **kw: Any) -> dict[str, Any]:

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ggml_dispatch import fileio, registry, schema
-from tuner import agreement, build, results, select
-from tuner.journal import read_journal
+from ggml_dispatch.tuner import agreement, build, results, select
+from ggml_dispatch.tuner.journal import read_journal
 
 pytestmark = pytest.mark.slow
 

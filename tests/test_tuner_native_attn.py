@@ -1,4 +1,5 @@
-"""The harness's FLASH_ATTN_EXT op file (tuner/harness/flash_attn_ext.cpp), built against the pinned tree's
+"""The harness's FLASH_ATTN_EXT op file (ggml_dispatch/tuner/harness/flash_attn_ext.cpp), built against the
+pinned tree's
 CPU backend. CI has no GPU: stock is measured and the FlashAttention kernels are reported ineligible
 (no-override-api); everything else is real: the KV-cache views with llama.cpp's strides over rotated
 cache copies, replicated nodes, the CPU reference and NMSE, the case's closing line, bad fields."""

@@ -1,4 +1,5 @@
-"""Racing in the harness trial loop (tuner/harness/race.h), compiled alone with the system C++ compiler:
+"""Racing in the harness trial loop (ggml_dispatch/tuner/harness/race.h), compiled alone with the system C++
+compiler:
 a candidate is pruned only after the minimum of paired trials and only when the whole 95% t-interval of
 its paired ratio against the current best lies below 1 - noise."""
 
@@ -30,7 +31,7 @@ def unit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "-Wall",
             "-Wextra",
             "-Werror",
-            f"-I{ROOT / 'tuner/harness'}",
+            f"-I{ROOT / 'ggml_dispatch/tuner/harness'}",
             str(ROOT / "tests/native/race_unit.cpp"),
             "-o",
             str(exe),

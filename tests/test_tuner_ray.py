@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from ggml_dispatch import fileio
+from ggml_dispatch.tuner import results
+from ggml_dispatch.tuner.journal import read_journal
 from tests.test_tuner_native import (
     FAST,
     ROUTES_ONLY,
@@ -35,8 +37,6 @@ from tests.test_tuner_native import (
     tune,
     write_census,
 )
-from tuner import results
-from tuner.journal import read_journal
 
 ray = pytest.importorskip(
     "ray", reason="the Ray executor's tests need Ray (pip install 'ggml-dispatch[ray]')"

@@ -12,10 +12,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from codegen import decide
 from ggml_dispatch import fileio, schema
+from ggml_dispatch.codegen import decide
 from ggml_dispatch.errors import InputError
-from tuner import results
+from ggml_dispatch.tuner import results
 
 HEADER = {
     "kind": "header",

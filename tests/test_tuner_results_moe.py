@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from test_tuner_results import HEADER, STAMP
 
-from codegen import decide
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import tuning
+from ggml_dispatch.codegen import decide
 from ggml_dispatch.errors import InputError
-from tuner import mul_mat_id as tmoe
-from tuner import results
+from ggml_dispatch.tuner import mul_mat_id as tmoe
+from ggml_dispatch.tuner import results
 
 KEY = {"N": 768, "K": 2048, "E": 128, "U": 1}
 # the harness' case-end statistics of the routing each kind drew at M = 512, 8 used of 128

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ggml_dispatch import archive, registry
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
-from tuner.select import (
+from ggml_dispatch.tuner.select import (
     ALL_ROUTES,
     M_GRID,
     grid_neighbours,
@@ -209,7 +209,7 @@ def test_whole_shapes_measures_every_census_m_of_a_picked_shape() -> None:
 
 def test_candidates_are_every_configuration_of_each_route() -> None:
     from ggml_dispatch import registry
-    from tuner.select import ALL_ROUTES, candidate_configs
+    from ggml_dispatch.tuner.select import ALL_ROUTES, candidate_configs
 
     assert candidate_configs(["mmq", "cublas"], "routes") == ("mmq", "cublas")
     every = candidate_configs(ALL_ROUTES, "all")
@@ -247,7 +247,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
 
 
 def test_cache_candidates_are_the_routes_and_f16_cublas_with_and_without_the_copy() -> None:
-    from tuner.select import ALL_ROUTES, candidate_configs
+    from ggml_dispatch.tuner.select import ALL_ROUTES, candidate_configs
 
     got = candidate_configs(ALL_ROUTES, "cache")
     assert got[: len(ALL_ROUTES)] == ALL_ROUTES
@@ -258,7 +258,7 @@ def test_cache_candidates_are_the_routes_and_f16_cublas_with_and_without_the_cop
 
 
 def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
-    from tuner.select import ALL_ROUTES, candidate_configs
+    from ggml_dispatch.tuner.select import ALL_ROUTES, candidate_configs
 
     every = candidate_configs(ALL_ROUTES, "all")
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
@@ -269,7 +269,7 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
 
 
 def test_only_keeps_the_matching_candidates_and_names_a_pattern_that_matches_none() -> None:
-    from tuner.select import candidate_configs, only_configs
+    from ggml_dispatch.tuner.select import candidate_configs, only_configs
 
     every = candidate_configs(["mmq", "cublas"], "all")
     assert only_configs(every, ()) == every

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from codegen import table as tbl
 from ggml_dispatch import registry
 from ggml_dispatch.cli import main
-from tuner import verify
+from ggml_dispatch.codegen import table as tbl
+from ggml_dispatch.tuner import verify
 
 REPO = Path(__file__).resolve().parent.parent
 H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"

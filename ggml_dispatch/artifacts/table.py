@@ -37,8 +37,8 @@ class LoadedTable:
 
 def loads_any(text: str, origin: str) -> LoadedTable:
     """table.json text or a rendered header (the content decides which)."""
-    from codegen import render
-    from codegen import table as tbl
+    from ggml_dispatch.codegen import render
+    from ggml_dispatch.codegen import table as tbl
 
     body = text.lstrip()
     if body.startswith("{"):
@@ -62,7 +62,7 @@ def load_any(path: str | Path) -> LoadedTable:
 
 def load(path: str | Path) -> dict[str, Any]:
     """A table.json file, validated."""
-    from codegen import table as tbl
+    from ggml_dispatch.codegen import table as tbl
 
     return tbl.loads(read_text(path, TABLE_WHAT), path)
 
@@ -76,7 +76,7 @@ class Table:
     sha256: str
 
     def details(self) -> list[tuple[str, str]]:
-        from codegen import table as tbl
+        from ggml_dispatch.codegen import table as tbl
 
         data: Mapping[str, Any] = self.data
         gpu = data["gpu"]

@@ -1,4 +1,5 @@
-"""Kernel timelines (``kernel-timeline/1``, written by ``report/native/kernel_timeline.cpp``, whose header
+"""Kernel timelines (``kernel-timeline/1``, written by ``ggml_dispatch/report/native/kernel_timeline.cpp``,
+whose header
 specifies the format) and the llama-bench JSON Lines record of the same process: the readers. The
 report (``report.timeline``) classifies the kernels and splits each run's time."""
 

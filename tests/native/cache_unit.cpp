@@ -1,4 +1,4 @@
-// Drives the weight cache's bookkeeping (hook/native/ggml-dispatch-cache.h) the way
+// Drives the weight cache's bookkeeping (ggml_dispatch/hook/native/ggml-dispatch-cache.h) the way
 // ggml-dispatch-cache-impl.cuh does, with a host allocator that can be told to fail. Prints one JSON
 // object of observations; tests/test_native_cache.py asserts on it.
 #include "ggml-dispatch-cache.h"

@@ -1,4 +1,4 @@
-// Drives hook/native/ggml-dispatch-core.h the way the hook in ggml-cuda.cu does (direct graph
+// Drives ggml_dispatch/hook/native/ggml-dispatch-core.h the way the hook in ggml-cuda.cu does (direct graph
 // evaluation, CUDA-graph capture and replays, a route override, flushes) and writes a real trace.
 // argv[1]: trace path ("stderr" allowed). stdout: one JSON object with what the driver observed.
 #include "ggml-dispatch-core.h"

@@ -1,4 +1,4 @@
-// Drives hook/native/ggml-dispatch-moe-stats.h and the recorder's extra members on the host.
+// Drives ggml_dispatch/hook/native/ggml-dispatch-moe-stats.h and the recorder's extra members on the host.
 // stdin: lines "E c0 c1 ... c{E-1}" (tokens per expert of one call). stdout: one JSON object per line
 // with the call's statistics. argv[1]: a trace path; the driver writes a trace with one MUL_MAT_ID key
 // whose expert statistics are the sums over every call read (as the device accumulator holds them),

@@ -1,4 +1,4 @@
-// The harness's racing functions (tuner/harness/race.h) on fixed inputs; prints one JSON object.
+// The harness's racing functions (ggml_dispatch/tuner/harness/race.h) on fixed inputs; prints one JSON object.
 #include "race.h"
 
 #include <cstdio>

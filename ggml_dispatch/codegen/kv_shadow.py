@@ -1,0 +1,139 @@
+"""The KV shadow under a budget: whether attention rules may read an f16 shadow of a quantized KV cache
+(``fa_mma/kv=shadow``, ``fa_tile/kv=shadow``).
+
+A shadow's bytes are the cache's (2 bytes per element of every quantized K/V cache tensor the rules'
+nodes read), known only at run time from the context size, so the decision is per point like any other
+candidate's and the budget is a run-time cap: ``codegen --kv-shadow-budget MiB`` keeps the shadow rows
+and writes the budget into the table (``kv_shadow``) and the header
+(``GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES``). Unset or 0, shadow rows are left out, which is exactly the
+table without the shadow. A node whose shadow cannot be had (over the budget, under capture before it
+exists, allocation failed) runs the same kernel and configuration with the per-call conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import pandas as pd
+
+from ggml_dispatch import registry, schema
+from ggml_dispatch.codegen import decide
+from ggml_dispatch.codegen import table as tbl
+from ggml_dispatch.errors import InputError
+
+MIB: Final = 1 << 20
+SHADOW_PARAM: Final = ("kv", "shadow")
+REUSE_PARAM: Final = ("kv", "reuse")
+MAX_BUDGET_MIB: Final = 1 << 30
+
+
+def is_shadow(config: str) -> bool:
+    """Does the configuration read the KV cache's f16 shadow (making it, or where one was made)?"""
+    params = registry.Config.parse(config).params
+    return SHADOW_PARAM in params or REUSE_PARAM in params
+
+
+def _makes_shadow(config: str) -> bool:
+    return SHADOW_PARAM in registry.Config.parse(config).params
+
+
+def _attention_kind(rule: Mapping[str, Any]) -> tuple[Any, ...]:
+    """An attention rule's key without its KV bucket (layout, K/V types, head dims, GQA ratio)."""
+    fields = [f for f in registry.key_class("FLASH_ATTN_EXT").fields() if f != "kv"]
+    return tuple(rule.get(f) for f in ("layout", *fields))
+
+
+def reuse_below_makers(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shadow rules that may make the shadow, and those that only read one already made (``kv=reuse``).
+
+    Once made, a shadow is kept equal to its cache: every step after it pays a mirror kernel per cache
+    write (per layer, K and V), whether or not a rule reads the shadow at that KV length. A context fills
+    from short to long, so a shadow made at a short KV length is upkeep for every depth up to the next
+    rule that reads it. Per attention kind, the rules in the deepest unbroken run of power-of-two KV
+    buckets that have shadow rules make it (``kv=shadow``); shallower ones (``kv=reuse``) read it where it
+    exists, make it where the cache is long enough for one of those rules to apply in it (the hook:
+    ``fattn_kv_reuse_resolve``), and leave stock's kernel where neither holds. (The H100 A/B of the
+    twenty-sixth and twenty-seventh sessions: rules at KV bucket 256, which llama-bench's warm-up pass
+    reaches, made the shadow in every test, and at depth 4096, where no rule read it, tg32, pp3 and pp4 on
+    a q8_0 cache ran 3-7% below stock.)"""
+    buckets: dict[tuple[Any, ...], set[int]] = {}
+    for r in rules:
+        if r.get("op") == registry.Op.FLASH_ATTN_EXT.value and _makes_shadow(tbl.rule_config(r)):
+            buckets.setdefault(_attention_kind(r), set()).add(int(r["kv"]))
+    floor: dict[tuple[Any, ...], int] = {}
+    for kind, kvs in buckets.items():
+        lo = max(kvs)
+        while lo // 2 in kvs:
+            lo //= 2
+        floor[kind] = lo
+    out = []
+    for r in rules:
+        is_attention = r.get("op") == registry.Op.FLASH_ATTN_EXT.value
+        kind = _attention_kind(r)
+        if (
+            is_attention
+            and kind in floor
+            and int(r["kv"]) < floor[kind]
+            and _makes_shadow(tbl.rule_config(r))
+        ):
+            r = {**r, "config": str(registry.Config.parse(tbl.rule_config(r)).with_param(*REUSE_PARAM))}
+        out.append(r)
+    return out
+
+
+def shadow_rows(df: pd.DataFrame) -> pd.Series:
+    """A mask of the tuning rows that measured a shadow configuration."""
+    if not len(df):
+        return pd.Series([], dtype=bool)
+    return df.apply(lambda r: is_shadow(decide.config_of(r)), axis=1).astype(bool)
+
+
+def keep_rows(
+    df: pd.DataFrame, budget_mib: int | None, path: str | Path = "<tuning>"
+) -> tuple[pd.DataFrame, int]:
+    """The rows the decision sees (shadow rows only under a positive budget), and at how many points a
+    shadow configuration left out was measured faster than stock (median per-trial anchor_us/us above 1)."""
+    if budget_mib is not None and not 0 <= budget_mib <= MAX_BUDGET_MIB:
+        raise InputError(
+            path, f"KV shadow budget must be in [0, {MAX_BUDGET_MIB}] MiB", field="--kv-shadow-budget"
+        )
+    if budget_mib:
+        return df, 0
+    mask = shadow_rows(df)
+    if not mask.any():
+        return df, 0
+    return df[~mask], _faster_points(df[mask])
+
+
+def _faster_points(rows: pd.DataFrame) -> int:
+    rows = rows[rows["status"] == schema.TrialStatus.OK.value]
+    if not len(rows):
+        return 0
+    point = [*registry.key_class("FLASH_ATTN_EXT").fields(), "M"]
+    ratios = rows[point].assign(
+        config=rows.apply(decide.config_of, axis=1), ratio=rows["anchor_us"] / rows["us"]
+    )
+    medians = ratios.groupby([*point, "config"], dropna=False)["ratio"].median()
+    return int((medians.groupby(level=list(range(len(point))), dropna=False).max() > 1.0).sum())
+
+
+def section(budget_mib: int) -> dict[str, Any]:
+    """The table's ``kv_shadow`` field."""
+    return {"budget_mib": budget_mib, "budget_bytes": budget_mib * MIB}
+
+
+def attach(table: dict[str, Any], budget_mib: int | None) -> dict[str, Any]:
+    """The table with its ``kv_shadow`` section where a rule reads a shadow, the shallow shadow rules
+    reading only a shadow made deeper (``reuse_below_makers``); validated again."""
+    if not budget_mib or not any(is_shadow(tbl.rule_config(r)) for r in table["rules"]):
+        return table
+    rules = reuse_below_makers(list(table["rules"]))
+    return tbl.validate(tbl.canonicalize({**table, "rules": rules, "kv_shadow": section(budget_mib)}))
+
+
+def budget_bytes(table: Mapping[str, Any]) -> int:
+    """The header's GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES: 0 without a kv_shadow section."""
+    s = table.get("kv_shadow")
+    return int(s["budget_bytes"]) if isinstance(s, Mapping) else 0
