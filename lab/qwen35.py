@@ -99,7 +99,8 @@ Qwen3.5's 1 + w norms so), ssm_a = -U(1, 16) (-exp(A_log)), ssm_dt.bias = log(ex
 log-uniform in [0.001, 0.1] (Mamba's initialisation), ssm_conv1d U(-0.5, 0.5) (a depthwise conv's
 default bound, 1 / sqrt(4)). The tokenizer is ``none`` with ``qwen35.vocab_size`` (llama.cpp adds dummy
 tokens): llama-bench needs only the count, and a 248320-entry token list would take the ``gguf`` reader
-seconds per read.
+seconds per read. ``--tokenizer spm`` writes a synthetic SPM vocabulary instead (``synthetic_vocab``):
+llama-server needs one, and the lab's server runs send token ids.
 
 Checking against the loader
 ---------------------------
@@ -155,6 +156,7 @@ class Qwen35:
     partial_rotary_factor: float = 0.25
     mrope_section: tuple[int, int, int] = (11, 11, 10)
     rms_eps: float = 1e-6
+    tokenizer: str = "none"  # "none" (a count only) or "spm" (a synthetic vocabulary a server can run)
 
     @property
     def key_dim(self) -> int:
@@ -191,6 +193,10 @@ class Qwen35:
             )
         if not 1 <= self.vocab <= full.vocab:
             raise ValueError(f"--vocab must be from 1 to {full.vocab} (Qwen3.5's), not {self.vocab}")
+        if self.tokenizer not in ("none", "spm"):
+            raise ValueError(f"tokenizer must be none or spm, not {self.tokenizer!r}")
+        if self.tokenizer == "spm" and self.vocab <= SPM_FIRST_WORD:
+            raise ValueError(f"--tokenizer spm needs --vocab above {SPM_FIRST_WORD}, not {self.vocab}")
         if self.mtp_layers != 1:
             raise ValueError(f"the pinned tree's qwen35 MTP graph takes 1 MTP block, not {self.mtp_layers}")
         if self.linear_key_head_dim != self.linear_value_head_dim:
@@ -327,7 +333,35 @@ def metadata(d: Qwen35) -> dict[str, Any]:
         f"{a}.ssm.time_step_rank": d.linear_value_heads,
         f"{a}.ssm.inner_size": d.value_dim,
         f"{a}.vocab_size": d.vocab,
-        "tokenizer.ggml.model": "none",
+        **(synthetic_vocab(d.vocab) if d.tokenizer == "spm" else {"tokenizer.ggml.model": "none"}),
+    }
+
+
+# llama.cpp's token types (llama_token_type) and the SPM vocabulary's fixed ids.
+_TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_BYTE = 1, 2, 3, 6
+SPM_FIRST_WORD = 3 + 256  # <unk>, <s>, </s>, then the 256 byte tokens
+
+
+def synthetic_vocab(n: int) -> dict[str, Any]:
+    """An SPM ("llama") vocabulary of ``n`` tokens: <unk> <s> </s>, the 256 byte-fallback tokens, then
+    ``▁w<i>`` words. llama-server tokenizes and detokenizes through the vocabulary, which a file with
+    ``tokenizer.ggml.model = none`` lacks (every vocab call asserts); requests send token ids, so the
+    words need no merges, and every id in [SPM_FIRST_WORD, n) is an ordinary token a prompt can hold."""
+    if n < SPM_FIRST_WORD + 1:
+        raise ValueError(f"an SPM vocabulary needs more than {SPM_FIRST_WORD} tokens, not {n}")
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    tokens += [f"\u2581w{i}" for i in range(n - len(tokens))]
+    types = [_TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_CONTROL] + [_TOKEN_BYTE] * 256
+    types += [_TOKEN_NORMAL] * (n - len(types))
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [0.0] * n,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.add_bos_token": False,
     }
 
 
@@ -465,8 +499,19 @@ def _add_key(writer: Any, key: str, value: Any) -> None:
     gguf = _gguf()
     t = gguf.GGUFValueType
     if isinstance(value, list):
-        sub = t.BOOL if isinstance(value[0], bool) else t.INT32
+        first = value[0]
+        sub = (
+            t.BOOL
+            if isinstance(first, bool)
+            else t.STRING
+            if isinstance(first, str)
+            else t.FLOAT32
+            if isinstance(first, float)
+            else t.INT32
+        )
         writer.add_key_value(key, value, t.ARRAY, sub_type=sub)
+    elif isinstance(value, bool):
+        writer.add_key_value(key, value, t.BOOL)
     elif isinstance(value, str):
         writer.add_key_value(key, value, t.STRING)
     elif isinstance(value, float):
@@ -772,6 +817,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--layers", type=int, default=full.layers, help="trunk layers, a multiple of 4 (64)")
     w.add_argument("--vocab", type=int, default=full.vocab, help="token_embd / output rows (default 248320)")
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument(
+        "--tokenizer",
+        choices=("none", "spm"),
+        default="none",
+        help="none: the vocabulary size only (llama-bench); spm: a synthetic vocabulary (llama-server)",
+    )
     c = sub.add_parser("count", help="the trunk projections' weights (no file written)")
     c.add_argument("--layers", type=int, default=full.layers)
     k = sub.add_parser("check", help="a GGUF against the tree's qwen35 loader (parsed from its source)")
@@ -780,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "write":
-            d = dataclasses.replace(full, layers=args.layers, vocab=args.vocab)
+            d = dataclasses.replace(full, layers=args.layers, vocab=args.vocab, tokenizer=args.tokenizer)
             d.validate()
             if not args.out.parent.is_dir():
                 raise ValueError(f"the folder of {args.out} does not exist")

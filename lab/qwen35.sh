@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Lab script (GPU machine): the seed workload, a qwen35 model served by llama-server (issue #50; the
+# mmvq decode configurations of issue #51 ride along when the carried tree has the mmvq_params feature).
+# Carry (here): python -m lab.upstream_carry "pinned (0.3.36)" -o .carry/upstream.tar.xz
+#               make .carry/libkernel_timeline.so
+#   OUT=... PARTS="build model trace profile" bash lab/qwen35.sh      (call 1)
+#   OUT=... PARTS="tune table" TUNE_SECONDS=360 bash lab/qwen35.sh     (call 2, same warm machine)
+#   OUT=... PARTS="ab" AB_PAIRS=5 bash lab/qwen35.sh                   (call 3)
+#   build    cmake + llama-server, test-backend-ops (sm_90) from the carried hooked tree, in $WORK
+#   model    lab.qwen35 write: Qwen3.5-27B per-layer shapes, Q5_K/Q6_K/Q8_0, Q35_LAYERS layers + MTP,
+#            the real vocabulary, a synthetic SPM tokenizer (llama-server needs one)
+#   trace    lab.serve_ab trace (stock, route trace on), both modes -> census.parquet
+#   profile  lab.serve_ab profile (stock, CUPTI kernel timeline) -> attribution.md (lab.qwen35_attrib)
+#   tbo      test-backend-ops -o MUL_MAT per forced mmvq configuration (TBO_MMVQ), when mmvq_params applied
+#   tune     ggml-dispatch tune run on the census (--max-seconds TUNE_SECONDS, journal resumes)
+#   table    codegen -> table; install it into the tree; rebuild llama-server
+#   ab       lab.serve_ab ab: stock (GGML_CUDA_DISPATCH=off) vs table, AB_PAIRS pairs, both modes
+# A part skips itself (with a line in the log) when less than its expected seconds are left of DEADLINE_S.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+OUT=${OUT:-$REPO/out/qwen35}
+WORK=${WORK:-/tmp/ggml-dispatch-qwen35}
+PARTS=${PARTS:-build model trace profile}
+JOBS=${JOBS:-$(nproc)}
+DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-570} ))
+LAYERS=${Q35_LAYERS:-8}
+mkdir -p "$OUT" "$WORK"
+LOG=$OUT/qwen35.log
+T0=$(date +%s)
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+fits() {  # $1 = part, $2 = expected seconds
+    local left=$(( DEADLINE - $(date +%s) ))
+    if [ "$left" -lt "$2" ]; then log "skip $1: ${left}s left, expects $2s"; return 1; fi
+}
+# shellcheck source=lab/cuda-env.sh
+source "$REPO/lab/cuda-env.sh"
+SRC=$WORK/llama.cpp
+BUILD=$WORK/build
+MODEL=$WORK/qwen35-L$LAYERS.gguf
+NAME=qwen35-27b-L$LAYERS
+export PYTHONPATH=$REPO:$SRC/gguf-py PYTHONUNBUFFERED=1
+dispatch() { python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' "$@"; }
+serve() { python3 -m lab.serve_ab "$@" --server "$BUILD/bin/llama-server" --model "$MODEL" --name "$NAME"; }
+
+if has_part build && fits build 420; then
+    rm -rf "$SRC"
+    tar -xJf "$REPO/.carry/upstream.tar.xz" -C "$WORK"
+    cp "$SRC/install-check.json" "$OUT/"
+    nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+    log "configure"
+    cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON \
+        -DLLAMA_BUILD_EXAMPLES=OFF >>"$LOG" 2>&1 || { log "configure failed"; tail -30 "$LOG"; exit 1; }
+    log "build"
+    cmake --build "$BUILD" --target llama-server test-backend-ops -j "$JOBS" >>"$LOG" 2>&1 ||
+        { log "build failed"; grep -m20 -B2 -A8 "error" "$LOG" | tail -60; exit 1; }
+    log "build done"
+fi
+
+if has_part model && fits model 150; then
+    python3 -m lab.qwen35 write -o "$MODEL" --layers "$LAYERS" --tokenizer spm >>"$LOG" 2>&1 ||
+        { log "model failed"; tail -20 "$LOG"; exit 1; }
+    log "model $(du -h "$MODEL" | cut -f1)"
+fi
+
+if has_part trace && fits trace 120; then
+    serve trace -o "$WORK/trace" >>"$LOG" 2>&1 || { log "trace failed"; tail -30 "$LOG"; }
+    cp "$WORK"/trace/phases-*.jsonl "$OUT/" 2>/dev/null
+    dispatch census ingest "$WORK"/trace/trace-*.jsonl --gguf "$MODEL" -o "$OUT/census.parquet" >>"$LOG" 2>&1 ||
+        log "census failed"
+    dispatch census show "$OUT/census.parquet" >"$OUT/census.txt" 2>&1
+    tar -czf "$OUT/trace.tar.gz" -C "$WORK/trace" . 2>/dev/null
+    log "trace done"
+fi
+
+if has_part profile && fits profile 120; then
+    cp "$REPO/.carry/libcupti.so.13" "$WORK/" 2>/dev/null
+    LD_LIBRARY_PATH=$WORK:$LD_LIBRARY_PATH serve profile --timeline "$REPO/.carry/libkernel_timeline.so" \
+        -o "$WORK/profile" >>"$LOG" 2>&1 || { log "profile failed"; tail -30 "$LOG"; }
+    python3 -m lab.qwen35_attrib "$WORK/profile" -o "$OUT/attribution.md" --json "$OUT/attribution.json" \
+        >>"$LOG" 2>&1 || log "attribution failed"
+    tar -czf "$OUT/profile.tar.gz" -C "$WORK/profile" . 2>/dev/null
+    log "profile done"
+fi
+
+if has_part tbo && fits tbo 200; then
+    : >"$OUT/tbo-mmvq.tsv"
+    for cfg in ${TBO_MMVQ:-}; do
+        t=$(date +%s)
+        GGML_CUDA_DISPATCH=force:$cfg timeout 150 "$BUILD/bin/test-backend-ops" test -o MUL_MAT -b CUDA0 \
+            >"$WORK/tbo-$cfg.log" 2>&1
+        rc=$?
+        printf '%s\t%s\t%s\t%s\n' "$cfg" "$rc" "$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$WORK/tbo-$cfg.log" | tail -1)" \
+            "$(( $(date +%s) - t ))" >>"$OUT/tbo-mmvq.tsv"
+    done
+    log "tbo done"
+fi
+
+if has_part tune && fits tune 90; then
+    [ -f .carry/tuning.journal.jsonl ] && cp .carry/tuning.journal.jsonl "$OUT/tuning.journal.jsonl"
+    CENSUS=${CENSUS:-$OUT/census.parquet}
+    [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
+    left=$(( DEADLINE - $(date +%s) - 60 ))
+    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$OUT/tuning.parquet" \
+        --journal "$OUT/tuning.journal.jsonl" --max-seconds "${TUNE_SECONDS:-$left}" --case-timeout 90 \
+        ${TUNE_ARGS:-} >>"$LOG" 2>&1
+    log "tune rc=$?"
+fi
+
+if has_part table && fits table 60; then
+    TUNING=${TUNING:-$OUT/tuning.parquet}
+    [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
+    dispatch codegen "$TUNING" --census "$OUT/census.parquet" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
+        { log "codegen failed"; tail -20 "$LOG"; exit 1; }
+    dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
+        { log "install failed"; tail -20 "$LOG"; exit 1; }
+    cmake --build "$BUILD" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 || { log "rebuild failed"; exit 1; }
+    log "table built: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(len(t["rules"]), "rules")' "$OUT/table/table.json")"
+fi
+
+if has_part ab && fits ab 150; then
+    serve ab --pairs "${AB_PAIRS:-5}" -o "$WORK/ab" ${AB_ARGS:-} >>"$LOG" 2>&1 || log "ab failed"
+    cp "$WORK"/ab/*.jsonl "$OUT/" 2>/dev/null
+    tar -czf "$OUT/ab-logs.tar.gz" -C "$WORK/ab" . 2>/dev/null
+    log "ab done"
+fi
+log "end"
