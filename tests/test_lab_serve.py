@@ -1,0 +1,137 @@
+"""lab.serve_ab (the seed workload through llama-server) and lab.qwen35_attrib (its Amdahl table): the pure
+parts, on a real kernel timeline (the committed H200 profile: llama-bench processes) and a real GGUF written
+by lab.qwen35 with the synthetic vocabulary. The server runs themselves need a GPU (lab/qwen35.sh)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ggml_dispatch.errors import InputError
+from ggml_dispatch.report import timeline as tl
+from lab import qwen35, qwen35_attrib, serve_ab
+
+PROFILE = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.gz"
+
+
+def _ktl(name: str) -> list[str]:
+    with tarfile.open(PROFILE) as tar:
+        f = tar.extractfile(f"./{name}")
+        assert f is not None
+        return io.TextIOWrapper(f).read().splitlines(keepends=True)
+
+
+@pytest.fixture(scope="module")
+def tg_timeline() -> tl.Timeline:
+    return tl.timeline_artifact.parse_ktl(_ktl("stock.tg128.ktl"), PROFILE, qwen35_attrib.label)
+
+
+def test_test_names_say_mtp_and_pp1024() -> None:
+    w = serve_ab.Workload(depth=48000, slots=1, gen=128)
+    assert w.tests("mtp") == ("pp1024 d48000 s1", "mtp2 tg128 d48000 s1")
+    assert w.tests("plain") == ("pp1024 d48000 s1", "tg128 d48000 s1")
+
+
+def test_a_group_rate_is_its_tokens_over_the_longest_request() -> None:
+    t = [
+        serve_ab.Timings(12000, 4000.0, 128, 2000.0, 100, 60),
+        serve_ab.Timings(12000, 3000.0, 128, 1600.0, 90, 45),
+    ]
+    pre, gen = serve_ab.group_tps(t)
+    assert pre == pytest.approx(24000 / 4.0)
+    assert gen == pytest.approx(256 / 2.0)
+    assert serve_ab.acceptance(t) == pytest.approx(105 / 190)
+    assert serve_ab.acceptance([serve_ab.Timings(10, 1.0, 5, 1.0, 0, 0)]) is None
+
+
+def test_timings_come_from_the_servers_response() -> None:
+    body = {"timings": {"prompt_n": 7, "prompt_ms": 2.5, "predicted_n": 3, "predicted_ms": 9.0}}
+    assert serve_ab.Timings.from_response(body) == serve_ab.Timings(7, 2.5, 3, 9.0, 0, 0)
+    body["timings"] |= {"draft_n": 4, "draft_n_accepted": 2}
+    assert serve_ab.Timings.from_response(body).draft_accepted == 2
+
+
+def test_prompts_are_ordinary_words_of_the_vocabulary_and_repeatable() -> None:
+    p = serve_ab.prompt_ids(5000, seed=3, vocab=248320)
+    assert p == serve_ab.prompt_ids(5000, seed=3, vocab=248320)
+    assert min(p) >= qwen35.SPM_FIRST_WORD and max(p) < 248320
+    body = serve_ab.payload(p[:4], 16)
+    assert body["ignore_eos"] is True and body["temperature"] == 0.0 and body["n_predict"] == 16
+
+
+def test_the_server_command_is_the_seed_users() -> None:
+    s = serve_ab.Server(Path("llama-server"), Path("m.gguf"), 8190, "mtp", {}, Path("log"))
+    cmd = " ".join(s.command())
+    for flag in ("-c 50000", "-np 4", "-kvu", "-b 2048", "-ub 1024", "-ctk q8_0", "-ctv q8_0", "-fa on"):
+        assert flag in cmd
+    assert "--spec-type draft-mtp --spec-draft-n-max 2" in cmd
+    plain = serve_ab.Server(Path("llama-server"), Path("m.gguf"), 8190, "plain", {}, Path("log"))
+    assert "--spec-type" not in plain.command()
+
+
+def test_kernels_are_attributed_to_ops_and_routes(tg_timeline: tl.Timeline) -> None:
+    labels = {lab for _, _, lab in tg_timeline.kernels}
+    assert "MUL_MAT mmvq" in labels  # decode on the H200 profile: quantized weights, M = 1
+    assert "FLASH_ATTN_EXT" in labels
+    assert "RMS_NORM" in labels or "RMS_NORM+ROPE" in labels
+    assert qwen35_attrib.label("_Z20gated_delta_net_cudaILi128EEvPKf") == "GATED_DELTA_NET"
+    assert qwen35_attrib.label("_Z12ssm_conv_f32ILm4EEvPKf") == "SSM_CONV"
+    assert qwen35_attrib.label("_Z15some_new_kernelv") == "?some_new_kernel"
+
+
+def test_a_timeline_cuts_at_idle_gaps_and_keeps_every_kernel(tg_timeline: tl.Timeline) -> None:
+    whole = qwen35_attrib.segments(tg_timeline, gap_ns=10**15)
+    assert len(whole) == 1
+    events = sorted([*((s, e) for s, e, _ in tg_timeline.kernels), *tg_timeline.copies])
+    gaps, end = [], events[0][1]
+    for s, e in events[1:]:
+        gaps.append(s - end)
+        end = max(end, e)
+    widest = max(gaps)
+    cut = qwen35_attrib.segments(tg_timeline, gap_ns=widest)
+    assert len(cut) == 1 + sum(g >= widest for g in gaps) >= 2
+    assert len(qwen35_attrib.segments(tg_timeline, gap_ns=widest + 1)) == 1
+    assert sum(len(s.kernels) for s in cut) == len(tg_timeline.kernels)
+    ms = qwen35_attrib.attribute(whole[0])
+    kernel_ms = sum(e - s for s, e, _ in tg_timeline.kernels) / 1e6
+    assert sum(v for k, v in ms.items() if k != "copy") == pytest.approx(kernel_ms)
+
+
+def test_phases_are_matched_to_the_last_segments(tmp_path: Path, tg_timeline: tl.Timeline) -> None:
+    (tmp_path / "plain.ktl").write_text("".join(_ktl("stock.tg128.ktl")))
+    segs = qwen35_attrib.segments(tg_timeline, gap_ns=1_000_000_000)
+    timings = [{"prompt_n": 1, "prompt_ms": 1.0, "predicted_n": 128, "predicted_ms": 1.0}]
+    row = {"mode": "plain", "phase": "decode", "depth": 0, "slots": 1, "gen": 128, "timings": timings}
+    (tmp_path / "phases-plain.jsonl").write_text(json.dumps(row) + "\n")
+    (p,) = qwen35_attrib.load_mode(tmp_path, "plain")
+    assert p.name == "plain decode d0 s1" and p.committed == 128
+    assert p.total == pytest.approx(sum(qwen35_attrib.attribute(segs[-1]).values()))
+    assert p.coverage > 0.95
+    text = qwen35_attrib.markdown([p])
+    assert text.startswith("| phase |") and "MUL_MAT mmvq" in text
+    (tmp_path / "phases-plain.jsonl").write_text((json.dumps(row) + "\n") * (len(segs) + 1))
+    with pytest.raises(InputError, match="busy segments"):
+        qwen35_attrib.load_mode(tmp_path, "plain")
+
+
+def test_a_missing_profile_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert qwen35_attrib.main([str(tmp_path)]) == 2
+    assert "mtp.ktl" in capsys.readouterr().err
+
+
+def test_the_synthetic_vocabulary_reads_back(tmp_path: Path) -> None:
+    v = qwen35.synthetic_vocab(300)
+    assert v["tokenizer.ggml.model"] == "llama" and len(v["tokenizer.ggml.tokens"]) == 300
+    assert v["tokenizer.ggml.tokens"][3] == "<0x00>" and v["tokenizer.ggml.token_type"][3] == 6
+    with pytest.raises(ValueError, match="SPM vocabulary"):
+        qwen35.synthetic_vocab(100)
+    out = tmp_path / "q.gguf"
+    d = qwen35.Qwen35(layers=4, vocab=1024, tokenizer="spm")
+    qwen35.write(out, d)
+    kv, shapes, _ = qwen35.read(out)
+    assert len(kv["tokenizer.ggml.tokens"]) == 1024 and kv["tokenizer.ggml.bos_token_id"] == 1
+    assert shapes["output.weight"] == (5120, 1024)
