@@ -130,10 +130,12 @@ class Server:
 
     def command(self) -> list[str]:
         cmd = [str(self.binary), "-m", str(self.model), *SEED_FLAGS, "--host", "127.0.0.1", "--port"]
-        cmd.append(str(self.port))
+        # a slot-save path enables the slot erase action (nothing is saved): see erase_slots
+        cmd += [str(self.port), "--slot-save-path", str(self.log.parent / "slots")]
         return cmd + (list(MTP_FLAGS) if self.mode == "mtp" else [])
 
     def start(self, timeout_s: float = 300.0) -> None:
+        (self.log.parent / "slots").mkdir(exist_ok=True)
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
                 self.command(), stdout=logf, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
@@ -160,6 +162,16 @@ class Server:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             out: dict[str, Any] = json.loads(r.read())
         return out
+
+    def erase_slots(self, n: int = 4) -> None:
+        """Drop every slot's cached prompt: the 4 slots share one 50000-cell KV cache (--kv-unified), so a
+        48k prompt fits only once the previous group's prompts are gone."""
+        for i in range(n):
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{self.port}/slots/{i}?action=erase", data=b"{}", method="POST"
+            )
+            with urllib.request.urlopen(req, timeout=60) as r:
+                r.read()
 
     def group(self, prompts: Sequence[Sequence[int]], gen: int, cache_prompt: bool = False) -> list[Timings]:
         """Send the prompts concurrently (one slot each) and wait for all."""
@@ -247,6 +259,7 @@ def run_ab(args: argparse.Namespace) -> int:
                     prompts = [prompt_ids(w.depth, 1000 * pair + i, args.vocab) for i in range(w.slots)]
                     for arm in order:
                         s = servers[arm]
+                        s.erase_slots()
                         started = time.time()
                         t = s.group(prompts, w.gen)
                         records += group_records(
@@ -341,6 +354,7 @@ def run_phased(args: argparse.Namespace, extra_env: Mapping[str, str], tag: str)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     port = args.port
+    failed = False
     for mode in args.modes.split(","):
         env = {"GGML_CUDA_DISPATCH": args.dispatch, **{k: v.format(mode=mode) for k, v in extra_env.items()}}
         s = Server(args.server, args.model, port, mode, env, out / f"server-{tag}-{mode}.log")
@@ -350,6 +364,7 @@ def run_phased(args: argparse.Namespace, extra_env: Mapping[str, str], tag: str)
             s.start()
             warm(s, args.vocab)
             for w in workloads(args):
+                s.erase_slots()
                 prompts = [prompt_ids(w.depth, 7 + i, args.vocab) for i in range(w.slots)]
                 for phase, gen in (("prefill", 1), ("decode", w.gen)):
                     time.sleep(GAP_S)
@@ -360,11 +375,14 @@ def run_phased(args: argparse.Namespace, extra_env: Mapping[str, str], tag: str)
                     })  # fmt: skip
                     print(f"{tag} {mode} {phase} d{w.depth} s{w.slots}: {t}", flush=True)
             time.sleep(GAP_S)
+        except (RuntimeError, OSError) as e:  # the other mode still runs; the log says what failed
+            print(f"{tag} {mode}: {e}", file=sys.stderr, flush=True)
+            failed = True
         finally:
             s.stop()
         with (out / f"phases-{mode}.jsonl").open("w") as f:
             f.writelines(json.dumps(p) + "\n" for p in phases)
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
