@@ -51,7 +51,7 @@ if has_part build && fits build 420; then
     nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
     log "configure"
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON \
+        -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF >>"$LOG" 2>&1 || { log "configure failed"; tail -30 "$LOG"; exit 1; }
     log "build"
     cmake --build "$BUILD" --target llama-server test-backend-ops -j "$JOBS" >>"$LOG" 2>&1 ||
