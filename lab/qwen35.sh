@@ -3,9 +3,10 @@
 # mmvq decode configurations of issue #51 ride along when the carried tree has the mmvq_params feature).
 # Carry (here): python -m lab.upstream_carry "pinned (0.3.36)" -o .carry/upstream.tar.xz
 #               make .carry/libkernel_timeline.so
-#   OUT=... PARTS="build model trace profile" bash lab/qwen35.sh      (call 1)
-#   OUT=... PARTS="tune table" TUNE_SECONDS=360 bash lab/qwen35.sh     (call 2, same warm machine)
-#   OUT=... PARTS="ab" AB_PAIRS=5 bash lab/qwen35.sh                   (call 3)
+#   OUT=... bash lab/qwen35.sh          (repeat the same call on the warm machine until it prints "all done")
+#   OUT=... PARTS="tune table ab" ...   (a subset)
+# A part that finished leaves $WORK/done-<part> and is skipped by later calls (REDO="part ..." runs it again),
+# so one command, repeated, walks the whole list across calls of at most 10 minutes.
 #   build    cmake + llama-server, test-backend-ops (sm_90) from the carried hooked tree, in $WORK
 #   model    lab.qwen35 write: Qwen3.5-27B per-layer shapes, Q5_K/Q6_K/Q8_0, Q35_LAYERS layers + MTP,
 #            the real vocabulary, a synthetic SPM tokenizer (llama-server needs one)
@@ -21,18 +22,21 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 OUT=${OUT:-$REPO/out/qwen35}
 WORK=${WORK:-/tmp/ggml-dispatch-qwen35}
-PARTS=${PARTS:-build model trace profile}
+PARTS=${PARTS:-build model trace profile tbo tune table ab}
 JOBS=${JOBS:-$(nproc)}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-570} ))
-LAYERS=${Q35_LAYERS:-8}
+LAYERS=${Q35_LAYERS:-64}
 mkdir -p "$OUT" "$WORK"
 LOG=$OUT/qwen35.log
 T0=$(date +%s)
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
-fits() {  # $1 = part, $2 = expected seconds
+done_part() { touch "$WORK/done-$1"; log "$1 done"; }
+fits() {  # $1 = part, $2 = expected seconds: not done yet (or in REDO), and enough time left
+    if [ -f "$WORK/done-$1" ] && [[ " ${REDO:-} " != *" $1 "* ]]; then return 1; fi
     local left=$(( DEADLINE - $(date +%s) ))
-    if [ "$left" -lt "$2" ]; then log "skip $1: ${left}s left, expects $2s"; return 1; fi
+    if [ "$left" -lt "$2" ]; then log "skip $1: ${left}s left, expects $2s"; STOPPED=1; return 1; fi
+    [ -z "${STOPPED:-}" ]
 }
 # shellcheck source=lab/cuda-env.sh
 source "$REPO/lab/cuda-env.sh"
@@ -56,13 +60,14 @@ if has_part build && fits build 420; then
     log "build"
     cmake --build "$BUILD" --target llama-server test-backend-ops -j "$JOBS" >>"$LOG" 2>&1 ||
         { log "build failed"; grep -m20 -B2 -A8 "error" "$LOG" | tail -60; exit 1; }
-    log "build done"
+    done_part build
 fi
 
 if has_part model && fits model 150; then
     python3 -m lab.qwen35 write -o "$MODEL" --layers "$LAYERS" --tokenizer spm >>"$LOG" 2>&1 ||
         { log "model failed"; tail -20 "$LOG"; exit 1; }
     log "model $(du -h "$MODEL" | cut -f1)"
+    done_part model
 fi
 
 if has_part trace && fits trace 120; then
@@ -72,7 +77,7 @@ if has_part trace && fits trace 120; then
         log "census failed"
     dispatch census show "$OUT/census.parquet" >"$OUT/census.txt" 2>&1
     tar -czf "$OUT/trace.tar.gz" -C "$WORK/trace" . 2>/dev/null
-    log "trace done"
+    cp "$OUT/census.parquet" "$WORK/census.parquet" && done_part trace
 fi
 
 if has_part profile && fits profile 120; then
@@ -82,7 +87,7 @@ if has_part profile && fits profile 120; then
     python3 -m lab.qwen35_attrib "$WORK/profile" -o "$OUT/attribution.md" --json "$OUT/attribution.json" \
         >>"$LOG" 2>&1 || log "attribution failed"
     tar -czf "$OUT/profile.tar.gz" -C "$WORK/profile" . 2>/dev/null
-    log "profile done"
+    [ -f "$OUT/attribution.md" ] && done_part profile
 fi
 
 if has_part tbo && fits tbo 200; then
@@ -95,35 +100,45 @@ if has_part tbo && fits tbo 200; then
         printf '%s\t%s\t%s\t%s\n' "$cfg" "$rc" "$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$WORK/tbo-$cfg.log" | tail -1)" \
             "$(( $(date +%s) - t ))" >>"$OUT/tbo-mmvq.tsv"
     done
-    log "tbo done"
+    done_part tbo
 fi
 
 if has_part tune && fits tune 90; then
-    [ -f .carry/tuning.journal.jsonl ] && cp .carry/tuning.journal.jsonl "$OUT/tuning.journal.jsonl"
-    CENSUS=${CENSUS:-$OUT/census.parquet}
+    # the sweep resumes from its journal in $WORK across calls; it is done when a call finishes it in time
+    CENSUS=${CENSUS:-$WORK/census.parquet}
     [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
-    left=$(( DEADLINE - $(date +%s) - 60 ))
-    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$OUT/tuning.parquet" \
-        --journal "$OUT/tuning.journal.jsonl" --max-seconds "${TUNE_SECONDS:-$left}" --case-timeout 90 \
-        ${TUNE_ARGS:-} >>"$LOG" 2>&1
-    log "tune rc=$?"
+    left=$(( DEADLINE - $(date +%s) - 45 ))
+    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
+        --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 ${TUNE_ARGS:-} >>"$LOG" 2>&1
+    rc=$?
+    cp "$WORK/tuning.parquet" "$WORK/tuning.journal.jsonl" "$OUT/" 2>/dev/null
+    if tail -5 "$LOG" | grep -q "stopped by --max-seconds"; then
+        log "tune: time limit, resumes next call"
+    elif [ "$rc" = 0 ]; then
+        done_part tune
+    else
+        log "tune failed (rc $rc)"; tail -20 "$LOG"
+    fi
 fi
 
 if has_part table && fits table 60; then
-    TUNING=${TUNING:-$OUT/tuning.parquet}
+    TUNING=${TUNING:-$WORK/tuning.parquet}
     [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
-    dispatch codegen "$TUNING" --census "$OUT/census.parquet" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
+    dispatch codegen "$TUNING" --census "$WORK/census.parquet" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
         { log "codegen failed"; tail -20 "$LOG"; exit 1; }
     dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
         { log "install failed"; tail -20 "$LOG"; exit 1; }
     cmake --build "$BUILD" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 || { log "rebuild failed"; exit 1; }
     log "table built: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(len(t["rules"]), "rules")' "$OUT/table/table.json")"
+    done_part table
 fi
 
 if has_part ab && fits ab 150; then
-    serve ab --pairs "${AB_PAIRS:-5}" -o "$WORK/ab" ${AB_ARGS:-} >>"$LOG" 2>&1 || log "ab failed"
+    serve ab --pairs "${AB_PAIRS:-3}" -o "$WORK/ab" ${AB_ARGS:-} >>"$LOG" 2>&1 || log "ab failed"
     cp "$WORK"/ab/*.jsonl "$OUT/" 2>/dev/null
     tar -czf "$OUT/ab-logs.tar.gz" -C "$WORK/ab" . 2>/dev/null
-    log "ab done"
+    ls "$OUT"/ab-*-serve.jsonl >/dev/null 2>&1 && done_part ab
 fi
-log "end"
+missing=""
+for p in $PARTS; do [ -f "$WORK/done-$p" ] || missing="$missing $p"; done
+if [ -z "$missing" ]; then log "all done"; else log "not done yet:$missing"; fi
