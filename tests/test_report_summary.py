@@ -139,3 +139,81 @@ def test_summary_splits_table_over_stock_into_the_hook_and_the_rules(tmp_path: P
     ]
     assert f"{MODEL} tg128 ub512 hook/stock 0.960" in summary  # among the losses beyond noise
     assert "hook/stock" not in _report(tmp_path / "b")  # no hook arm: no such column
+
+
+def _many_workloads_report(tmp_path: Path) -> str:
+    """An A/B of 30 depth tests (one loss, gains of different sizes, the rest within noise): more workloads
+    than one screen holds."""
+    recs = []
+    ratios = {f"tg32 @ d{1024 * (i + 1)}": 1.0 + 0.01 * i for i in range(29)}
+    ratios["pp2 @ d4096"] = 0.9  # the one loss beyond noise
+    for p, s in enumerate(STOCK):
+        for test, r in ratios.items():
+            base = {"model": MODEL, "test": test, "ubatch": 512, "pair": p}
+            noise = 1.0 if r != 1.0 else TIE[p]  # 1.0: a CI that straddles 1
+            recs += [{**base, "arm": "stock", "tps": s}, {**base, "arm": "table", "tps": s * r * noise}]
+    tuning = tmp_path / "tuning.parquet"
+    fileio.write_parquet(
+        arrow_table(schema.TUNING_COLUMNS, tuning_rows()), tuning, fileio.base_metadata(schema.TUNING_SCHEMA)
+    )
+    ab = tmp_path / "ab.jsonl"
+    ab.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        main, ["report", "--tuning", str(tuning), "--ab", str(ab), "-o", str(out)], catch_exceptions=False
+    )
+    assert res.exit_code == 0, res.output
+    return (out / "REPORT.md").read_text()
+
+
+def _summary_end(md: str) -> int:
+    """The number of lines from the top of the report to the end of its summary section."""
+    lines = md.splitlines()
+    start = lines.index("## Summary")
+    return next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+
+
+def test_summary_fits_one_screen_and_keeps_the_key_numbers(tmp_path: Path) -> None:
+    """Issue #49 item 5: every REPORT.md opens with a summary of at most 40 lines. With more workloads than
+    fit, it shows every loss and the largest gains, and links the section that lists them all."""
+    md = _many_workloads_report(tmp_path)
+    assert _summary_end(md) <= 40
+    summary = "\n".join(md.splitlines()[: _summary_end(md)])
+    shown = [x for x in summary.splitlines() if x.startswith(f"| {MODEL} ")]
+    assert 3 <= len(shown) < 30
+    assert _row(summary, f"{MODEL} pp2 @ d4096 ub512")[:2] == ["0.900 [0.900, 0.900]", "LOSS"]
+    assert _row(summary, f"{MODEL} tg32 @ d29696 ub512")[:2] == [
+        "1.280 [1.280, 1.280]",
+        "gain",
+    ]  # the largest
+    # the gains shown are the largest ones: every one left out is smaller than every one shown
+    shown_gains = {float(_row(summary, r.split(" | ")[0][2:])[0].split()[0]) for r in shown} - {0.9}
+    everything = md[md.index("## All workloads") : md.index("## Data provenance")]
+    rows = [x for x in everything.splitlines() if x.startswith(f"| {MODEL} ")]
+    assert len(rows) == 30
+    left_out = {float(_row(everything, r.split(" | ")[0][2:])[0].split()[0]) for r in rows if r not in shown}
+    assert max(left_out) < min(shown_gains)
+    assert f"- Shown above: {len(shown)} of 30 workloads" in summary
+    assert "[All workloads](#all-workloads)" in summary
+    assert (
+        "- Losses beyond noise (CI upper end < 1): " + f"{MODEL} pp2 @ d4096 ub512 table/stock 0.900"
+        in summary
+    )
+
+
+def test_a_summary_that_fits_lists_every_workload_in_place(tmp_path: Path) -> None:
+    summary = _report(tmp_path)
+    assert "## All workloads" not in (tmp_path / "out" / "REPORT.md").read_text()
+    assert "Shown above" not in summary and len(summary.splitlines()) < 40
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_every_committed_report_opens_with_a_one_screen_summary() -> None:
+    reports = sorted(REPO.glob("tables/*/REPORT.md"))
+    assert reports
+    for rep in reports:
+        md = rep.read_text()
+        assert md.splitlines()[4] == "## Summary", rep
+        assert _summary_end(md) <= 40, f"{rep.relative_to(REPO)}: the summary runs to line {_summary_end(md)}"

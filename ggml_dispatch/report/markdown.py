@@ -141,7 +141,8 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     ab_predicted = _ab_predicted(comps, model, inputs.table)
 
     md: list[str] = ["# ggml-dispatch report", "", f"GPU: {md_escape(gpu)}.", ""]
-    md += _section_summary(inputs, tuning, model, comps, ab_predicted)
+    summary, all_workloads = _section_summary(inputs, tuning, model, comps, ab_predicted, len(md))
+    md += summary + all_workloads
     md += _section_provenance(inputs, gpu)
     md += _section_overview(inputs, tuning, model)
     md += _section_losing(inputs, points, comps)
@@ -242,8 +243,8 @@ def _section_profile(
         f"Profile `{md_escape(Path(profile.source).name)}`"
         + (f" ({md_escape(profile.note)})" if profile.note else "")
         + ": one llama-bench process per arm and test, every kernel's GPU time from CUPTI "
-        "(`report/native/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or tg128 "
-        "(128 tokens). "
+        "(`ggml_dispatch/report/native/kernel_timeline.cpp`). Milliseconds per run: pp2048 (one prompt) or "
+        "tg128 (128 tokens). "
         "`matmul` is the route kernels (mmvq/mmq/mmvf/mmf/cuBLAS, activation quantization included); "
         "`conversion` is what the cuBLAS route adds around its GEMM (weight dequantization to f16, "
         "activation and result casts); `idle` is llama-bench's wall time minus the time any kernel or copy "
@@ -436,19 +437,72 @@ def repetition_notes(comps: Sequence[AbComparison]) -> list[str]:
     return md
 
 
+# REPORT.md's title, GPU line and summary fit one screen: a reader sees the key numbers before scrolling.
+SUMMARY_MAX_LINES: Final = 40
+SUMMARY_MIN_ROWS: Final = 3  # a summary table shows at least this many workloads, whatever its bullets take
+ALL_WORKLOADS: Final = "All workloads"
+
+
+def _workload_row(
+    w: analysis.Workload,
+    predicted: Mapping[tuple[str, str, int], float],
+    cached: bool,
+    cached_crude: bool,
+    hook: bool,
+) -> list[str]:
+    return [
+        f"{md_escape(w.model)} {md_escape(w.test)} ub{w.ubatch}",
+        *_ab_cell(w.table),
+        *_vs_crude_cell(w),
+        *([*_ab_cell(w.cached), *_ab_cell(w.cached_vs_table)] if cached else []),
+        *(_ab_cell(w.cached_vs_crude) if cached_crude else []),
+        *([*_ab_cell(w.hook), *_ab_cell(w.table_vs_hook)] if hook else []),
+        fmt_ratio(predicted.get((w.model, w.test, w.ubatch))),
+    ]
+
+
+def _workload_comps(w: analysis.Workload) -> list[AbComparison]:
+    return [c for c in (w.table, w.vs_crude, w.cached, w.cached_vs_table, w.cached_vs_crude, w.hook) if c]
+
+
+def key_workloads(works: Sequence[analysis.Workload], n: int) -> list[analysis.Workload]:
+    """The ``n`` workloads a summary shows when all of them do not fit: every one with a loss beyond noise
+    (worst first), then the gains beyond noise over stock (the cached arm's where there is one), largest
+    first, then the largest ratios within noise; listed in the A/B's order."""
+
+    def headline(w: analysis.Workload) -> tuple[bool, float]:
+        c = w.cached or w.table
+        if c is None or not math.isfinite(c.ratio.point):
+            return (False, -math.inf)
+        return (c.ratio.above, c.ratio.point)
+
+    def worst(w: analysis.Workload) -> float:
+        return min(c.ratio.point for c in _workload_comps(w) if c.ratio.below)
+
+    losing = sorted((w for w in works if any(c.ratio.below for c in _workload_comps(w))), key=worst)
+    rest = sorted((w for w in works if w not in losing), key=headline, reverse=True)
+    chosen = {id(w) for w in [*losing, *rest][:n]}
+    return [w for w in works if id(w) in chosen]
+
+
 def _section_summary(
     inputs: Inputs,
     tuning: TuningAnalysis,
     model: GainModel | None,
     comps: Sequence[AbComparison],
     ab_predicted: Mapping[int, float],
-) -> list[str]:
-    """One screen: the end-to-end gain per workload, ties with the crude rule, every loss beyond noise."""
-    md = ["## Summary", ""]
+    lines_before: int,
+) -> tuple[list[str], list[str]]:
+    """One screen: the end-to-end gain per workload, ties with the crude rule, every loss beyond noise, in
+    at most SUMMARY_MAX_LINES lines of the report counting the ``lines_before`` it; and, where the
+    workloads do not all fit, the section with all of them (placed right after the summary)."""
+    head = ["## Summary", ""]
+    bullets: list[str] = []
     works = analysis.workloads(comps)
     predicted = {(comps[i].model, comps[i].test, comps[i].ubatch): s for i, s in ab_predicted.items()}
+    header: list[str] = []
     if works:
-        md += [
+        head += [
             "End to end: llama-bench t/s of the table over stock and over the crude rule (median of paired "
             "runs, 95% bootstrap CI; `gain` and `LOSS` only where the CI excludes 1, `ties crude` where the "
             "table/crude CI includes 1), and the matmul-time speed-up the census and tuning predict at the "
@@ -464,53 +518,38 @@ def _section_summary(
             "hook/stock is what the hook itself costs, table/hook what the rules alone change.": hook,
         }
         for note, present in notes.items():
-            md += [note, ""] if present else []
+            head += [note, ""] if present else []
         cached_crude = any(w.cached_vs_crude is not None for w in works)
         cached_cols = ["cached/stock", "", "cached/table", ""] if cached else []
         cached_cols += ["cached/crude", ""] if cached_crude else []
         cached_cols += ["hook/stock", "", "table/hook", ""] if hook else []
-        md += md_table(
-            ["workload", "table/stock", "", "table/crude", "", *cached_cols, "predicted matmul"],
-            (
-                [
-                    f"{md_escape(w.model)} {md_escape(w.test)} ub{w.ubatch}",
-                    *_ab_cell(w.table),
-                    *_vs_crude_cell(w),
-                    *([*_ab_cell(w.cached), *_ab_cell(w.cached_vs_table)] if cached else []),
-                    *(_ab_cell(w.cached_vs_crude) if cached_crude else []),
-                    *([*_ab_cell(w.hook), *_ab_cell(w.table_vs_hook)] if hook else []),
-                    fmt_ratio(predicted.get((w.model, w.test, w.ubatch))),
-                ]
-                for w in works
-            ),
-        )
-        md.append("")
+        header = ["workload", "table/stock", "", "table/crude", "", *cached_cols, "predicted matmul"]
         with_crude = [w for w in works if w.vs_crude is not None and w.vs_crude.ratio.lo is not None]
         if with_crude:
             ties = sum(w.ties_crude for w in with_crude)
             beats = sum(w.vs_crude is not None and w.vs_crude.ratio.above for w in with_crude)
-            md.append(
+            bullets.append(
                 f"- Against the crude rule: ties at {ties} of {len(with_crude)} workloads, faster beyond "
                 f"noise at {beats}, slower beyond noise at {len(with_crude) - ties - beats}."
             )
         losses = [c for c in comps if c.ratio.below]
         if losses:
-            md.append(
+            bullets.append(
                 "- Losses beyond noise (CI upper end < 1): "
                 + "; ".join(f"{_ab_label(c)} {fmt_ratio(c.ratio.point)} {fmt_ci(c.ratio.lo, c.ratio.hi)}"
                             for c in losses)
                 + "."
             )  # fmt: skip
         else:
-            md.append("- Losses beyond noise (CI upper end < 1): none end to end.")
-        md += chance_note(comps)
-        md += repetition_notes(comps)
+            bullets.append("- Losses beyond noise (CI upper end < 1): none end to end.")
+        bullets += chance_note(comps)
+        bullets += repetition_notes(comps)
     else:
-        md += ["No A/B runs (--ab): nothing was measured end to end.", ""]
+        head += ["No A/B runs (--ab): nothing was measured end to end.", ""]
     if inputs.table is not None:
         rule_losses, _ = analysis.table_losses(tuning.points, inputs.table)
         if rule_losses:
-            md.append(
+            bullets.append(
                 f"- Per op: the table's route is slower than stock beyond noise at {len(rule_losses)} "
                 f"measured point{'s' if len(rule_losses) != 1 else ''}: "
                 + "; ".join(f"{md_escape(shape_label(p.shape))} M={p.M} {rp.route} {fmt_ratio(rp.ev.ratio)}"
@@ -518,16 +557,38 @@ def _section_summary(
                 + "."
             )  # fmt: skip
         else:
-            md.append("- Per op: no table rule is slower than stock beyond noise at a measured point.")
+            bullets.append("- Per op: no table rule is slower than stock beyond noise at a measured point.")
     gains = model.whole() if model is not None else None
     if gains is not None and gains.table is not None:
-        md.append(
+        bullets.append(
             f"- Predicted matmul-time speed-up of the table over the whole census: "
             f"{fmt_ratio(gains.table.speedup)}x ({_baseline_words(gains.table)})."
         )
     links = [t for t in _DETAILS if _has_section(t, inputs)]
-    md.append("- Details below: " + ", ".join(f"[{t}]({_anchor(t)})" for t in links) + ".")
-    return [*md, ""]
+    if not works:
+        return [*head, *bullets, _details_line(links), ""], []
+    flags = (any(w.cached is not None for w in works), any(w.cached_vs_crude is not None for w in works))
+    hook_col = any(w.hook is not None for w in works)
+
+    def table(ws: Sequence[analysis.Workload]) -> list[str]:
+        return md_table(header, (_workload_row(w, predicted, *flags, hook_col) for w in ws))
+
+    # lines besides the table's rows: title and GPU line, head, the table's two header lines and the blank
+    # after it, the bullets, the details line (and the shown-of line when rows are left out), the last blank
+    fixed = lines_before + len(head) + 3 + len(bullets) + 1 + 1
+    if fixed + len(works) <= SUMMARY_MAX_LINES:
+        return [*head, *table(works), "", *bullets, _details_line(links), ""], []
+    shown = key_workloads(works, max(SUMMARY_MIN_ROWS, SUMMARY_MAX_LINES - fixed - 1))
+    bullets.append(
+        f"- Shown above: {len(shown)} of {len(works)} workloads (every loss beyond noise, then the largest "
+        f"gains); all {len(works)}: [{ALL_WORKLOADS}]({_anchor(ALL_WORKLOADS)})."
+    )
+    everything = [f"## {ALL_WORKLOADS}", "", *table(works), ""]
+    return [*head, *table(shown), "", *bullets, _details_line(links), ""], everything
+
+
+def _details_line(links: Sequence[str]) -> str:
+    return "- Details below: " + ", ".join(f"[{t}]({_anchor(t)})" for t in links) + "."
 
 
 def _has_section(title: str, inputs: Inputs) -> bool:
