@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from ggml_dispatch import fetch, registry, schema
 from ggml_dispatch.cli import main
-from ggml_dispatch.hook import codes, patch, upstream
+from ggml_dispatch.hook import codes, fit, patch, upstream
 from ggml_dispatch.hook import install as inst
 
 CUDA = Path("ggml/src/ggml-cuda")
@@ -332,10 +332,22 @@ def test_header_codes_match_schema() -> None:
     ]
 
 
+def pinned_forms(target: str, src: str) -> list[patch.Hunk]:
+    """The hunks of a target's spec that a pinned-like tree takes (located): every one but the other
+    upstreams' forms of a grouped edit (the spec's `@@ group`s), which are all that is left out."""
+    spec = inst.load_specs()[target]
+    got = fit.fit({target: src}, {target: spec}).hunks[target]
+    taken = {h.name for h in got}
+    assert all(h.group for h in spec if h.name not in taken), [h.name for h in spec if h.name not in taken]
+    return got
+
+
 def test_mmq_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Path) -> None:
     src = (pinned / CUDA / "mmq.cuh").read_text()
-    hunks = inst.load_specs()["mmq.cuh"]
-    assert {h.name for h in hunks} >= {"mmq_J", "mmq_stream_k"}
+    hunks = pinned_forms("mmq.cuh", src)
+    # the tree picks J in mul_mat_q_switch_J: the J edit and the split's J there, not their mmq_args forms
+    assert {h.name for h in hunks} >= {"mmq_J", "mmq_stream_k", "mmq_split", "mmq_split_J_in_switch"}
+    assert "mmq_split_J_args" not in {h.name for h in hunks}
     patched = patch.apply(src, hunks)
     assert inst.HOOK_MARKERS["mmq.cuh"] in patched and inst.HOOK_MARKERS["mmq.cuh"] not in src
     assert "ggml_dispatch_params_current().mmq_J" in patched
@@ -399,6 +411,7 @@ def test_fattn_common_spec_applies_to_pinned_tree_and_reverts_exactly(pinned: Pa
 
 def test_install_records_every_target_and_restores_both(tree: Path) -> None:
     before = snapshot(tree)
+    before_text = {rel: (tree / rel).read_text() for rel in before if rel.endswith((".cu", ".cuh"))}
     inst.install(tree)
     record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
     assert set(record["targets"]) == {
@@ -411,7 +424,8 @@ def test_install_records_every_target_and_restores_both(tree: Path) -> None:
         assert t["original_sha256"] == before[rel]
         assert t["patched_sha256"] == hashlib.sha256((tree / rel).read_bytes()).hexdigest() != before[rel]
         assert t["spec"] == inst.HOOK_SPECS[Path(rel).name]
-        assert [h["name"] for h in t["hunks"]] == [h.name for h in inst.load_specs()[Path(rel).name]]
+        name = Path(rel).name
+        assert [h["name"] for h in t["hunks"]] == [h.name for h in pinned_forms(name, before_text[rel])]
     assert (tree / CUDA / "ggml-dispatch-params.h").read_bytes() == (
         inst.NATIVE_DIR / "ggml-dispatch-params.h"
     ).read_bytes()
@@ -452,7 +466,7 @@ def test_a_tree_whose_mmq_differs_skips_the_mmq_features_naming_the_hunk(tree: P
 
 def test_refuses_an_mmq_hook_without_record(tree: Path) -> None:
     cuh = tree / CUDA / "mmq.cuh"
-    cuh.write_text(patch.apply(cuh.read_text(), inst.load_specs()["mmq.cuh"]))
+    cuh.write_text(patch.apply(cuh.read_text(), pinned_forms("mmq.cuh", cuh.read_text())))
     with pytest.raises(inst.InstallError, match=r"mmq\.cuh"):
         inst.install(tree)
     with pytest.raises(inst.InstallError, match=r"mmq\.cuh"):

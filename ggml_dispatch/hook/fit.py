@@ -109,7 +109,9 @@ def fit(
             out.features[name] = FeatureStatus(APPLIED, None, lines[name])
     applied = out.applied
     for target, hunks in specs.items():
-        out.hunks[target] = [
+        chosen = [
             located[target][h.name] for h in hunks if h.name in located[target] and applied & set(h.features)
         ]
+        # a file whose applied hunks only require its content is no target: install leaves it alone
+        out.hunks[target] = chosen if any(h.kind != "require" for h in chosen) else []
     return out

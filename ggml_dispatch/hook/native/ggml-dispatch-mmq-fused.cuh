@@ -1,6 +1,8 @@
-// ggml-dispatch-mmq-fused.cuh: the fused MUL_MAT_ID mmq splits (2j_fused, fit, fit64)
+// ggml-dispatch-mmq-fused.cuh: the fused MUL_MAT_ID mmq splits (2j_fused, fit, fit64), and the tile widths
+// every split runs (for the trees that pass J in mmq_args and size their buffers by it).
 // Included by the hook at one place of an upstream file (ggml_dispatch/hook/native/mmq.cuh.hook, hunk 'mmq_split_fused'): it reads
-// that file's own functions defined above that place, so it is not a self-contained header.
+// that file's own functions defined above that place, so it is not a self-contained header. Every call of
+// the tree's ggml_cuda_mmq_get_config names the activations' precision: some trees have no default for it.
 #pragma once
 
 // ggml-dispatch: split=2j_fused (MUL_MAT_ID), the split in one launch. The grid is the tree's one block per
@@ -145,8 +147,8 @@ static inline bool ggml_dispatch_mmq_fused_fits(ggml_type type, int Jn, bool fal
         return GGML_DISPATCH_MMQ_FUSED_J_LIST(GGML_DISPATCH_MMQ_FIT_FITS) true;
 #undef GGML_DISPATCH_MMQ_FIT_FITS
     }
-    const ggml_cuda_mmq_config cw = ggml_cuda_mmq_get_config(type, GGML_DISPATCH_MMQ_FUSED_JW, fallback, cc);
-    const ggml_cuda_mmq_config cn = ggml_cuda_mmq_get_config(type, Jn, fallback, cc);
+    const ggml_cuda_mmq_config cw = ggml_cuda_mmq_get_config(type, GGML_DISPATCH_MMQ_FUSED_JW, fallback, cc, GGML_PREC_Q8);
+    const ggml_cuda_mmq_config cn = ggml_cuda_mmq_get_config(type, Jn, fallback, cc, GGML_PREC_Q8);
     return cw.type != GGML_TYPE_COUNT && cn.type != GGML_TYPE_COUNT && cw.nthreads == cn.nthreads && cw.I == cn.I &&
            mmq_get_nbytes_shared(cw, cc) <= smpbo;
 }
@@ -200,4 +202,60 @@ static bool ggml_dispatch_mmq_id_fused(ggml_backend_cuda_context & ctx, const mm
             default: return false;
         }
     }
+}
+
+// The widest column tile a launch of the current configuration's split runs beside the tree's J_best: 2j and
+// 2j_wave their J (the first launch's), the fused splits J = 128 (their narrow widths share its block size,
+// ggml_dispatch_mmq_fused_fits); 0 outside a split.
+static inline int ggml_dispatch_mmq_split_J() {
+    const ggml_dispatch_params & p = ggml_dispatch_params_current();
+    return p.mmq_split_fused != 0 ? GGML_DISPATCH_MMQ_FUSED_JW : p.mmq_split != 0 ? p.mmq_J : 0;
+}
+
+// ids_dst's padding (mmq.cu): the widest tile that reads it, the tree's J_best or a split's.
+static inline int ggml_dispatch_mmq_split_J_max(const int J_best) {
+    const int J = ggml_dispatch_mmq_split_J();
+    return J > J_best ? J : J_best;
+}
+
+// The activations' padding (mmq.cu): the tree's for J_best (`padding`), or the tree's rule for the widest
+// tile a split runs where that is more (J columns of block_q8_1_mmq, rounded up to what the tile's block of
+// threads loads at once). A J without compiled code is never launched (the split refuses it).
+static inline size_t ggml_dispatch_mmq_split_padding(const ggml_type type, const bool fallback, const int cc,
+                                                     const ggml_prec prec_src1, const size_t padding) {
+    const int J = ggml_dispatch_mmq_split_J();
+    if (J < 8 || J > 128 || J % 8 != 0) {
+        return padding;
+    }
+    const ggml_cuda_mmq_config config = ggml_cuda_mmq_get_config(type, J, fallback, cc, prec_src1);
+    if (config.type == GGML_TYPE_COUNT) {
+        return padding;
+    }
+    const size_t chunk     = config.nthreads * sizeof(int);
+    const size_t J_padding = (J * sizeof(block_q8_1_mmq) + chunk - 1) / chunk * chunk;
+    return J_padding > padding ? J_padding : padding;
+}
+
+// The J that mul_mat_q_switch_J launches where the tree passes its J in mmq_args: a split's first launch
+// (expert filter > 0) runs the configuration's J where code for it is compiled and its tiles fit (else the
+// launch is refused and runs the tree's), every other launch the tree's J_best.
+static inline int ggml_dispatch_mmq_split_launch_J(const ggml_type type, const bool fallback, const ggml_prec prec_src1,
+                                                   const int J_best) {
+    ggml_dispatch_params & p = ggml_dispatch_params_current();
+    const int J = p.mmq_J;
+    if (p.mmq_expert_filter <= 0 || J == 0) {
+        return J_best;
+    }
+    bool J_ok = J % 8 == 0 && J >= 8 && J <= 128;
+    if (J_ok) {
+        const int                  id     = ggml_cuda_get_device();
+        const int                  cc     = ggml_cuda_info().devices[id].cc;
+        const ggml_cuda_mmq_config config = ggml_cuda_mmq_get_config(type, J, fallback, cc, prec_src1);
+        J_ok = config.type != GGML_TYPE_COUNT && mmq_get_nbytes_shared(config, cc) <= ggml_cuda_info().devices[id].smpbo;
+    }
+    if (!J_ok) {
+        p.refused = 1;
+        return J_best;
+    }
+    return J;
 }
