@@ -25,7 +25,7 @@ WORK=${WORK:-/tmp/ggml-dispatch-qwen35}
 PARTS=${PARTS:-build model trace profile tbo tune table ab}
 JOBS=${JOBS:-$(nproc)}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-570} ))
-LAYERS=${Q35_LAYERS:-64}
+LAYERS=${Q35_LAYERS:-32}
 mkdir -p "$OUT" "$WORK"
 LOG=$OUT/qwen35.log
 T0=$(date +%s)
@@ -63,7 +63,7 @@ if has_part build && fits build 420; then
     done_part build
 fi
 
-if has_part model && fits model 150; then
+if has_part model && fits model 240; then
     python3 -m lab.qwen35 write -o "$MODEL" --layers "$LAYERS" --tokenizer spm >>"$LOG" 2>&1 ||
         { log "model failed"; tail -20 "$LOG"; exit 1; }
     log "model $(du -h "$MODEL" | cut -f1)"
