@@ -257,12 +257,123 @@ _FA_KV_SHADOW: Final = Param(
     feature="kv_shadow",
 )
 
+# Decode and speculative verify (M <= 8): the launch shapes of the vector kernels. mmvq's warps per
+# block x rows per block replace calc_nwarps / calc_rows_per_block (mmvq.cu) through compiled instances,
+# one per candidate pair below (index 1 + its position; 0 = the tree's constexpr table), for ncols_dst
+# 1..MMVQ_MAX_COLS; mmvf's block size is one of the widths launch_mul_mat_vec_f_cuda already compiles.
+MMVQ_MAX_COLS: Final = 8  # mmvq.cu's MMVQ_MAX_BATCH_SIZE, the ncols_dst switch 1..8
+MMVQ_WARP_SIZE: Final = 32  # NVIDIA's; the hook refuses other vendors
+_MMVQ_NWARPS: Final = (1, 2, 4, 8)
+_MMVQ_ROWS: Final = (1, 2, 4)
+_MMVQ_SMEM_LIMIT: Final = 48 * 1024  # static shared memory per block
+
+
+def mmvq_pair_valid(nwarps: int, rows: int, warp_size: int = MMVQ_WARP_SIZE) -> bool:
+    """Can mul_mat_vec_q run with ``nwarps`` warps and ``rows`` rows per block at every ncols_dst <= 8?
+    A block holds at most 1024 threads; lane i writes row i (rows <= warp size); the cross-warp
+    reduction's static shared memory, (nwarps - 1) x ncols x rows x warp size floats, fits 48 KiB (the
+    candidate instances are never launched with a fused gate, which would double it)."""
+    smem = max(nwarps - 1, 1) * MMVQ_MAX_COLS * rows * warp_size * 4
+    return nwarps * warp_size <= 1024 and 1 <= rows <= warp_size and smem <= _MMVQ_SMEM_LIMIT
+
+
+# The candidate pairs, generated: their order is the compiled instances' index (1-based) in the codes header.
+MMVQ_CONFIGS: Final[tuple[tuple[int, int], ...]] = tuple(
+    (w, r) for w in _MMVQ_NWARPS for r in _MMVQ_ROWS if mmvq_pair_valid(w, r)
+)
+# What install compiles unless told otherwise (--mmvq-configs): each instance costs build time and binary size
+# (docs/mmvq-configs.md has the measurement); "all" = MMVQ_CONFIGS.
+MMVQ_DEFAULT_CONFIGS: Final[tuple[tuple[int, int], ...]] = ((1, 1), (2, 1), (4, 1), (4, 2), (8, 1), (8, 2))
+# The weight types mul_mat_vec_q_switch_type launches (mmvq.cu); the candidate instances are compiled for
+# MMVQ_DEFAULT_TYPES unless install is told otherwise (--mmvq-types).
+MMVQ_TYPES: Final[tuple[str, ...]] = (
+    "q1_0", "q2_0", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "nvfp4",
+    "q2_K", "q3_K", "q4_K", "q5_K", "q6_K",
+    "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq1_s", "iq1_m", "iq4_nl", "iq4_xs", "iq3_s",
+)  # fmt: skip
+MMVQ_DEFAULT_TYPES: Final[tuple[str, ...]] = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K")
+MMVF_BLOCKS: Final[tuple[int, ...]] = tuple(range(32, 257, 32))  # launch_mul_mat_vec_f_cuda's block sizes
+
+
+def mmvq_pair_text(pair: tuple[int, int]) -> str:
+    """``4x2`` for 4 warps x 2 rows per block (the --mmvq-configs spelling)."""
+    return f"{pair[0]}x{pair[1]}"
+
+
+def parse_mmvq_configs(text: str) -> tuple[tuple[int, int], ...]:
+    """``--mmvq-configs``: "all", "none", or NxR items separated by commas, each a candidate pair
+    (ValueError names the first item that is not); in MMVQ_CONFIGS order."""
+    if text.strip() == "all":
+        return MMVQ_CONFIGS
+    if text.strip() == "none":
+        return ()
+    out: list[tuple[int, int]] = []
+    for item in text.split(","):
+        w, x, r = item.strip().partition("x")
+        pair = (int(w), int(r)) if x and w.isdigit() and r.isdigit() else None
+        if pair is None or pair not in MMVQ_CONFIGS:
+            choices = ",".join(mmvq_pair_text(p) for p in MMVQ_CONFIGS)
+            raise ValueError(f"--mmvq-configs: {item.strip()!r} is not one of {choices} (or all, none)")
+        if pair not in out:
+            out.append(pair)
+    return tuple(sorted(out, key=MMVQ_CONFIGS.index))
+
+
+def parse_mmvq_types(text: str) -> tuple[str, ...]:
+    """``--mmvq-types``: "all" or ggml type names separated by commas, each one mmvq launches."""
+    if text.strip() == "all":
+        return MMVQ_TYPES
+    out: list[str] = []
+    for item in text.split(","):
+        name = item.strip()
+        if name not in MMVQ_TYPES:
+            choices = ", ".join(MMVQ_TYPES)
+            raise ValueError(f"--mmvq-types: {name!r} is not a type mmvq runs ({choices}, or all)")
+        if name not in out:
+            out.append(name)
+    return tuple(sorted(out, key=MMVQ_TYPES.index))
+
+
 ROUTES: Final[dict[Route, RouteSpec]] = {
     Route.MMVF: RouteSpec(
-        Route.MMVF, 1, (Op.MUL_MAT, Op.MUL_MAT_ID), (), "mul_mat_vec_f (f32/f16/bf16 vector)"
+        Route.MMVF,
+        1,
+        (Op.MUL_MAT, Op.MUL_MAT_ID),
+        (
+            Param(
+                "block",
+                tuple(str(b) for b in MMVF_BLOCKS),
+                "threads per block (stock: the fewest K iterations, then the smallest block)",
+                ops=(Op.MUL_MAT,),
+                feature="mmvf_params",
+            ),
+        ),
+        "mul_mat_vec_f (f32/f16/bf16 vector)",
     ),
     Route.MMF: RouteSpec(Route.MMF, 2, (Op.MUL_MAT, Op.MUL_MAT_ID), (), "mul_mat_f (f16/bf16 tensor cores)"),
-    Route.MMVQ: RouteSpec(Route.MMVQ, 3, (Op.MUL_MAT, Op.MUL_MAT_ID), (), "mul_mat_vec_q (quantized vector)"),
+    Route.MMVQ: RouteSpec(
+        Route.MMVQ,
+        3,
+        (Op.MUL_MAT, Op.MUL_MAT_ID),
+        (
+            Param(
+                "nwarps",
+                tuple(str(w) for w in _MMVQ_NWARPS),
+                "warps per block (stock: calc_nwarps by GPU family and ncols_dst); needs rows, and the pair"
+                " compiled in (install --mmvq-configs, --mmvq-types)",
+                ops=(Op.MUL_MAT,),
+                feature="mmvq_params",
+            ),
+            Param(
+                "rows",
+                tuple(str(r) for r in _MMVQ_ROWS),
+                "output rows per block (stock: calc_rows_per_block); needs nwarps",
+                ops=(Op.MUL_MAT,),
+                feature="mmvq_params",
+            ),
+        ),
+        "mul_mat_vec_q (quantized vector)",
+    ),
     Route.MMQ: RouteSpec(
         Route.MMQ,
         4,
@@ -446,6 +557,12 @@ FEATURES: Final[dict[str, Feature]] = {
             "FlashAttention parameters: VEC parallel blocks, MMA tile ncols1 x ncols2, sparse gather,"
             " stream-k",
         ),
+        Feature(
+            "mmvq_params",
+            9,
+            "mmvq warps and rows per block per configuration, from compiled candidate instances (mmvq.cu)",
+        ),
+        Feature("mmvf_params", 10, "mmvf threads per block per configuration (mmvf.cu)"),
     )
 }
 CORE_FEATURE: Final = "core"
@@ -638,6 +755,28 @@ def route_configs(route: Route | str) -> list[Config]:
     return out
 
 
+def mmvq_params_pair(values: Mapping[str, str]) -> tuple[int, int] | None:
+    """The candidate pair an mmvq configuration's parameters name (None: not both set, or not a candidate)."""
+    if "nwarps" not in values or "rows" not in values:
+        return None
+    pair = (int(values["nwarps"]), int(values["rows"]))
+    return pair if pair in MMVQ_CONFIGS else None
+
+
+def mmvq_config_problem(config: Config) -> str | None:
+    """Why an mmvq configuration cannot run anywhere (one parameter without the other, a pair that is not a
+    candidate), else None: the message a forced or table configuration is refused with."""
+    if config.route is not Route.MMVQ or config.is_plain:
+        return None
+    values = dict(config.params)
+    if "nwarps" not in values or "rows" not in values:
+        return f"{config}: mmvq's nwarps and rows are set together (e.g. mmvq/nwarps=4,rows=2)"
+    if mmvq_params_pair(values) is None:
+        choices = ", ".join(mmvq_pair_text(p) for p in MMVQ_CONFIGS)
+        return f"{config}: {values['nwarps']}x{values['rows']} is not a candidate pair ({choices})"
+    return None
+
+
 def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
     """Is ncols1 x ncols2 an MMA_F16 tile the switch functions launch (head dims 64..256)?"""
     return ncols1 * ncols2 in FA_MMA_NCOLS and ncols2 <= 8
@@ -646,9 +785,12 @@ def fa_mma_pair_compiled(ncols1: int, ncols2: int) -> bool:
 def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> bool:
     """False for an fa_mma configuration naming both ncols1 and ncols2 of a tile with no compiled instance,
     for an mmq split without its J (but split=fit and fit64, which have none: they need stream_k=off and no
-    J), for a 2j_wave or 2j_fused split without stream_k=off, and for a 2j_fused split at a J without fused
-    code (a sweep leaves them out; the runtime refuses them as ineligible:params)."""
+    J), for a 2j_wave or 2j_fused split without stream_k=off, for a 2j_fused split at a J without fused
+    code, and for an mmvq configuration that does not name a candidate pair of nwarps and rows (a sweep leaves
+    them out; the runtime refuses them as ineligible:params)."""
     values = dict(params)
+    if route is Route.MMVQ and ("nwarps" in values or "rows" in values):
+        return mmvq_params_pair(values) is not None
     if route is Route.MMQ and values.get("split") in MMQ_FIT_SPLITS:
         return "j" not in values and values.get("stream_k") == "off"
     if route is Route.MMQ and "split" in values and "j" not in values:

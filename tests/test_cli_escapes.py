@@ -45,6 +45,8 @@ def tree(tmp_path: Path) -> Path:
     shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")  # the hook edits it too
     shutil.copy2(pinned / CUDA / "fattn.cu", t / CUDA / "fattn.cu")  # and this
     shutil.copy2(pinned / CUDA / "fattn-common.cuh", t / CUDA / "fattn-common.cuh")
+    shutil.copy2(pinned / CUDA / "mmvq.cu", t / CUDA / "mmvq.cu")
+    shutil.copy2(pinned / CUDA / "mmvf.cu", t / CUDA / "mmvf.cu")
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 

@@ -38,6 +38,8 @@ def tree(pinned: Path, tmp_path: Path) -> Path:
     shutil.copy2(pinned / CUDA / "mmq.cuh", t / CUDA / "mmq.cuh")
     shutil.copy2(pinned / CUDA / "fattn.cu", t / CUDA / "fattn.cu")
     shutil.copy2(pinned / CUDA / "fattn-common.cuh", t / CUDA / "fattn-common.cuh")
+    shutil.copy2(pinned / CUDA / "mmvq.cu", t / CUDA / "mmvq.cu")
+    shutil.copy2(pinned / CUDA / "mmvf.cu", t / CUDA / "mmvf.cu")
     (t / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     return t
 
@@ -419,6 +421,8 @@ def test_install_records_every_target_and_restores_both(tree: Path) -> None:
         str(CUDA / "mmq.cuh"),
         str(CUDA / "fattn.cu"),
         str(CUDA / "fattn-common.cuh"),
+        str(CUDA / "mmvq.cu"),
+        str(CUDA / "mmvf.cu"),
     }
     for rel, t in record["targets"].items():
         assert t["original_sha256"] == before[rel]

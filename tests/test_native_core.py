@@ -155,6 +155,15 @@ def test_dispatch_env_parsing(run: tuple[dict[str, Any], list[dict[str, Any]], P
         assert env[f"force:{text}"] == [force, registry.Config.parse(text).code, False]
     for bad in ("cublas/out=f64", "cublas/out=f32,out=f16", "mmq/", "stock"):
         assert env[f"force:{bad}"] == [off, 0, True], bad
+    # decode launch shapes: an mmvq candidate pair and an mmvf block size are forced; half a pair, or a value
+    # outside the registry's, is refused with the reason and the process runs stock
+    for text in ("mmvq/nwarps=8,rows=1", "mmvf/block=128"):
+        assert env[f"force:{text}"] == [force, registry.Config.parse(text).code, False]
+    assert env["force:mmvq/rows=2"] == [off, 0, True]
+    assert "nwarps and rows are set together" in out["env_errors"]["force:mmvq/rows=2"]
+    native = out["env_errors"]["force:mmvq/rows=2"].split(": ", 1)[1].removesuffix("; running stock")
+    assert registry.mmvq_config_problem(registry.Config.parse("mmvq/rows=2")) == "mmvq/rows=2: " + native
+    assert env["force:mmvq/nwarps=16,rows=1"] == [off, 0, True]
 
 
 def test_config_codes_format_as_the_registry_spells_them(

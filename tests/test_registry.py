@@ -106,7 +106,7 @@ def test_config_text_and_code_round_trip() -> None:
         ("cublas/out=f64", "is not one of f16, f32"),
         ("cublas/out=f32,out=f16", "given twice"),
         ("mmq/out=f32", "route mmq has no parameter 'out'"),
-        ("mmvq/j=8", "route mmvq has no parameter 'j' (it has: none)"),
+        ("mmf/j=8", "route mmf has no parameter 'j' (it has: none)"),
     ],
 )
 def test_bad_config_strings_say_why(text: str, message: str) -> None:

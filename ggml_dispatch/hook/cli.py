@@ -56,6 +56,22 @@ class _Refused(click.ClickException):
     + ".",
 )
 @click.option(
+    "--mmvq-configs",
+    metavar="LIST",
+    help="mmvq candidate launch shapes to compile (feature mmvq_params): warps x rows per block, e.g."
+    " 4x1,8x1,4x2, or 'all' ("
+    + ",".join(registry.mmvq_pair_text(p) for p in registry.MMVQ_CONFIGS)
+    + ") or 'none'. Each costs 8 kernels per type in mmvq.cu. Default: the previous install's, else "
+    + ",".join(registry.mmvq_pair_text(p) for p in registry.MMVQ_DEFAULT_CONFIGS)
+    + ".",
+)
+@click.option(
+    "--mmvq-types",
+    metavar="LIST",
+    help="weight types the mmvq candidates are compiled for, comma-separated, or 'all'. Default: the"
+    " previous install's, else " + ",".join(registry.MMVQ_DEFAULT_TYPES) + ".",
+)
+@click.option(
     "--check",
     is_flag=True,
     help="say which features apply and which launches the seam misses; write nothing.",
@@ -69,6 +85,8 @@ def install_cmd(
     upstream_commit: str | None,
     allow_upstream_mismatch: bool,
     features_text: str | None,
+    mmvq_configs: str | None,
+    mmvq_types: str | None,
     check: bool,
     as_json: bool,
     uninstall: bool,
@@ -96,6 +114,7 @@ def install_cmd(
       ggml-dispatch install --llama-cpp ~/llama.cpp --check --json
       ggml-dispatch install --llama-cpp ~/llama.cpp --table tables/cuda-sm90-nvidia-h200/table.json
       ggml-dispatch install --llama-cpp ~/llama.cpp --features core
+      ggml-dispatch install --llama-cpp ~/llama.cpp --mmvq-configs 4x1,8x1,4x2 --mmvq-types q4_K,q6_K
       ggml-dispatch install --llama-cpp ~/llama.cpp --uninstall
     """
     try:
@@ -125,6 +144,8 @@ def install_cmd(
                 upstream_commit=upstream_commit,
                 allow_upstream_mismatch=allow_upstream_mismatch,
                 features=wanted,
+                mmvq_configs=mmvq_configs,
+                mmvq_types=mmvq_types,
             )
     except inst.InstallError as e:
         raise _Refused(printable(e)) from None

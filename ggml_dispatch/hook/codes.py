@@ -122,6 +122,14 @@ def registry_context() -> dict[str, Any]:
         "route_mask": reg.ROUTE_CODE_MASK,
         "params": params,
         "mmq_fused_j": list(reg.MMQ_FUSED_J),
+        "mmvq_configs": [
+            {"index": i + 1, "nwarps": w, "rows": r} for i, (w, r) in enumerate(reg.MMVQ_CONFIGS)
+        ],
+        "mmvq_max_cols": reg.MMVQ_MAX_COLS,
+        "mmvq_warp_size": reg.MMVQ_WARP_SIZE,
+        "mmvq_types": [{"id": reg.GGML_TYPES[t].id, "name": t} for t in reg.MMVQ_TYPES],
+        "mmvq_default_configs": ",".join(reg.mmvq_pair_text(p) for p in reg.MMVQ_DEFAULT_CONFIGS),
+        "mmvq_default_types": ",".join(reg.MMVQ_DEFAULT_TYPES),
         "max_values": max((len(p["legal"]) for p in params), default=1),  # type: ignore[arg-type]
         "max_config_len": max(longest, len("stock")),
     }

@@ -42,6 +42,8 @@ HOOK_SPECS: Final[dict[str, str]] = {
     "fattn.cu": "fattn.cu.hook",
     "fattn-common.cuh": "fattn-common.cuh.hook",
     "mmq.cu": "mmq.cu.hook",
+    "mmvq.cu": "mmvq.cu.hook",
+    "mmvf.cu": "mmvf.cu.hook",
 }
 # Copied verbatim into ggml/src/ggml-cuda/ (the patch hash covers them and the hook specs).
 NATIVE_SOURCES: Final = (
@@ -64,6 +66,8 @@ NATIVE_SOURCES: Final = (
     "ggml-dispatch-fattn.cuh",
     "ggml-dispatch-fattn-vec.cuh",
     "ggml-dispatch-mmq-fused.cuh",
+    "ggml-dispatch-mmvq.h",
+    "ggml-dispatch-mmvq.cuh",
 )
 TABLE_HEADER: Final = "ggml-dispatch-table.h"
 BUILD_HEADER: Final = "ggml-dispatch-build.h"
@@ -79,6 +83,8 @@ HOOK_MARKERS: Final[dict[str, str]] = {
     "fattn.cu": '#include "ggml-dispatch-fattn-vec.cuh"',
     "fattn-common.cuh": '#include "ggml-dispatch-params.h"',
     "mmq.cu": "// ggml-dispatch: a configuration's J",
+    "mmvq.cu": '#include "ggml-dispatch-mmvq.h"',
+    "mmvf.cu": "// ggml-dispatch: a configuration's block size",
 }
 
 
@@ -140,9 +146,61 @@ def patch_hash(sources: Mapping[str, bytes], specs: Mapping[str, list[patch.Hunk
     return h.hexdigest()
 
 
+@dataclass(frozen=True)
+class MmvqBuild:
+    """Which mmvq candidate instances the build compiles (feature mmvq_params): pairs and weight types."""
+
+    configs: tuple[tuple[int, int], ...] = registry.MMVQ_DEFAULT_CONFIGS
+    types: tuple[str, ...] = registry.MMVQ_DEFAULT_TYPES
+
+    @classmethod
+    def parse(cls, configs: str | None, types: str | None, previous: MmvqBuild | None = None) -> MmvqBuild:
+        """From ``--mmvq-configs`` / ``--mmvq-types`` (None: the previous install's, else the defaults);
+        ValueError names the option and item that are not understood."""
+        base = previous or cls()
+        return cls(
+            base.configs if configs is None else registry.parse_mmvq_configs(configs),
+            base.types if types is None else registry.parse_mmvq_types(types),
+        )
+
+    @classmethod
+    def from_json(cls, d: Any) -> MmvqBuild | None:
+        """An install record's ``mmvq`` entry (None where it has none or one that does not parse)."""
+        if not isinstance(d, dict):
+            return None
+        try:
+            return cls.parse(str(d["configs"]) or "none", str(d["types"]))
+        except (KeyError, ValueError):
+            return None
+
+    def to_json(self) -> dict[str, str]:
+        return {"configs": self.configs_text(), "types": ",".join(self.types)}
+
+    def configs_text(self) -> str:
+        return ",".join(registry.mmvq_pair_text(p) for p in self.configs) or "none"
+
+    def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool:
+        return src0_type in self.types and pair in self.configs
+
+    def kernels(self) -> int:
+        """Kernel instances the candidates add (ncols_dst 1..MMVQ_MAX_COLS each)."""
+        return len(self.configs) * len(self.types) * registry.MMVQ_MAX_COLS
+
+
+def rule_not_compiled(rule: Mapping[str, Any], config: registry.Config, mmvq: MmvqBuild) -> bool:
+    """Does a rule's mmvq configuration name a candidate this build does not compile for its weight type?"""
+    pair = registry.mmvq_params_pair(dict(config.params)) if config.route is registry.Route.MMVQ else None
+    return pair is not None and not mmvq.compiled(str(rule.get("src0_type", "")), pair)
+
+
 def build_header(
-    upstream_id: str | None, phash: str, features: int = 0, upstream_fingerprint: str = ""
+    upstream_id: str | None,
+    phash: str,
+    features: int = 0,
+    upstream_fingerprint: str = "",
+    mmvq: MmvqBuild | None = None,
 ) -> str:
+    mmvq = mmvq or MmvqBuild()
     return (
         "/* ggml-dispatch-build.h: stamped by `ggml-dispatch install`; do not edit.\n"
         " * The route trace header carries these (upstream_commit, patch_hash). */\n"
@@ -153,6 +211,14 @@ def build_header(
         f'#define GGML_DISPATCH_TOOL_VERSION "{schema.TOOL_VERSION}"\n'
         "/* The hook features applied (GGML_DISPATCH_FEATURE_* bits, ggml-dispatch-codes.h). */\n"
         f"#define GGML_DISPATCH_FEATURES {features}u\n"
+        "/* mmvq's candidate instances compiled (feature mmvq_params, ggml-dispatch-mmvq.h; install\n"
+        " * --mmvq-configs, --mmvq-types). A compile definition of the same name wins. */\n"
+        "#ifndef GGML_DISPATCH_MMVQ_CONFIGS\n"
+        f'#define GGML_DISPATCH_MMVQ_CONFIGS "{mmvq.configs_text()}"\n'
+        "#endif\n"
+        "#ifndef GGML_DISPATCH_MMVQ_TYPES\n"
+        f'#define GGML_DISPATCH_MMVQ_TYPES "{",".join(mmvq.types)}"\n'
+        "#endif\n"
     )
 
 
@@ -186,11 +252,15 @@ class TableInfo:
     upstream_commit: str | None
     rules: int
     dropped: dict[str, int] = field(default_factory=dict)  # skipped feature -> rules dropped for it
+    not_compiled: int = 0  # rules dropped: their mmvq candidate is not compiled for their weight type
 
 
-def table_info(table_path: Path | None, applied: frozenset[str] | None = None) -> TableInfo:
+def table_info(
+    table_path: Path | None, applied: frozenset[str] | None = None, mmvq: MmvqBuild | None = None
+) -> TableInfo:
     """Render the header for ``table_path`` (or the 'no table' header). Bad tables raise InputError. Rules
-    whose configuration needs a feature outside ``applied`` (None: all) are left out of the header."""
+    whose configuration needs a feature outside ``applied`` (None: all), or an mmvq candidate ``mmvq`` does
+    not compile for the rule's weight type, are left out of the header."""
     try:
         from ggml_dispatch.codegen import render, table
     except ImportError:
@@ -202,17 +272,23 @@ def table_info(table_path: Path | None, applied: frozenset[str] | None = None) -
         return TableInfo(render.render_header(t), None, None, 0)
     thash = table.table_hash(t)  # the table as measured; the header says which rules it left out
     dropped: dict[str, int] = {}
-    if applied is not None:
+    not_compiled = 0
+    if applied is not None or mmvq is not None:
         kept = []
         for r in t.get("rules", []):
-            missing = sorted(registry.config_features(registry.Config.parse(table.rule_config(r))) - applied)
+            config = registry.Config.parse(table.rule_config(r))
+            missing = sorted(registry.config_features(config) - applied) if applied is not None else []
             if missing:
                 dropped[missing[0]] = dropped.get(missing[0], 0) + 1
+            elif mmvq is not None and rule_not_compiled(r, config, mmvq):
+                not_compiled += 1
             else:
                 kept.append(r)
         t = {**t, "rules": kept}
     header = render.render_header(t)
-    return TableInfo(header, thash, str(t.get("upstream_commit") or "") or None, len(t["rules"]), dropped)
+    return TableInfo(
+        header, thash, str(t.get("upstream_commit") or "") or None, len(t["rules"]), dropped, not_compiled
+    )
 
 
 def _manifest(tree: Path) -> Path:
@@ -341,7 +417,12 @@ def plan_install(
     allow_upstream_mismatch: bool = False,
     features: frozenset[str] | None = None,
     native_dir: Path = NATIVE_DIR,
+    mmvq_configs: str | None = None,
+    mmvq_types: str | None = None,
 ) -> Plan:
+    """What install writes. ``mmvq_configs`` / ``mmvq_types`` (the --mmvq-configs / --mmvq-types texts; None:
+    what the tree's previous install compiled, else the registry's defaults) choose mmvq's candidate
+    instances."""
     found = fit_tree(tree, upstream_commit=upstream_commit, features=features, native_dir=native_dir)
     tree = found.tree
     core = found.fit.features[registry.CORE_FEATURE]
@@ -360,9 +441,14 @@ def plan_install(
         except patch.PatchError as e:
             raise InstallError(f"{tree / rel}: the hook does not apply: {e}") from None
 
+    previous = MmvqBuild.from_json(found.manifest.get("mmvq")) if found.manifest is not None else None
+    try:
+        mmvq = MmvqBuild.parse(mmvq_configs, mmvq_types, previous)
+    except ValueError as e:
+        raise InstallError(str(e)) from None
     sources = native_sources(native_dir)
     phash = patch_hash(sources, specs)
-    info = table_info(table_path, found.fit.applied)
+    info = table_info(table_path, found.fit.applied, mmvq)
     plan = Plan(tree)
     for name, status in found.fit.features.items():
         if status.status != fit.APPLIED:
@@ -370,6 +456,12 @@ def plan_install(
     for name, n in sorted(info.dropped.items()):
         plan.messages.append(
             f"warning: {table_path}: {n} rule(s) dropped: they need feature {name}, skipped here"
+        )
+    if info.not_compiled:
+        plan.messages.append(
+            f"warning: {table_path}: {info.not_compiled} rule(s) dropped: their mmvq configuration is not"
+            f" compiled for their weight type (--mmvq-configs {mmvq.configs_text()},"
+            f" --mmvq-types {','.join(mmvq.types)})"
         )
     if info.upstream_commit and info.upstream_commit != found.upstream_id:
         known = upstream.KNOWN_FINGERPRINTS.get(info.upstream_commit)
@@ -391,7 +483,7 @@ def plan_install(
     files: dict[str, bytes] = {str(CUDA_DIR / n): b for n, b in sources.items()}
     files[str(CUDA_DIR / TABLE_HEADER)] = info.header.encode("utf-8")
     files[str(CUDA_DIR / BUILD_HEADER)] = build_header(
-        found.upstream_id, phash, found.fit.mask, found.fingerprint
+        found.upstream_id, phash, found.fit.mask, found.fingerprint, mmvq
     ).encode("utf-8")
     added = sorted(files)
     for rel, (_, patched) in targets.items():
@@ -416,6 +508,7 @@ def plan_install(
         "table_hash": info.table_hash,
         "table_rules": info.rules,
         "features": {n: s.to_json() for n, s in found.fit.features.items()},
+        "mmvq": mmvq.to_json(),
         "target": main_rel,
         "target_original_sha256": sha256_bytes(_encode(targets[main_rel][0])),
         "target_patched_sha256": sha256_bytes(_encode(targets[main_rel][1])),

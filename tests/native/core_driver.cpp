@@ -60,11 +60,19 @@ int main(int argc, char ** argv) {
                              "force:cublas/out=f64",
                              "force:cublas/out=f32,out=f16",
                              "force:mmq/",
-                             "force:stock"};
+                             "force:stock",
+                             "force:mmvq/nwarps=8,rows=1",
+                             "force:mmvq/rows=2",
+                             "force:mmvq/nwarps=16,rows=1",
+                             "force:mmvf/block=128"};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); ++i) {
         const env_choice c = parse_dispatch_env(values[i]);
         out += (i ? "," : "") + json_string(values[i]) + ":[" + std::to_string((int) c.m) + "," +
                std::to_string(c.force_config) + "," + (c.error.empty() ? "false" : "true") + "]";
+    }
+    out += "},\"env_errors\":{";
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); ++i) {
+        out += (i ? "," : "") + json_string(values[i]) + ":" + json_string(parse_dispatch_env(values[i]).error.c_str());
     }
     const env_choice unset = parse_dispatch_env(nullptr);
     out += "},\"env_unset\":" + std::to_string((int) unset.m);

@@ -83,6 +83,11 @@ inline env_choice parse_dispatch_env(const char * value) {
     if (std::strncmp(value, "force:", 6) == 0) {
         int32_t code = 0;
         if (ggml_dispatch_config_parse(value + 6, &code) && code != 0) {
+            if (const char * problem = ggml_dispatch_config_problem(code)) {
+                c.m     = MODE_OFF;
+                c.error = std::string("GGML_CUDA_DISPATCH=") + value + ": " + problem + "; running stock";
+                return c;
+            }
             c.m            = MODE_FORCE;
             c.force_config = code;
             return c;

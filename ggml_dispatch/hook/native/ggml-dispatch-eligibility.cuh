@@ -21,6 +21,7 @@
 #include "ggml-dispatch.h"
 #include "ggml-dispatch-params.h"
 #include "ggml-dispatch-core.h"
+#include "ggml-dispatch-mmvq.h"
 #if defined(__has_include)
 #if __has_include("ggml-dispatch-build.h")
 #include "ggml-dispatch-build.h"
@@ -261,6 +262,20 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
             case GGML_DISPATCH_PARAM_MMQ_SPLIT_V_FIT64:    p.mmq_split_fused = 2; break;  // fit over 64-column slots
             default: break;
         }
+    } else if (route == GGML_DISPATCH_ROUTE_MMVQ) {
+        const int w = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMVQ_NWARPS_INDEX);
+        const int r = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMVQ_ROWS_INDEX);
+        if (w != 0) {
+            p.mmvq_nwarps = std::atoi(ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_MMVQ_NWARPS_INDEX].values[w - 1]);
+        }
+        if (r != 0) {
+            p.mmvq_rows = std::atoi(ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_MMVQ_ROWS_INDEX].values[r - 1]);
+        }
+    } else if (route == GGML_DISPATCH_ROUTE_MMVF) {
+        const int b = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMVF_BLOCK_INDEX);
+        if (b != 0) {
+            p.mmvf_block = std::atoi(ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_MMVF_BLOCK_INDEX].values[b - 1]);
+        }
     }
     return p;
 }
@@ -371,6 +386,25 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
             }
         }
         return GGML_DISPATCH_OK;
+    }
+#endif
+#if GGML_DISPATCH_HAS_FEATURE(GGML_DISPATCH_FEATURE_MMVQ_PARAMS)
+    if (route == GGML_DISPATCH_ROUTE_MMVQ) {
+        // both parameters, naming a candidate this build compiled for the weight type (ggml-dispatch-mmvq.h),
+        // at the warp size the candidates were checked for; a block of rows never reads past the last row
+        const int cfg = ggml_dispatch_mmvq_index(p.mmvq_nwarps, p.mmvq_rows);
+        if (cfg == 0 || !ggml_dispatch_mmvq_compiled(d.src0_type, cfg) || dev.warp_size != GGML_DISPATCH_MMVQ_WARP_SIZE) {
+            return GGML_DISPATCH_WHY_PARAMS;
+        }
+        return d.src0_ne[1] % p.mmvq_rows == 0 ? GGML_DISPATCH_OK : GGML_DISPATCH_WHY_ROWS;
+    }
+#endif
+#if GGML_DISPATCH_HAS_FEATURE(GGML_DISPATCH_FEATURE_MMVF_PARAMS)
+    if (route == GGML_DISPATCH_ROUTE_MMVF) {
+        // the widths launch_mul_mat_vec_f_cuda compiles: warp size .. 256 threads in steps of a warp
+        return p.mmvf_block % dev.warp_size == 0 && p.mmvf_block >= dev.warp_size && p.mmvf_block <= 256
+                   ? GGML_DISPATCH_OK
+                   : GGML_DISPATCH_WHY_PARAMS;
     }
 #endif
     return ggml_dispatch_config_has_params(config) ? GGML_DISPATCH_WHY_PARAMS : GGML_DISPATCH_OK;

@@ -75,6 +75,10 @@ struct ggml_dispatch_params {
     int fa_blocks      = 0;  // VEC parallel blocks
     int fa_kv          = GGML_DISPATCH_FA_KV_STOCK;
     int fa_kv_warm     = 0;  // the first-use warm-up's launch: converts per call, never makes or reads a shadow
+    // decode shapes (mmvq.cu, mmvf.cu); 0: the tree's choice
+    int mmvq_nwarps    = 0;  // mmvq warps per block, with mmvq_rows: a compiled candidate (ggml-dispatch-mmvq.h)
+    int mmvq_rows      = 0;  // mmvq rows per block
+    int mmvf_block     = 0;  // mmvf threads per block
 };
 
 // The values for the node being computed (one compute thread per backend context). Defined in
