@@ -1,6 +1,6 @@
 """The one schema module every stage imports.
 
-Names follow DESIGN.md: the GEMM is ``Y[M x N] = X[M x K] * W[K x N]``.
+Names follow ARCHITECTURE.md ("Shape convention"): the GEMM is ``Y[M x N] = X[M x K] * W[K x N]``.
 
 =====  ==========================  ==================
 name   MUL_MAT                     MUL_MAT_ID
@@ -37,7 +37,7 @@ TABLE_SCHEMA: Final = "ggml-dispatch-table/1"
 # Bumped whenever the C layout of the generated header changes; the runtime lookup checks it.
 TABLE_LAYOUT_VERSION: Final = 3
 
-# The pinned upstream tree (DESIGN.md "Where things run").
+# The pinned upstream tree (ARCHITECTURE.md "Where things run").
 PINNED_LLAMA_CPP_PYTHON: Final = "0.3.36"
 PINNED_SDIST_SHA256: Final = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PINNED_UPSTREAM_COMMIT: Final = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

@@ -1,6 +1,6 @@
 """Tuning rows -> dispatch decisions (rules) and the list of refused candidates. Pure.
 
-The rule, from DESIGN.md ("Decision, table.json and the C header"), as implemented here:
+The rule of ARCHITECTURE.md ("Decision rule"), as implemented here:
 
 * A *point* is (shape key, M), the shape key being ``schema.SHAPE_KEY`` = (op, layout, src0_type,
   src1_type, N, K, B). A *candidate* at a point is a route with at least one ``ok`` trial there; every

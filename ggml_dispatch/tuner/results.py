@@ -1,7 +1,7 @@
 """Journal records -> tuning rows (schema.TUNING_COLUMNS) -> Parquet; merging shard files.
 
 One row per (shape, route, trial) for the five table routes. Stock is not a row of its own: it is
-measured in every trial and carried by every row of that trial as ``anchor_us`` (DESIGN.md "Tuning
+measured in every trial and carried by every row of that trial as ``anchor_us`` (ARCHITECTURE.md "Tuning
 results"); what stock ran (its ``route_ran``), the harness' reasons for non-ok rows, and each case's
 node/copy counts go to the Parquet metadata key ``ggml_dispatch.tuner_cases``.
 

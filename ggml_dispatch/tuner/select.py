@@ -1,6 +1,6 @@
 """Which cases a sweep measures: census rows -> harness cases. Pure.
 
-Policy (DESIGN.md "Census", "Decision"):
+Policy (ARCHITECTURE.md "Census", "Decision rule"):
 
 * Only rows a table can override are tuned: MUL_MAT, not fused. Fused groups (``fused`` set) never
   reach the table's lookup; both they and MUL_MAT_ID rows are counted and reported as skipped here

@@ -29,8 +29,8 @@ struct race_opts {
 // The order in which a trial runs the candidates: a permutation of 0..n-1 drawn from (seed, trial), the
 // same on every build (Fisher-Yates over SplitMix64, not std::shuffle, whose algorithm differs between
 // standard libraries). A fixed order, or one rotated per trial, gives each candidate the same predecessor
-// in every trial; on the H200 a candidate's time depended on its predecessor by up to 1.4x (the tenth
-// session's sweep), so that bias entered every paired ratio. Drawn per trial, it becomes noise that the
+// in every trial; on the H200 a candidate's time depended on its predecessor by up to 1.4x (the sweep in
+// evidence/h200-2026-12-02-s10), so that bias entered every paired ratio. Drawn per trial, it becomes noise that the
 // paired intervals see.
 inline uint64_t race_splitmix64(uint64_t & x) {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
