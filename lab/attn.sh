@@ -61,8 +61,8 @@
 #                 AT_SHADOW_MIB=N passes --kv-shadow-budget N (on a finished run: codegen onward again, same
 #                 sweep; the folder's table and A/B are replaced, so pack the earlier call's first); AT_FILL=1
 #                 passes --depth-fill (each depth's last KV-fill point tuned too: census onward again), AT_FILL=0
-#                 --no-depth-fill (autotune's default: the fill with AT_SHADOW_MIB, without it not; the
-#                 twenty-third session's call ran before that default, so AT_FILL=0 reproduces it);
+#                 --no-depth-fill (autotune's default: the fill with AT_SHADOW_MIB, without it not;
+#                 AT_FILL=0 reproduces the run of evidence/h100-2026-12-06-s23, made without the fill);
 #                 AT_DIR (default autotune-attn) names the folder under build/at
 #   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
 #                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
@@ -229,7 +229,7 @@ configs)
     D=$W/attn-configs
     mkdir -p "$D"
     if [ -n "${RESUME_FROM:-}" ] && [ ! -f "$D/tuning.parquet.journal.jsonl" ]; then
-        # an earlier session's census and journal (its tarball): the sweep goes on from there
+        # an earlier call's census and journal (its tarball): the sweep goes on from there
         tar -xzf "$RESUME_FROM" -C "$W" attn-configs/census.attn.parquet attn-configs/tuning.parquet.journal.jsonl ||
             die "RESUME_FROM $RESUME_FROM: no attn-configs census and journal in it"
     fi

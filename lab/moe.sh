@@ -37,7 +37,7 @@ source lab/cuda-env.sh
 W=$REPO/build/at
 TREE=$W/llama.cpp
 B=$W/build-sys
-INIT=${INIT:-scaled}  # lab/models.py Dims.init; "flat": the model of the sixth and seventh sessions
+INIT=${INIT:-scaled}  # lab/models.py Dims.init; "flat": random weights whose routing concentrates on a few experts
 NAME=qwen3moe-a3b-L$LAYERS
 [ "$INIT" = flat ] || NAME=$NAME-$INIT
 MODEL=$W/models/$NAME.gguf
