@@ -216,7 +216,12 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
     assert (
         len(every)
         == len(set(every))
-        == 3 + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 2) + (1 + 1 + 2 * 3 * 2) + 1
+        == 3
+        + (1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 2)
+        + (1 + 1 + 2 * 3 * 2)
+        + 1
+        + len(registry.MMVF_BLOCKS)  # mmvf/block=B
+        + len(registry.MMVQ_CONFIGS)  # mmvq/nwarps=N,rows=R
     )
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
@@ -264,7 +269,10 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
     routes = sel.cases[0].routes
     assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
-    assert len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 2 - 1  # no id_sorted
+    decode = len(registry.MMVF_BLOCKS) + len(registry.MMVQ_CONFIGS)  # launch shapes of M <= 8 only
+    assert (
+        len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 2 - 1 - decode
+    )  # no id_sorted
     assert "id_sorted" in every and "id_sorted" not in routes
 
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.hook import codes
+from ggml_dispatch.hook.install import MmvqBuild
 
 HARNESS_DIR: Final = Path(__file__).resolve().parent / "harness"
 HARNESS_BIN: Final = "ggml-dispatch-harness"
@@ -65,6 +66,24 @@ def tree_stamp(tree: Path) -> TreeStamp:
     if commit_file.is_file():
         return TreeStamp(commit_file.read_text(encoding="utf-8").strip().lower(), "", "UPSTREAM_COMMIT")
     return TreeStamp("", "", "none")
+
+
+def tree_mmvq(tree: Path) -> MmvqBuild | None:
+    """The mmvq candidate instances the tree's install compiles, none where the hook is in without feature
+    mmvq_params (its mmvq configurations are refused at run time, ineligible:feature), or None where the
+    tree has no installed hook."""
+    stamp = tree / BUILD_STAMP
+    if not stamp.is_file():
+        return None
+    text = stamp.read_text(encoding="utf-8", errors="replace")
+    features = re.search(r"#define\s+GGML_DISPATCH_FEATURES\s+(\d+)u", text)
+    if features is None or not int(features.group(1)) >> registry.FEATURES["mmvq_params"].bit & 1:
+        return MmvqBuild((), ())
+    defs = dict(_DEFINE.findall(text))
+    try:
+        return MmvqBuild.parse(defs.get("GGML_DISPATCH_MMVQ_CONFIGS"), defs.get("GGML_DISPATCH_MMVQ_TYPES"))
+    except ValueError:
+        return None
 
 
 def harness_sources() -> list[str]:

@@ -372,6 +372,7 @@ def run_cmd(
             layouts=layout_list,
             whole_shapes=whole_shapes,
             routing_kinds=kinds,
+            mmvq=build.tree_mmvq(tree),
         )
     if dry_run:
         for c in shard_cases(selection.cases, shard_t):

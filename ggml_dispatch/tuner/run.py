@@ -33,6 +33,7 @@ from ggml_dispatch.tuner.select import (
     DEFAULT_LAYOUTS,
     NEEDED_COLUMNS,
     Case,
+    CompiledMmvq,
     Selection,
     select_cases,
     shard_cases,
@@ -64,6 +65,7 @@ def select_census(
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
     whole_shapes: bool = False,
     routing_kinds: Sequence[str] = tuple(tmoe.ROUTING_KINDS),
+    mmvq: CompiledMmvq | None = None,
 ) -> Selection:
     """The cases of a matmul census: MUL_MAT points (tuner.select) and, under each of ``routing_kinds``,
     MUL_MAT_ID points (tuner.mul_mat_id; none when ``routing_kinds`` is empty)."""
@@ -77,6 +79,7 @@ def select_census(
         layouts=layouts,
         whole_shapes=whole_shapes,
         path=census_path,
+        mmvq=mmvq,
     )
     if not routing_kinds:
         return selection

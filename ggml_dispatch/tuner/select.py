@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
@@ -61,6 +61,32 @@ def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ..
     if mode != "all":
         raise ValueError(f"configs mode {mode!r} is not one of {', '.join(CONFIG_MODES)}")
     return tuple(str(c) for r in routes for c in registry.route_configs(r))
+
+
+class CompiledMmvq(Protocol):
+    """Which mmvq candidate instances a build compiles (hook.install.MmvqBuild)."""
+
+    def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool: ...
+
+
+def configs_at(
+    configs: Sequence[str], M: int, src0_type: str, mmvq: CompiledMmvq | None = None
+) -> tuple[str, ...]:
+    """The MUL_MAT candidates of one point: the decode launch shapes (mmvq's nwarps x rows, mmvf's block)
+    only where the vector kernels run, M <= registry.MMVQ_MAX_COLS (beyond it they are ineligible, and the
+    harness would spend an eligibility run on each), and an mmvq pair only where the build compiled it for
+    the weight type (``mmvq``: the tree's install; None: every candidate)."""
+    out = []
+    for text in configs:
+        c = registry.Config.parse(text)
+        if c.route in (registry.Route.MMVQ, registry.Route.MMVF) and c.params:
+            if M > registry.MMVQ_MAX_COLS:
+                continue
+            pair = registry.mmvq_params_pair(dict(c.params)) if c.route is registry.Route.MMVQ else None
+            if pair is not None and mmvq is not None and not mmvq.compiled(src0_type, pair):
+                continue
+        out.append(text)
+    return tuple(out)
 
 
 def mul_mat_configs(configs: Sequence[str]) -> tuple[str, ...]:
@@ -200,8 +226,10 @@ def select_cases(
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
     whole_shapes: bool = False,
     path: str | Path = "<census>",
+    mmvq: CompiledMmvq | None = None,
 ) -> Selection:
-    """Pick the cases to measure from census rows (dicts with at least NEEDED_COLUMNS)."""
+    """Pick the cases to measure from census rows (dicts with at least NEEDED_COLUMNS); each case's
+    candidates are :func:`configs_at` its M and weight type (``mmvq``: the build's mmvq instances)."""
     if not 0 < coverage <= 1:
         raise InputError(None, f"--coverage must be in (0, 1], got {coverage}", field="coverage")
     bad = [x for x in layouts if x not in TUNABLE_LAYOUTS]
@@ -283,7 +311,7 @@ def select_cases(
                     M=M,
                     est_us=census_ms.get(M, points.get((key, M), 0.0)),
                     census=M in census_ms,
-                    routes=mul_mat_routes,
+                    routes=configs_at(mul_mat_routes, M, key.src0_type, mmvq),
                     trials=trials,
                     nmse_max=nmse_max,
                 )
