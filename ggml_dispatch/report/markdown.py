@@ -17,7 +17,7 @@ from ggml_dispatch import schema
 from ggml_dispatch.census import estimate
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import predict as predict_mod
-from ggml_dispatch.report import analysis, plots, timeline
+from ggml_dispatch.report import analysis, decode, plots, timeline
 from ggml_dispatch.report.ab import AbRecord, pair_label
 from ggml_dispatch.report.analysis import (
     AbComparison,
@@ -155,6 +155,7 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     if inputs.census is not None:
         md += _section_census(inputs.census, figs)
     md += _section_status(inputs.tuning, points)
+    md += decode.section(points, inputs.table, tuning.gpu.name)
     spec = analysis.gpu_spec(tuning.gpu.name, tuning.gpu.cc, tuning.gpu.sm_count)
     md += _section_shapes(points, inputs.table, params, gpu, figs, spec)
     if inputs.notes and inputs.notes.strip():

@@ -1,0 +1,127 @@
+"""The report's decode bandwidth section: for MUL_MAT points of the weight layout at M <= 8 (decode and
+speculative verify, where the vector kernels run and the weights dominate the bytes moved), the bytes
+read per node (the weights, N x K at the weight type's bits per element, and the f32 activations, M x K)
+over the measured time, as achieved TB/s and as a fraction of the GPU's peak memory bandwidth, for stock
+and for what the table runs there (or, without a table, the fastest measured candidate).
+
+The peak bandwidths are the datasheet figures of a few GPUs, matched on the name the tuning rows carry;
+for any other GPU the section says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ggml_dispatch import registry, schema
+from ggml_dispatch.report.analysis import Point
+from ggml_dispatch.report.inputs import TableView
+
+DECODE_M_MAX = registry.MMVQ_MAX_COLS
+
+# Datasheet peak memory bandwidth (TB/s) by GPU model, most specific name first: (words the name holds,
+# words it must not hold, TB/s, model).
+PEAK_BANDWIDTH: tuple[tuple[tuple[str, ...], tuple[str, ...], float, str], ...] = (
+    (("h200",), (), 4.8, "H200"),
+    (("h100", "pcie"), (), 2.0, "H100 PCIe"),
+    (("h100", "nvl"), (), 3.9, "H100 NVL"),
+    (("h100",), ("pcie", "nvl"), 3.35, "H100 SXM"),
+    (("v100s",), (), 1.134, "V100S"),
+    (("v100",), ("v100s",), 0.9, "V100"),
+)
+
+
+def peak_bandwidth(gpu_name: str) -> tuple[float, str] | None:
+    """(TB/s, model) of a GPU by its CUDA device name (e.g. "NVIDIA H100 80GB HBM3" is an H100 SXM); None
+    for a GPU the table does not list."""
+    name = gpu_name.lower()
+    for words, excluded, tbs, model in PEAK_BANDWIDTH:
+        if all(w in name for w in words) and not any(x in name for x in excluded):
+            return tbs, model
+    return None
+
+
+def decode_bytes(key: schema.ShapeKey, M: int) -> float:
+    """Bytes one node reads: its weights at the weight type's size and its M x K activations (f32)."""
+    w = registry.GGML_TYPES[key.src0_type]
+    a = registry.GGML_TYPES[key.src1_type]
+    return key.N * key.K * w.bytes_per_element() + M * key.K * a.bytes_per_element()
+
+
+def achieved_tbs(key: schema.ShapeKey, M: int, us: float | None) -> float | None:
+    if us is None or not math.isfinite(us) or us <= 0:
+        return None
+    return decode_bytes(key, M) / (us * 1e-6) / 1e12
+
+
+def is_decode_point(p: Point) -> bool:
+    k = p.shape
+    return k.op == schema.Op.MUL_MAT.value and k.layout == schema.Layout.WEIGHT.value and p.M <= DECODE_M_MAX
+
+
+def _fmt_tbs(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _fmt_frac(x: float | None, peak: float) -> str:
+    return "n/a" if x is None else f"{100 * x / peak:.0f}%"
+
+
+def section(points: Sequence[Point], table: TableView | None, gpu_name: str) -> list[str]:
+    """The section's Markdown lines (none where no point is a decode point)."""
+    from ggml_dispatch.report.markdown import md_escape  # markdown.py renders this section
+
+    decode = sorted((p for p in points if is_decode_point(p)), key=lambda p: (p.shape, p.M))
+    if not decode:
+        return []
+    md = ["## Decode bandwidth (M ≤ 8)", ""]
+    peak = peak_bandwidth(gpu_name)
+    if peak is None:
+        models = ", ".join(m for *_, m in PEAK_BANDWIDTH)
+        return [
+            *md,
+            f"No roofline column: the peak memory bandwidth of {md_escape(gpu_name)} is not in the report's"
+            f" table ({models}; ggml_dispatch/report/decode.py).",
+            "",
+        ]
+    tbs, model = peak
+    other = "table" if table is not None else "best"
+    md += [
+        f"Bytes read per node (weights N x K at the weight type's size, plus the M x K f32 activations) over"
+        f" the median time, against the {model}'s {tbs:g} TB/s peak (datasheet). `{other}` is "
+        + (
+            "what the table runs at the point (stock where it has no rule)."
+            if table is not None
+            else "the fastest measured candidate (no table given)."
+        ),
+        "",
+        f"| shape | M | MB read | stock µs | stock TB/s | stock % peak | {other} | {other} µs | {other} TB/s"
+        f" | {other} % peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in decode:
+        stock_us = p.stock.median
+        if table is not None:
+            name = table.route_at(p.shape, p.M) or "stock"
+            rp = p.route(name)
+            us = stock_us if name == "stock" else (rp.times.median if rp is not None else None)
+        else:
+            name, us = "stock", stock_us
+            for rp in p.routes:
+                m = rp.times.median
+                if m is not None and math.isfinite(m) and (us is None or not math.isfinite(us) or m < us):
+                    name, us = rp.route, m
+        s = achieved_tbs(p.shape, p.M, stock_us)
+        t = achieved_tbs(p.shape, p.M, us)
+        label = f"{p.shape.src0_type} N={p.shape.N} K={p.shape.K}"
+        md.append(
+            f"| {md_escape(label)} | {p.M} | {decode_bytes(p.shape, p.M) / 1e6:.1f} | {_fmt_us(stock_us)}"
+            f" | {_fmt_tbs(s)} | {_fmt_frac(s, tbs)} | {md_escape(name)} | {_fmt_us(us)} | {_fmt_tbs(t)}"
+            f" | {_fmt_frac(t, tbs)} |"
+        )
+    md.append("")
+    return md
+
+
+def _fmt_us(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}"
