@@ -9,14 +9,16 @@ sha256-checked, fetched
 once into the cache) each get ``install --check`` (the core must apply on all four; every feature's status
 is printed and recorded as a test property), a real install into a temporary copy (the cached tree is
 never modified), and ``nvcc -c`` for sm_90 of the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu (and
-any other .cu the install edits there: mmq.cu of b11549) with the flags of llama.cpp's CUDA build
-(tests/test_native_build.py) and the FlashAttention type defines the tree's CMake adds to every unit.
+any other .cu the install edits there: mmq.cu of b11549, with an MMQ instance, where the split's launches
+meet what mmq.cu sized) with the flags of llama.cpp's CUDA build (tests/test_native_build.py) and the
+FlashAttention type defines the tree's CMake adds to every unit. Every feature applies on at least three
+of the four trees (issue #48).
 
 Compile cost, measured on the 2-core development machine (CUDA 13.0 nvcc, one nvcc at a time, idle
 machine): ggml-cuda.cu 10-12 s, ggml-dispatch.cu 10-16 s, fattn.cu 24 s, mmq.cu 11 s, so about 50 s of
-CPU a tree and 200 s for the four, 100 s of wall time at two nvcc at once (CI has 2 cores). That fits the
-suite's budget, so every tree's units are compiled rather than ggml-cuda.cu of the pinned and newest tree
-only.
+CPU a tree and 200 s for the four, 100 s of wall time at two nvcc at once (CI has 2 cores); b11549's
+mmq-instance-q4_0.cu adds about 60 s of CPU. That fits the suite's budget, so every tree's units are
+compiled rather than ggml-cuda.cu of the pinned and newest tree only.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from ggml_dispatch.hook import install as inst
 CUDA = Path("ggml/src/ggml-cuda")
 NVCC = shutil.which("nvcc")
 UNITS = ("ggml-cuda.cu", "ggml-dispatch.cu", "fattn.cu")
+# instantiates mul_mat_q_case for one type: the hooked mmq.cuh's kernels, the split and the fused split
+MMQ_INSTANCE = "template-instances/mmq-instance-q4_0.cu"
 # what the trees' CMake (ggml_cuda_fattn_vec_instances, default GGML_CUDA_FA_QUANTS) adds to every unit
 FA_QUANTS_DEFINE = '-DGGML_CUDA_FA_QUANTS="q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16"'
 
@@ -338,6 +342,16 @@ def test_core_applies_on_every_tree(
     assert all(c["core"]["lines"] > 0 for c in checks.values())
 
 
+@pytest.mark.slow
+def test_every_feature_applies_on_three_of_the_four_trees(checks: dict[str, dict[str, Any]]) -> None:
+    features = {f for c in checks.values() for f in c["features"]}
+    applied_on = {
+        f: [name for name, c in checks.items() if c["features"][f]["status"] == "applied"] for f in features
+    }
+    short = {f: on for f, on in applied_on.items() if len(on) < 3}
+    assert not short, f"features applied on fewer than 3 of {len(checks)} trees: {short}"
+
+
 @pytest.fixture(scope="module")
 def installed(real_trees: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     """Each tree copied out of the cache and installed for real (no table, every feature that fits): its
@@ -381,12 +395,15 @@ def test_install_applies_what_check_said(
 
 
 def _units(tree: Path) -> list[str]:
-    """UNITS, and any other .cu the install edited or added there (mmq.cu where the tree sizes mmq by J)."""
+    """UNITS, and any other .cu the install edited or added there (mmq.cu where the tree sizes mmq by J);
+    where it edited mmq.cu, an MMQ instance too (MMQ_INSTANCE: the hooked mmq.cuh's kernels and the
+    split's launches, which read what mmq.cu passes in mmq_args and sized)."""
     record = inst.read_manifest(tree)
     assert record is not None
     rels = [*record["targets"], *record["files_added"]]
     edited = sorted(Path(r).name for r in rels if r.endswith(".cu") and Path(r).parent == CUDA)
-    return [*UNITS, *(u for u in edited if u not in UNITS)]
+    instance = [MMQ_INSTANCE] if "mmq.cu" in edited else []
+    return [*UNITS, *(u for u in edited if u not in UNITS), *instance]
 
 
 def _flags(tree: Path) -> list[str]:
@@ -411,7 +428,7 @@ def compiled(
     jobs = {
         (name, unit): [
             *[NVCC, *_flags(tree), *_includes(tree, cublas)],
-            *["-c", str(tree / CUDA / unit), "-o", str(work / f"{i}-{unit}.o")],
+            *["-c", str(tree / CUDA / unit), "-o", str(work / f"{i}-{Path(unit).name}.o")],
         ]
         for i, (name, tree) in enumerate(installed.items())
         if isinstance(tree, Path)
