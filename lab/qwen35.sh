@@ -12,7 +12,7 @@
 #            the real vocabulary, a synthetic SPM tokenizer (llama-server needs one)
 #   trace    lab.serve_ab trace (stock, route trace on), both modes -> census.parquet
 #   profile  lab.serve_ab profile (stock, CUPTI kernel timeline) -> attribution.md (lab.qwen35_attrib)
-#   tbo      test-backend-ops -o MUL_MAT per forced mmvq configuration (TBO_MMVQ), when mmvq_params applied
+#   tbo      test-backend-ops -o MUL_MAT at M <= 8 with each forced mmvq / mmvf configuration (issue #51)
 #   tune     ggml-dispatch tune run on the census (--max-seconds TUNE_SECONDS, journal resumes)
 #   table    codegen -> table; install it into the tree; rebuild llama-server
 #   ab       lab.serve_ab ab: stock (GGML_CUDA_DISPATCH=off) vs table, AB_PAIRS pairs, both modes
@@ -91,15 +91,38 @@ if has_part profile && fits profile 120; then
 fi
 
 if has_part tbo && fits tbo 200; then
-    : >"$OUT/tbo-mmvq.tsv"
-    for cfg in ${TBO_MMVQ:-}; do
-        t=$(date +%s)
-        GGML_CUDA_DISPATCH=force:$cfg timeout 150 "$BUILD/bin/test-backend-ops" test -o MUL_MAT -b CUDA0 \
-            >"$WORK/tbo-$cfg.log" 2>&1
-        rc=$?
-        printf '%s\t%s\t%s\t%s\n' "$cfg" "$rc" "$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$WORK/tbo-$cfg.log" | tail -1)" \
-            "$(( $(date +%s) - t ))" >>"$OUT/tbo-mmvq.tsv"
+    # upstream's MUL_MAT cases at M <= 8 (the vector kernels' range) with each compiled mmvq candidate and
+    # each mmvf block size forced (issue #51's correctness bar), TBO_JOBS at a time
+    mkdir -p "$WORK/tbo"
+    printf 'mode\trc\tpassed\tFAIL_lines\tseconds\n' >"$OUT/tbo-summary.tsv"
+    modes=(stock off)
+    for p in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(f"{w},{x}" for w, x in r.MMVQ_DEFAULT_CONFIGS))'); do
+        modes+=("force:mmvq/nwarps=${p%,*},rows=${p#*,}")
     done
+    for b in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(map(str, r.MMVF_BLOCKS)))'); do
+        modes+=("force:mmvf/block=$b")
+    done
+    run_tbo() {
+        local mode=$1 env=table name t rc
+        [ "$mode" = off ] && env=off
+        [[ "$mode" == force:* ]] && env=$mode
+        name=${mode//[^A-Za-z0-9_=.-]/_}
+        t=$(date +%s)
+        GGML_CUDA_DISPATCH=$env GGML_CUDA_ROUTE_TRACE=$WORK/tbo/trace-$name.jsonl timeout 240 \
+            "$BUILD/bin/test-backend-ops" test -o MUL_MAT -b CUDA0 -p ',n=[1-8],' >"$WORK/tbo/log-$name.txt" 2>&1
+        rc=$?
+        printf '%s\t%s\t%s\t%s\t%s\n' "$mode" "$rc" \
+            "$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$WORK/tbo/log-$name.txt" | tail -1)" \
+            "$(grep -c FAIL "$WORK/tbo/log-$name.txt")" "$(( $(date +%s) - t ))" >>"$OUT/tbo-summary.tsv"
+    }
+    running=0
+    for m in "${modes[@]}"; do
+        if [ "$running" -ge "${TBO_JOBS:-8}" ]; then wait -n; running=$((running - 1)); fi
+        run_tbo "$m" &
+        running=$((running + 1))
+    done
+    wait
+    tar -czf "$OUT/tbo-logs.tar.gz" -C "$WORK/tbo" . 2>/dev/null
     done_part tbo
 fi
 
