@@ -71,6 +71,26 @@ if has_part build; then
     log "build (mmvq candidates: all x $MMVQ_TYPES)"
     build_tree
     log "build done"
+    # each ggml-cuda unit's compile time (ninja's log: start and end ms) and object size: what the candidates
+    # cost against the whole ggml-cuda build on this machine
+    $PY - "$BUILD" >"$OUT/build-times.tsv" 2>>"$LOG" <<'EOF'
+import pathlib, sys
+
+build = pathlib.Path(sys.argv[1])
+rows = {}
+for line in (build / ".ninja_log").read_text().splitlines()[1:]:
+    start, end, _, target, _ = line.split("\t")
+    if "ggml-cuda" in target and target.endswith(".o"):
+        rows[target] = (int(end) - int(start)) / 1000, (build / target).stat().st_size if (build / target).exists() else 0
+total_s = sum(s for s, _ in rows.values())
+total_b = sum(b for _, b in rows.values())
+print("unit\tseconds\tbytes\tshare_s\tshare_bytes")
+ranked = sorted(rows.items(), key=lambda kv: -kv[1][0])
+for t, (sec, b) in [kv for i, kv in enumerate(ranked) if i < 12 or "/mmvq.cu" in kv[0] or "/mmvf.cu" in kv[0]]:
+    print(f"{t}\t{sec:.1f}\t{b}\t{sec / total_s:.3f}\t{b / max(total_b, 1):.3f}")
+print(f"all {len(rows)} ggml-cuda units\t{total_s:.1f}\t{total_b}\t1\t1")
+EOF
+    { echo "## ggml-cuda units by compile time"; echo '```'; column -t -s $'\t' "$OUT/build-times.tsv"; echo '```'; } >>"$SUMMARY"
 fi
 
 if has_part tbo; then
