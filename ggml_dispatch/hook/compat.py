@@ -36,7 +36,7 @@ from ggml_dispatch.hook import install as inst
 from ggml_dispatch.hook import upstream as up
 
 HERE: Final = Path(__file__).resolve().parent
-REPO_ROOT: Final = HERE.parent
+REPO_ROOT: Final = fetch.REPO_ROOT
 TREES_TSV: Final = HERE / "compat.tsv"
 SPAN_TSV: Final = HERE / "compat-span.tsv"
 DOCS_DIR: Final = REPO_ROOT / "docs"
