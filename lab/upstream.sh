@@ -5,8 +5,12 @@
 #   PARTS="build tbo" OUT=... bash lab/upstream.sh
 #   build  cmake + build test-backend-ops and llama-bench (sm_90) in $WORK (kept while the machine is warm)
 #   tbo    test-backend-ops test for MUL_MAT, MUL_MAT_ID and FLASH_ATTN_EXT: the hook with no table
-#          (stock), GGML_CUDA_DISPATCH=off, and each forced configuration of TBO_MODES; a route trace
-#          each; $OUT/tbo-summary.tsv holds op, mode, exit code, passed/total, seconds
+#          (stock), GGML_CUDA_DISPATCH=off, and each forced configuration of MM_MODES / ID_MODES /
+#          FA_MODES; a route trace each; $OUT/tbo-summary.tsv holds op, mode, exit code, passed/total,
+#          FAIL lines, seconds and the trace keys that ran the forced configuration (reason "forced": 0
+#          means every node refused it and ran stock). ID_MODES has the moe_split configurations: 2j with
+#          and without stream-k (the side stream), 2j_wave, 2j_fused, fit and fit64; at J = 64 the split's
+#          tiles are wider than the tree's J at small batches, where the padding must follow them.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$REPO/out/upstream}
@@ -51,11 +55,16 @@ if has_part tbo; then
         local rc=$?
         local pass=$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$TBO/log-$name.txt" | tail -1)
         local fails=$(grep -c 'FAIL' "$TBO/log-$name.txt")
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$op" "$mode" "$rc" "${pass:-none}" "$fails" "$(( $(date +%s) - t ))" >>"$OUT/tbo-summary.tsv"
+        local forced=$(grep -c '"reason":"forced"' "$TBO/trace-$name.jsonl" 2>/dev/null)
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$op" "$mode" "$rc" "${pass:-none}" "$fails" "$(( $(date +%s) - t ))" \
+            "${forced:-0}" >>"$OUT/tbo-summary.tsv"
     }
-    printf 'op\tmode\trc\tpassed\tFAIL_lines\tseconds\n' >"$OUT/tbo-summary.tsv"
+    printf 'op\tmode\trc\tpassed\tFAIL_lines\tseconds\tforced_keys\n' >"$OUT/tbo-summary.tsv"
     MM_MODES=${MM_MODES:-"stock off force:mmvq force:mmq force:mmq/j=64,stream_k=off force:mmq/stream_k=on force:cublas force:cublas/compute=f32 force:mmf force:mmvf"}
-    ID_MODES=${ID_MODES:-"stock off force:mmvq force:mmq force:mmq/j=32,stream_k=off force:mmf"}
+    ID_MODES=${ID_MODES:-"stock off force:mmvq force:mmq force:mmq/j=32,stream_k=off force:mmf
+        force:mmq/j=64,split=2j force:mmq/j=64,stream_k=off,split=2j force:mmq/j=32,stream_k=off,split=2j_wave
+        force:mmq/j=64,stream_k=off,split=2j_fused force:mmq/j=16,stream_k=off,split=2j_fused
+        force:mmq/stream_k=off,split=fit force:mmq/stream_k=off,split=fit64"}
     FA_MODES=${FA_MODES:-"stock off force:fa_vec force:fa_tile force:fa_mma force:fa_mma/ncols2=4 force:fa_vec/blocks=32"}
     jobs_list=()
     for m in $MM_MODES; do jobs_list+=("MUL_MAT $m"); done
