@@ -336,3 +336,65 @@ def test_rules_for_candidates_the_build_lacks_are_dropped(tree: Path, tmp_path: 
     )
     record = json.loads((tree / CUDA / inst.MANIFEST).read_text())
     assert record["table_rules"] == 2
+
+
+# ---- nvcc: the hooked mmvq.cu and mmvf.cu of the pinned tree for sm_90 -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nvcc_objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
+    """nvcc -c of the hooked mmvq.cu with one candidate for one type (the full set takes minutes: see
+    docs/mmvq-configs.md) and of the hooked mmvf.cu, for sm_90, in parallel."""
+    import native_shared
+    from test_native_build import NVCC, NVCC_FLAGS, _includes
+
+    if NVCC is None:
+        pytest.skip("nvcc is not installed on this machine")
+    tree = native_shared.patched_tree(tmp_path_factory)
+    inc = _includes(tree, fetch.cublas_headers())
+    jobs = {
+        "mmvq": [
+            *NVCC_FLAGS,
+            *inc,
+            '-DGGML_DISPATCH_MMVQ_CONFIGS="8x1"',
+            '-DGGML_DISPATCH_MMVQ_TYPES="q4_K"',
+            "-c",
+            str(tree / CUDA / "mmvq.cu"),
+        ],
+        "mmvf": [*NVCC_FLAGS, *inc, "-c", str(tree / CUDA / "mmvf.cu")],
+    }
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as ex:
+        futures = {
+            k: ex.submit(native_shared.compiled, tmp_path_factory, NVCC, args, f"{k}.o")
+            for k, args in jobs.items()
+        }
+        return {k: f.result() for k, f in futures.items()}
+
+
+@pytest.mark.slow
+def test_the_hooked_mmvq_compiles_exactly_the_asked_instances_for_sm90(
+    nvcc_objects: dict[str, tuple[Path, Any]],
+) -> None:
+    from test_native_build import _hook_warnings
+
+    obj, res = nvcc_objects["mmvq"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert _hook_warnings(res.stderr) == []
+    nm = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
+    cfg = registry.MMVQ_CONFIGS.index((8, 1)) + 1
+    candidates = set(
+        re.findall(r"mul_mat_vec_q<\(ggml_type\)(\d+), (\d), false, false, false, ([1-9]\d*)>", nm)
+    )
+    q4_k = registry.GGML_TYPES["q4_K"].id
+    assert candidates == {(str(q4_k), str(n), str(cfg)) for n in range(1, registry.MMVQ_MAX_COLS + 1)}
+
+
+@pytest.mark.slow
+def test_the_hooked_mmvf_compiles_for_sm90(nvcc_objects: dict[str, tuple[Path, Any]]) -> None:
+    from test_native_build import _hook_warnings
+
+    _, res = nvcc_objects["mmvf"]
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert _hook_warnings(res.stderr) == []
