@@ -185,7 +185,7 @@ BAD_TUNING: dict[str, tuple[Callable[[Path], Path], str]] = {
     ),
     "real: trials twice": (
         lambda t: _real_tuning_with(t, lambda x: pa.concat_tables([x, x.slice(0, 5)])),
-        "row 6090: trial: repeats row 0 (same GPU, upstream commit, shape, configuration and trial)",
+        "row 6090: trial: repeats row 0 (same GPU and uuid, upstream commit, shape, configuration and trial)",
     ),
     "real: a short upstream commit": (
         lambda t: _real_tuning_with(t, _set("upstream_commit", 7, "0c1e570")),

@@ -122,27 +122,32 @@ def test_dry_run_with_depths_tunes_attention_too(tree: Path, smollm2: Path, tmp_
     assert bad.exit_code == 2 and "--kv-type" in bad.output
 
 
-def test_kv_shadow_budget_reaches_codegen(tree: Path, smollm2: Path, tmp_path: Path) -> None:
+def test_vram_budget_reaches_codegen(tree: Path, smollm2: Path, tmp_path: Path) -> None:
     """A quantized --depth KV cache measures kv=shadow configurations; codegen admits them only under a
-    budget, so autotune says so without one and passes it on with one (the table's run-time cap)."""
+    budget, so autotune says so without one and passes it on with one; a budget has the matmul sweep time
+    the weight cache's configurations too, with or without --depth."""
     args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "--dry-run"]
     runner = CliRunner()
     q8 = ["--depth", "49152", "--kv-type", "q8_0"]
     res = runner.invoke(main, [*args, "-o", str(tmp_path / "a"), *q8], env=NO_GPU)
     assert res.exit_code == 0, res.output
-    assert "without --kv-shadow-budget" in res.stderr and "--kv-shadow-budget" not in res.stdout
+    assert "without --vram-budget" in res.stderr and "--vram-budget" not in res.stdout
+    assert "--configs cache" not in res.stdout
     res = runner.invoke(
         main,
-        [*args, "-o", str(tmp_path / "b"), *q8, "--kv-shadow-budget", "4096"],
+        [*args, "-o", str(tmp_path / "b"), *q8, "--vram-budget", "4096"],
         env=NO_GPU,
     )
     assert res.exit_code == 0, res.output
     codegen = [ln for ln in res.stdout.splitlines() if " codegen " in ln]
-    assert len(codegen) == 1 and codegen[0].endswith("--kv-shadow-budget 4096"), codegen
-    assert "KV shadow budget 4096 MiB" in res.stdout and "note:" not in res.stderr
-    for extra in (["--kv-shadow-budget", "64"], ["--depth", "4096", "--kv-shadow-budget", "64"]):
-        bad = runner.invoke(main, [*args, "-o", str(tmp_path / "c"), *extra], env=NO_GPU)
-        assert bad.exit_code == 2 and "needs --depth and a quantized --kv-type" in bad.stderr
+    assert len(codegen) == 1 and codegen[0].endswith("--vram-budget 4096"), codegen
+    assert "VRAM budget 4096 MiB" in res.stdout and "note:" not in res.stderr
+    res = runner.invoke(main, [*args, "-o", str(tmp_path / "d"), "--vram-budget", "64"], env=NO_GPU)
+    assert res.exit_code == 0, res.output
+    tune = [ln for ln in res.stdout.splitlines() if " tune run " in ln]
+    assert len(tune) == 1 and "--configs cache" in tune[0], tune
+    bad = runner.invoke(main, [*args, "-o", str(tmp_path / "c"), "--kv-shadow-budget", "64"], env=NO_GPU)
+    assert bad.exit_code == 2 and "--kv-shadow-budget is replaced by --vram-budget" in bad.output
     assert not (tmp_path / "c").exists()
 
 
@@ -169,7 +174,7 @@ def test_a_kv_shadow_budget_tunes_the_fill_unless_told_not_to(
     # the shadow is made by the first node whose rule reads it: a rule at the fill makes it before the
     # first timed decode step (evidence/h100-2026-12-06-s25/README.md), so a budget brings the fill along
     args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "--dry-run"]
-    shadow = ["--depth", "16384", "--kv-type", "q8_0", "--kv-shadow-budget", "64"]
+    shadow = ["--depth", "16384", "--kv-type", "q8_0", "--vram-budget", "64"]
     runner = CliRunner()
 
     def census_line(out: str, *extra: str) -> str:
@@ -183,7 +188,7 @@ def test_a_kv_shadow_budget_tunes_the_fill_unless_told_not_to(
     assert "--fill-kv 16384" in census_line("c", "--depth-fill")
 
 
-def test_a_new_kv_shadow_budget_redoes_codegen_onward_not_the_sweep(
+def test_a_new_vram_budget_redoes_codegen_onward_not_the_sweep(
     tree: Path, smollm2: Path, tmp_path: Path
 ) -> None:
     def keys(budget: int) -> dict[str, str]:
@@ -194,11 +199,11 @@ def test_a_new_kv_shadow_budget_redoes_codegen_onward_not_the_sweep(
             build_dir=tmp_path / "b",
             depths=(49152,),
             kv_type="q8_0",
-            kv_shadow_budget=budget,
+            vram_budget=budget,
         )
         return {s.name: run_mod.stage_key(s) for s in plan_mod.plan(opts)}
 
-    before, after = keys(0), keys(2048)
+    before, after = keys(1024), keys(2048)
     changed = [n for n in before if before[n] != after[n]]
     assert changed == ["codegen"]  # done_stages stops at the first changed stage: codegen and all after it
 
@@ -488,7 +493,7 @@ def test_every_planned_command_parses_with_its_stage_cli(
         tune_seconds=60.0,
         depths=depths,
         kv_type="q8_0",
-        kv_shadow_budget=1024 if depths else 0,
+        vram_budget=1024 if depths else 0,
     )
     stages = plan_mod.plan(opts)
     # the announced tune time: --tune-seconds bounds each sweep (the matmul one, and the attention one)
@@ -603,3 +608,37 @@ def test_the_ab_control_depth_is_a_quarter_of_the_smallest_on_the_256_grid() -> 
     assert plan_mod.ab_depths((5000,)) == (1024, 5000)  # 1250 down to the 256 grid
     assert plan_mod.ab_depths((1024,)) == (512, 1024)  # at least 512
     assert plan_mod.ab_depths((512, 2048)) == (512, 2048)  # the control is a tuned depth already
+
+
+def test_status_shows_the_vram_budget_its_planned_use_and_the_hooks_run_time_use(tmp_path: Path) -> None:
+    """status reads the budget, what the admitted rules cost and the two caps from the header codegen
+    renders, and the run-time use from the hook's store lines (ggml-dispatch-cache-impl.cuh's format)."""
+    from ggml_dispatch import registry
+    from ggml_dispatch.codegen import render
+    from ggml_dispatch.codegen import vram as vram_mod
+
+    t = table_mod.load(TABLE)
+    key = next(registry.shape_key(r) for r in t["rules"] if r["op"] == "MUL_MAT" and r["N"] > 0)
+    c = vram_mod.Candidate(vram_mod.WEIGHT_CACHE, key, 300 << 20, 900.0, 2, 3)
+    plan = vram_mod.choose([c], 1024)
+    header = status_mod.parse_table_header(render.render_header(vram_mod.attach(dict(t), plan)))
+    assert header is not None and header.vram_budget == 1024 << 20 and header.vram_planned == 300 << 20
+    line = header.budget_line()
+    assert line == (
+        "table: VRAM budget 1024.0 MiB, 300.0 MiB planned by its rules; "
+        "caps: weight cache 1024.0 MiB, KV shadow 0.0 MiB"
+    )
+    old = status_mod.parse_table_header(render.render_header(t))
+    assert old is not None and old.budget_line() is None
+    log = (
+        "ggml_cuda_dispatch: weight cache: 2 tensors, 1048576 bytes (1.0 MiB) cached "
+        "of a budget of 1024.0 MiB; "
+        "0 requests over budget, 0 failed allocations\n"
+        "ggml_cuda_dispatch: weight cache: 3 tensors, 3145728 bytes (3.0 MiB) cached "
+        "of a budget of 1024.0 MiB; "
+        "1 requests over budget, 0 failed allocations\n"
+    )
+    assert status_mod.store_use_lines(log) == [
+        "weight cache: 3 tensors, 3.0 MiB in use of 1024.0 MiB; 1 requests over budget, 0 failed allocations"
+    ]
+    assert status_mod.store_use_lines("no such line") == []

@@ -1,6 +1,6 @@
-"""codegen --cache-budget: which weights get a persistent f16 copy (cublas/weight=cached), chosen
-greedily by measured time saved per MiB over the census, never over budget; budget 0 = the table
-without the cache."""
+"""codegen --vram-budget, the weight cache's part: which weights get a persistent f16 copy
+(cublas/weight=cached), chosen greedily by measured time saved per MiB over the census, never over
+budget; budget 0 = the table without the cache."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cli_support import refused, run
+from cli_support import run
 from test_codegen_render import GCC, compile_and_run
 from test_codegen_support import census_row, frame, trials, write_census, write_tuning
 
-from ggml_dispatch import registry, schema
-from ggml_dispatch.codegen import cache, decide, render
+from ggml_dispatch import archive, registry, schema
+from ggml_dispatch.codegen import cache, decide, render, vram
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
 
@@ -57,67 +57,86 @@ def _census() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _with_cache(df: pd.DataFrame, census: pd.DataFrame | None, budget: int | None) -> Any:
+    d, plan, _ = vram.decide_with_budget(df, census, budget, P)
+    return d, plan
+
+
+def _chosen(plan: vram.VramPlan) -> list[int]:
+    return [c.key.N for c in plan.of(vram.WEIGHT_CACHE)]
+
+
 def _configs(d: decide.Decisions, N: int) -> list[tuple[int, int, str]]:
     return [(r.M_lo, r.M_hi, r.route) for r in d.rules if r.key.N == N]
 
 
-def test_greedy_by_saving_per_mib_never_over_budget() -> None:
+def test_greedy_by_saving_per_mib_never_over_budget_and_monotone() -> None:
     key = schema.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 1, 1, 1)
     s = [
-        cache.CachedShape(key._replace_ints({"N": 1}), 1, 60 << 20, 600.0, 1),  # 10 us/MiB
-        cache.CachedShape(key._replace_ints({"N": 2}), 1, 50 << 20, 1000.0, 1),  # 20 us/MiB
-        cache.CachedShape(key._replace_ints({"N": 3}), 1, 30 << 20, 150.0, 1),  # 5 us/MiB
+        vram.Candidate(vram.WEIGHT_CACHE, key._replace_ints({"N": 1}), 60 << 20, 600.0, 1, 1),  # 10 us/MiB
+        vram.Candidate(vram.WEIGHT_CACHE, key._replace_ints({"N": 2}), 50 << 20, 1000.0, 1, 1),  # 20 us/MiB
+        vram.Candidate(vram.WEIGHT_CACHE, key._replace_ints({"N": 3}), 30 << 20, 150.0, 1, 1),  # 5 us/MiB
     ]
-    plan = cache.choose(s, 100)
-    assert [c.key.N for c in plan.chosen] == [2, 3]  # 60 MiB does not fit after 50; 30 still does
-    assert plan.bytes == 80 << 20 and [x.key.N for x, _ in plan.skipped] == [1]
+    plan = vram.choose(s, 100)
+    # 60 MiB does not fit after 50: admission stops there (30 MiB would fit, but a larger budget that
+    # admits the 60 must keep everything this one admits)
+    assert [c.key.N for c in plan.admitted] == [2] and plan.bytes == 50 << 20
+    assert [(x.key.N, why.split(",")[0]) for x, why in plan.skipped] == [
+        (1, f"{60 << 20} bytes do not fit the {50 << 20} bytes left of the budget"),
+        (3, "ranked below weight_cache MUL_MAT weight q4_Kxf32 N=1 K=1 B=1"),
+    ]
+    before: set[int] = set()
     for budget in range(0, 200, 7):
-        assert cache.choose(s, budget).bytes <= budget << 20
-    assert cache.choose(s, 0).chosen == ()
+        p = vram.choose(s, budget)
+        assert p.bytes <= budget << 20 and before <= {c.key.N for c in p.admitted}
+        before = {c.key.N for c in p.admitted}
+    assert vram.choose(s, 0).admitted == () and before == {1, 2, 3}
 
 
 def test_the_budget_moves_the_crossover_only_for_the_chosen_weights() -> None:
     df, census = _tuning(), _census()
-    without, none = cache.decide_with_cache(df, census, None, P)
+    without, none = _with_cache(df, census, None)
     assert none is None
     assert _configs(without, 4096) == [(512, 512, "cublas")]  # uncached cuBLAS only where it wins
-    d, plan = cache.decide_with_cache(df, census, 100, P)
+    d, plan = _with_cache(df, census, 100)
     assert plan is not None
     # B saves more per MiB but its 112 MiB do not fit; A's 64 MiB do
-    assert [s.key.N for s in plan.chosen] == [4096] and plan.bytes == 2 * 4096 * 4096 * 2
+    assert _chosen(plan) == [4096] and plan.bytes == 2 * 4096 * 4096 * 2
     assert [s.key.N for s, _ in plan.skipped] == [14336]
     assert _configs(d, 4096) == [(128, 512, CACHED)]
     assert _configs(d, 14336) == _configs(without, 14336)  # no cached rule for a shape not chosen
-    saved = plan.chosen[0].saved_us
+    saved = plan.of(vram.WEIGHT_CACHE)[0].saved_us
     # census calls x (uncached - cached): at 128 the table without cache runs stock (100 us), at 512 cuBLAS
     expected = 200 * (100 - 100 / 1.6) + 200 * (100 / 1.3 - 100 / 2.1)
     assert saved == pytest.approx(expected, rel=0.03)
-    big, plan_big = cache.decide_with_cache(df, census, 1000, P)
-    assert plan_big is not None and len(plan_big.chosen) == 2
+    big, plan_big = _with_cache(df, census, 1000)
+    assert plan_big is not None and len(plan_big.of(vram.WEIGHT_CACHE)) == 2
     assert _configs(big, 14336) == [(128, 512, CACHED)]
 
 
 def test_budget_zero_is_the_table_without_the_cache() -> None:
     df, census = _tuning(), _census()
-    without, _ = cache.decide_with_cache(df, census, None, P)
-    zero, plan = cache.decide_with_cache(df, census, 0, P)
-    assert plan is not None and plan.chosen == () and plan.bytes == 0
+    without, _ = _with_cache(df, census, None)
+    zero, plan = _with_cache(df, census, 0)
+    assert plan is not None and plan.admitted == () and plan.bytes == 0
     t0 = tbl.build_table(without, tuning_sha256="0" * 64)
-    tz = cache.attach(tbl.build_table(zero, tuning_sha256="0" * 64), plan)
-    assert tz["rules"] == t0["rules"] and tz["cache"]["bytes"] == 0
+    tz = vram.attach(tbl.build_table(zero, tuning_sha256="0" * 64), plan)
+    assert tz["rules"] == t0["rules"] and tz["vram"]["planned_bytes"] == 0 and "cache" not in tz
     assert not cache.cached_rule_keys(tz)
     assert "#define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0\n" in render.render_header(tz)
 
 
-def test_a_budget_needs_the_census() -> None:
-    with pytest.raises(InputError, match="needs --census"):
-        cache.decide_with_cache(_tuning(), None, 10, P)
+def test_without_a_census_the_cache_is_left_out_and_said_so() -> None:
+    d, plan = _with_cache(_tuning(), None, 1000)
+    without, _ = _with_cache(_tuning(), None, None)
+    assert plan.cache_unweighed and plan.admitted == ()
+    assert [(r.key, r.route) for r in d.rules] == [(r.key, r.route) for r in without.rules]
 
 
 def test_the_table_records_the_plan_and_refuses_one_over_budget() -> None:
     df, census = _tuning(), _census()
-    d, plan = cache.decide_with_cache(df, census, 100, P)
-    t = cache.attach(tbl.build_table(d, tuning_sha256="0" * 64), plan)
+    d, plan = _with_cache(df, census, 100)
+    t = vram.attach(tbl.build_table(d, tuning_sha256="0" * 64), plan)
     c = t["cache"]
     assert c["budget_mib"] == 100 and c["budget_bytes"] == 100 << 20 and c["bytes"] == 64 << 20
     assert [(x["N"], x["K"], x["tensors"], x["bytes"]) for x in c["tensors"]] == [(4096, 4096, 2, 64 << 20)]
@@ -144,29 +163,31 @@ def test_cli_cache_budget(tmp_path: Path) -> None:
     t = t.append_column("config", pa.array([r["config"] for r in rows], pa.string()))
     pq.write_table(t.replace_schema_metadata(pq.read_table(tuning).schema.metadata), tuning)
     cen = write_census([dict(r) for r in census.to_dict("records")], tmp_path / "c.parquet")
-    res = run("codegen", tuning, "-o", tmp_path / "out", "--cache-budget", "100")
-    refused(res, "needs --census")
-    assert not (tmp_path / "out" / "table.json").exists()
-    res = run("codegen", tuning, "--census", cen, "-o", tmp_path / "out", "--cache-budget", "100")
+    res = run("codegen", tuning, "-o", tmp_path / "nc", "--vram-budget", "100")
+    assert res.exit_code == 0 and "weight cache: left out (no --census)" in res.output, res.output
+    assert not cache.cached_rule_keys(tbl.load(tmp_path / "nc" / "table.json"))
+    res = run("codegen", tuning, "--census", cen, "-o", tmp_path / "out", "--vram-budget", "100")
     assert res.exit_code == 0, res.output
-    assert "weight cache: budget 100 MiB, 1 shapes chosen, 67108864 bytes (64.0 MiB)" in res.output
-    assert "not cached: MUL_MAT weight q4_Kxf32 N=14336 K=4096 B=1" in res.output
+    assert "VRAM budget: 100 MiB, 1 memory rules admitted, 67108864 bytes planned (64.0 MiB)" in res.output
+    assert "not admitted: weight_cache MUL_MAT weight q4_Kxf32 N=14336 K=4096 B=1" in res.output
     table = tbl.load(tmp_path / "out" / "table.json")
     assert table["cache"]["bytes"] == 64 << 20
     assert cache.cached_rule_keys(table) == {
         schema.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 4096, 4096, 1)
     }
-    res = run("codegen", tuning, "--census", cen, "-o", tmp_path / "o2", "--cache-budget", "-1")
+    res = run("codegen", tuning, "--census", cen, "-o", tmp_path / "o2", "--vram-budget", "-1")
     assert res.exit_code == 2
+    res = run("codegen", tuning, "--census", cen, "-o", tmp_path / "o2", "--cache-budget", "100")
+    assert res.exit_code == 2 and "--cache-budget is replaced by --vram-budget MiB" in res.output
 
 
 def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) -> None:
     """gcc compiles the rendered header; a node whose copy cannot be had gets what the table without the
     cache would run (lookup of the budget-less table), the others what the table says."""
     df, census = _tuning(), _census()
-    without, _ = cache.decide_with_cache(df, census, None, P)
-    d, plan = cache.decide_with_cache(df, census, 100, P)
-    t = cache.attach(tbl.build_table(d, tuning_sha256="0" * 64), plan)
+    without, _ = _with_cache(df, census, None)
+    d, plan = _with_cache(df, census, 100)
+    t = vram.attach(tbl.build_table(d, tuning_sha256="0" * 64), plan)
     t0 = tbl.build_table(without, tuning_sha256="0" * 64)
     assert [(r["N"], r["M_lo"], r["M_hi"], r["config"]) for r in t["cache"]["fallback"]] == [
         (4096, 512, 512, "cublas")
@@ -242,7 +263,7 @@ def test_the_committed_cache_tables_fallback_is_the_table_without_the_cache(tmp_
     every census shape and M (the census' and the A/B's), a node whose copy cannot be had (budget 0 at
     run time, a failed allocation) is routed exactly as the table without the cache (nocache/) routes it,
     and every other node gets that table's route too."""
-    folder = Path(__file__).resolve().parent.parent / "tables" / "cuda-sm90-nvidia-h200-cache"
+    folder = archive.path("tables/cuda-sm90-nvidia-h200-cache")
     t, t0 = tbl.load(folder / "table.json"), tbl.load(folder / "nocache" / "table.json")
     gpu = tbl.table_gpu(t)
     points = pd.read_parquet(folder / "census.parquet")[["src0_type", "N", "K", "M"]].drop_duplicates()

@@ -1,4 +1,4 @@
-"""``codegen --kv-shadow-budget``: the KV shadow's configurations enter a table only under a budget.
+"""``codegen --vram-budget``, the KV shadow's part: its configurations enter a table only under a budget.
 
 On the committed sweep of the H200 attention-shadow table (its q8_0 points, each configuration also
 with ``kv=shadow``), measured on the GPU.
@@ -17,7 +17,7 @@ from ggml_dispatch.cli import main
 from ggml_dispatch.codegen import kv_shadow
 
 REPO = Path(__file__).resolve().parent.parent
-SWEEP = REPO / "tables" / "cuda-sm90-nvidia-h200-attn-shadow" / "tuning-q8_0.parquet"
+SWEEP = archive.path("tables/cuda-sm90-nvidia-h200-attn-shadow/tuning-q8_0.parquet")
 
 
 def _codegen(out: Path, *extra: str) -> tuple[str, dict]:
@@ -33,7 +33,7 @@ def _shadow_rules(table: dict) -> list[dict]:
 def test_without_a_budget_the_shadow_is_left_out_and_said_so(tmp_path: Path) -> None:
     output, table = _codegen(tmp_path / "none")
     assert not _shadow_rules(table) and "kv_shadow" not in table
-    m = re.search(r"KV shadow: left out \(no --kv-shadow-budget\): at (\d+) attention points", output)
+    m = re.search(r"KV shadow: left out \(no --vram-budget\): at (\d+) attention points", output)
     assert m and int(m.group(1)) > 0, output
     assert (
         "GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES 0"
@@ -42,18 +42,26 @@ def test_without_a_budget_the_shadow_is_left_out_and_said_so(tmp_path: Path) -> 
 
 
 def test_a_budget_admits_the_shadow_and_compiles_it_in(tmp_path: Path) -> None:
-    output, table = _codegen(tmp_path / "b", "--kv-shadow-budget", "16384")
+    output, table = _codegen(tmp_path / "b", "--vram-budget", "16384")
     assert _shadow_rules(table) and table["kv_shadow"] == {"budget_mib": 16384, "budget_bytes": 16384 << 20}
-    assert "left out" not in output and "KV shadow: budget 16384 MiB" in output
+    assert "left out" not in output and "caps: weight cache 0 MiB, KV shadow 16384 MiB" in output
+    admitted = table["vram"]["admitted"]
+    assert admitted and {a["kind"] for a in admitted} == {"kv_shadow"}
+    # each admitted key's cost: one layer's K and V shadow at its measured KV length
+    for a in admitted:
+        heads = 32 if a["D_K"] == 128 else 24
+        assert a["bytes"] <= a["kv"] * heads // a["gqa"] * (a["D_K"] + a["D_V"]) * 2
     header = (tmp_path / "b" / "ggml-dispatch-table.h").read_text()
     assert f"GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES {16384 << 20}" in header
 
 
 def test_a_bad_budget_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["codegen", str(SWEEP), "-o", str(tmp_path / "x"), "--vram-budget", "-1"])
+    assert res.exit_code == 2 and "--vram-budget" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(
-        main, ["codegen", str(SWEEP), "-o", str(tmp_path / "x"), "--kv-shadow-budget", "-1"]
+        main, ["codegen", str(SWEEP), "-o", str(tmp_path / "x"), "--kv-shadow-budget", "64"]
     )
-    assert res.exit_code == 2 and "--kv-shadow-budget" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "--kv-shadow-budget is replaced by --vram-budget" in res.output
     assert not (tmp_path / "x").exists()
 
 
@@ -70,7 +78,7 @@ def test_shallow_shadow_rules_only_reuse_a_shadow_made_deeper(tmp_path: Path) ->
         main,
         [
             *["codegen", str(H100_S25 / "autotune-fill-tuning.parquet")],
-            *["--census", str(H100_S25 / "autotune-fill-census.parquet"), "--kv-shadow-budget", "16384"],
+            *["--census", str(H100_S25 / "autotune-fill-census.parquet"), "--vram-budget", "16384"],
             *["--op", "FLASH_ATTN_EXT", "-o", str(out)],
         ],
     )

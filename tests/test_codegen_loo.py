@@ -52,16 +52,16 @@ def test_main_answers_bad_input_with_one_error_line(
     assert loo.main([str(not_parquet)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith(f"error: {not_parquet}: ")
-    assert loo.main([str(SHADOW_SWEEP), "--kv-shadow-budget", "-5"]) == 2
+    assert loo.main([str(SHADOW_SWEEP), "--vram-budget", "-5"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "--kv-shadow-budget" in err and err.count("\n") == 1
+    assert out == "" and "--vram-budget" in err and err.count("\n") == 1
 
 
 def test_kv_shadow_rows_decide_only_under_a_budget_as_in_codegen() -> None:
     df = tuning.read(SHADOW_SWEEP).frame()
     claimed: dict[int | None, set[str]] = {}
     for budget in (None, 16384):
-        kept, _ = kv_shadow.keep_rows(df, budget)
+        kept = df if budget else df[~kv_shadow.shadow_rows(df)]
         claimed[budget] = {h.predicted for h in loo.in_sample(kept, decide.Params()) if h.predicted}
     assert not any("kv=shadow" in c for c in claimed[None])
     assert any("kv=shadow" in c for c in claimed[16384])

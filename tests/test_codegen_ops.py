@@ -18,7 +18,7 @@ from ggml_dispatch.cli import main
 REPO = Path(__file__).resolve().parent.parent
 EVIDENCE = archive.path("evidence/h100-2026-12-06-s25")
 TUNING = EVIDENCE / "autotune-fill-tuning.parquet"
-BUDGET = ["--kv-shadow-budget", "16384"]
+BUDGET = ["--vram-budget", "16384"]
 
 
 def _codegen(out: Path, *extra: str) -> tuple[str, dict]:

@@ -46,7 +46,9 @@ ROW_KEY: Final = (
     *("E", "U", "routing_kind", "routing", "used"),
     *("k_type", "v_type", "D_K", "D_V", "gqa", "kv"),  # FLASH_ATTN_EXT: its attention key
 )
-ROW_IDENTITY: Final = ("gpu_name", "gpu_cc", "gpu_sm_count", "upstream_commit")
+# The physical GPU (uuid) is part of a trial's identity: two sweeps on two GPUs each number their trials
+# from 0, and their rows at one point are distinct trials, never one counted twice.
+ROW_IDENTITY: Final = ("gpu_name", "gpu_cc", "gpu_sm_count", "gpu_uuid", "upstream_commit")
 
 _OPS: Final = frozenset(o.value for o in schema.Op)
 _LAYOUTS: Final = frozenset(x.value for x in schema.Layout)
@@ -158,7 +160,8 @@ def _check_duplicates(table: pa.Table, path: str | Path) -> None:
         if key in first:
             raise InputError(
                 path,
-                f"repeats row {first[key]} (same GPU, upstream commit, shape, configuration and trial)",
+                f"repeats row {first[key]} (same GPU and uuid, upstream commit, shape, configuration and "
+                "trial)",
                 field=f"row {i}: trial",
             )
         first[key] = i
@@ -394,3 +397,67 @@ def from_frame(df: pd.DataFrame, path: str | Path) -> pa.Table:
 def concat(tables: Iterable[pa.Table]) -> pa.Table:
     ts = list(tables)
     return pa.concat_tables(ts) if ts else to_table([])
+
+
+@dataclass(frozen=True)
+class TuningSet:
+    """Several validated tuning files read as one: the rows of all of them, checked across files."""
+
+    files: tuple[Tuning, ...]
+    table: pa.Table
+    provenance: Provenance
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return tuple(t.path for t in self.files)
+
+    def frame(self) -> pd.DataFrame:
+        df: pd.DataFrame = self.table.to_pandas()
+        return df
+
+    @property
+    def where(self) -> str:
+        """How a message names the inputs: the one path, or the paths joined."""
+        return str(self.files[0].path) if len(self.files) == 1 else " + ".join(str(p) for p in self.paths)
+
+
+def read_many(paths: Sequence[str | Path], *, allow_mixed: bool = False) -> TuningSet:
+    """Tuning files read as one set: each file by :func:`read`; across files the rows must come from one
+    GPU (name, cc, SM count) and one upstream commit unless ``allow_mixed``, no trial may come in two
+    files, and no file may be given twice. One :class:`InputError` naming the files otherwise."""
+    if not paths:
+        raise InputError("<tuning>", "no tuning file given")
+    seen: dict[Path, str | Path] = {}
+    for p in paths:
+        r = Path(p).resolve()
+        if r in seen:
+            raise InputError(p, f"given twice (also as {seen[r]})")
+        seen[r] = p
+    files = tuple(read(p, allow_mixed=allow_mixed) for p in paths)
+    if len(files) == 1:
+        return TuningSet(files, files[0].table, files[0].provenance)
+    table = pa.concat_tables([t.table for t in files])
+    gpus: dict[schema.GpuId, list[str]] = {}
+    commits: dict[str, list[str]] = {}
+    for t in files:
+        for g, _ in t.provenance.gpus:
+            gpus.setdefault(g, []).append(str(t.path))
+        for c, _ in t.provenance.upstream_commits:
+            commits.setdefault(c, []).append(str(t.path))
+    where = " + ".join(str(t.path) for t in files)
+    v.check_one_gpu({g: ", ".join(ps) for g, ps in gpus.items()}, where, allow_mixed=allow_mixed)
+    v.check_one_commit({c: ", ".join(ps) for c, ps in commits.items()}, where, allow_mixed=allow_mixed)
+    first: dict[tuple[Any, ...], tuple[int, int]] = {}
+    for f, t in enumerate(files):
+        for i, key in enumerate(row_keys(t.table)):
+            if key in first and first[key][0] != f:
+                other, j = first[key]
+                raise InputError(
+                    t.path,
+                    f"repeats row {j} of {files[other].path} (same GPU and uuid, upstream commit, shape, "
+                    "configuration and trial): a trial counted twice would narrow its confidence interval; "
+                    "give each trial in one file only",
+                    field=f"row {i}: trial",
+                )
+            first.setdefault(key, (f, i))
+    return TuningSet(files, table, provenance(table, where, allow_mixed=allow_mixed))

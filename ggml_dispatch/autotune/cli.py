@@ -15,6 +15,7 @@ from ggml_dispatch.autotune import plan as plan_mod
 from ggml_dispatch.autotune import run as run_mod
 from ggml_dispatch.autotune import status as status_mod
 from ggml_dispatch.census import gguf_meta
+from ggml_dispatch.codegen import cli as codegen_cli
 from ggml_dispatch.options import FiniteFloat, Int, int_list, list_items
 
 
@@ -97,14 +98,16 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     help="the KV cache type of the --depth workload (llama-bench -ctk/-ctv).",
 )
 @click.option(
-    "--kv-shadow-budget",
+    "--vram-budget",
     type=Int(0, 1 << 30),
     default=0,
     show_default=True,
-    help="MiB of VRAM the table may use at run time for an f16 shadow of a quantized KV cache: attention "
-    "configurations that read the shadow (kv=shadow, measured with --depth and a quantized --kv-type) "
-    "become eligible rules; 0 leaves them out.",
+    help="MiB of VRAM the table may spend to save time, shared by persistent f16 weight copies (the sweep "
+    "then times cuBLAS from a cached copy too) and an f16 shadow of a quantized KV cache (kv=shadow, "
+    "measured with --depth and a quantized --kv-type): codegen ranks them together by measured time saved "
+    "per MiB; 0 leaves both out.",
 )
+@codegen_cli.replaced_budget_options
 @click.option(
     "--depth-fill/--no-depth-fill",
     default=None,
@@ -177,7 +180,7 @@ def autotune_cmd(
     ubatch: str,
     depth: str | None,
     kv_type: str,
-    kv_shadow_budget: int,
+    vram_budget: int,
     depth_fill: bool | None,
     cuda_arch: str,
     nvcc: Path | None,
@@ -216,10 +219,9 @@ def autotune_cmd(
     Examples:
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0
-      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 49152 --kv-type q8_0 \\
-          --kv-shadow-budget 4096
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --vram-budget 8192
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0 \\
-          --kv-shadow-budget 16384 --tune-seconds 240
+          --vram-budget 16384 --tune-seconds 240
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
     """
     # every option value and input file is checked here, before the environment is looked at
@@ -233,14 +235,12 @@ def autotune_cmd(
         raise click.UsageError("--depth-fill needs --depth")
     if depth_fill is None:
         # measured: without a fill rule the shadow is made inside the first timed decode step at depth
-        depth_fill = bool(kv_shadow_budget)
-    if kv_shadow_budget and not quantized_kv:
-        raise click.UsageError("--kv-shadow-budget needs --depth and a quantized --kv-type (e.g. q8_0)")
-    if quantized_kv and not kv_shadow_budget:
+        depth_fill = bool(vram_budget) and quantized_kv
+    if quantized_kv and not vram_budget:
         click.echo(
-            f"note: --kv-type {kv_type} without --kv-shadow-budget: attention configurations that read "
+            f"note: --kv-type {kv_type} without --vram-budget: attention configurations that read "
             "an f16 shadow of the KV cache are measured but left out of the table "
-            "(--kv-shadow-budget MiB admits them)",
+            "(--vram-budget MiB admits them)",
             err=True,
         )
     try:
@@ -304,7 +304,7 @@ def autotune_cmd(
         ubatches=ubatches,
         depths=depths,
         kv_type=kv_type,
-        kv_shadow_budget=kv_shadow_budget,
+        vram_budget=vram_budget,
         depth_fill=depth_fill,
         cuda_arch=cuda_arch,
         nvcc=compiler,

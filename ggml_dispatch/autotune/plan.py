@@ -80,7 +80,9 @@ class Options:
     skip: frozenset[str] = frozenset()
     depths: tuple[int, ...] = ()  # KV depths of the attention workload (none: no attention tuning)
     kv_type: str = "f16"  # its KV cache type
-    kv_shadow_budget: int = 0  # MiB for f16 shadows of a quantized KV cache (codegen's option); 0: none
+    # MiB of VRAM for rules that trade memory for time (weight cache, KV shadow; codegen's --vram-budget);
+    # 0: none. A positive budget has the matmul sweep time the weight cache's configurations too.
+    vram_budget: int = 0
     depth_fill: bool = False  # the attention census keeps each depth's last KV-fill point too
     tool: tuple[str, ...] = ("ggml-dispatch",)  # how the stage CLIs are called
     generator: tuple[str, ...] = ()  # e.g. ("-G", "Ninja")
@@ -336,7 +338,14 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     attention_tuning = work / "tuning-attention.parquet"
     tune_steps = [
         Step(
-            tune_argv(census, matmul_tuning, out / "tuning.journal.jsonl", "--coverage", str(opts.coverage)),
+            tune_argv(
+                census,
+                matmul_tuning,
+                out / "tuning.journal.jsonl",
+                "--coverage",
+                str(opts.coverage),
+                *(("--configs", "cache") if opts.vram_budget else ()),
+            ),
             loader,
         )
     ]
@@ -371,13 +380,17 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
             (tuning, *((matmul_tuning, attention_tuning) if depth_traces else ())),
         )
     )
-    shadow = ("--kv-shadow-budget", str(opts.kv_shadow_budget)) if opts.kv_shadow_budget else ()
+    budget = ("--vram-budget", str(opts.vram_budget)) if opts.vram_budget else ()
     stages.append(
         Stage(
             "codegen",
             "no-harm decisions -> table.json + ggml-dispatch-table.h"
-            + (f" (KV shadow budget {opts.kv_shadow_budget} MiB)" if opts.kv_shadow_budget else ""),
-            (Step((*tool, "codegen", str(tuning), "--census", str(census), "-o", str(out), *shadow)),),
+            + (
+                f" (VRAM budget {opts.vram_budget} MiB: weight cache and KV shadow)"
+                if opts.vram_budget
+                else ""
+            ),
+            (Step((*tool, "codegen", str(tuning), "--census", str(census), "-o", str(out), *budget)),),
             0.2,
             (table, out / "ggml-dispatch-table.h"),
         )

@@ -23,6 +23,29 @@ class HeaderTable:
     gpu_name: str
     cc: int
     sm_count: int
+    # the VRAM budget (codegen --vram-budget), what its admitted rules cost as planned, and its split into
+    # the hook's two caps; 0 where the header predates the budget or the table has none
+    vram_budget: int = 0
+    vram_planned: int = 0
+    cache_cap: int = 0
+    kv_shadow_cap: int = 0
+
+    def budget_line(self) -> str | None:
+        """What status says of the budget (None: the table has no memory-for-time budget)."""
+        if not (self.vram_budget or self.cache_cap or self.kv_shadow_cap):
+            return None
+        head = (
+            f"VRAM budget {_mib(self.vram_budget)}, {_mib(self.vram_planned)} planned by its rules"
+            if self.vram_budget
+            else "VRAM budget: none stamped (a table made before the one budget)"
+        )
+        return (
+            f"table: {head}; caps: weight cache {_mib(self.cache_cap)}, KV shadow {_mib(self.kv_shadow_cap)}"
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def parse_table_header(text: str) -> HeaderTable | None:
@@ -45,6 +68,10 @@ def parse_table_header(text: str) -> HeaderTable | None:
         string("ggml_dispatch_table_gpu_name") or "",
         define("GGML_DISPATCH_TABLE_GPU_CC") or 0,
         define("GGML_DISPATCH_TABLE_GPU_SM_COUNT") or 0,
+        define("GGML_DISPATCH_TABLE_VRAM_BUDGET_BYTES") or 0,
+        define("GGML_DISPATCH_TABLE_VRAM_PLANNED_BYTES") or 0,
+        define("GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES") or 0,
+        define("GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES") or 0,
     )
 
 
@@ -93,6 +120,9 @@ def tree_lines(tree: Path) -> tuple[list[str], HeaderTable | None]:
             f"table: {header.table_hash[:12]} in the tree ({header.rules} rules, "
             f"measured on {header.gpu_name}, cc {header.cc}, {header.sm_count} SMs)"
         )
+        budget = header.budget_line()
+        if budget is not None:
+            lines.append(budget)
     return lines, header
 
 
@@ -161,8 +191,30 @@ def short_run(build_dir: Path, model: Path | None, env: Mapping[str, str] | None
         res = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"run: {argv[0]}: {err}"
-    line = ab.find_dispatch_line(res.stdout + "\n" + res.stderr)
+    log = res.stdout + "\n" + res.stderr
+    line = ab.find_dispatch_line(log)
     if line is None:
         name = os.path.basename(argv[0])
         return f"run: {name} exit {res.returncode}, no ggml_cuda_dispatch: line (hook not compiled in?)"
-    return f"run: ggml_cuda_dispatch: {line.text}"
+    use = store_use_lines(log)
+    return "\n".join([f"run: ggml_cuda_dispatch: {line.text}", *(f"run: {u}" for u in use)])
+
+
+# The hook's line when an evaluation made copies in one of its stores (ggml-dispatch-cache-impl.cuh,
+# store_log_growth): the store, its tensors and bytes now, and its requests over budget / failed allocations.
+_STORE_USE = re.compile(
+    r"ggml_cuda_dispatch: (weight cache|KV shadow): (\d+) tensors, (\d+) bytes \([^)]*\) cached of a budget "
+    r"of ([^;]+); (\d+) requests over budget, (\d+) failed allocations"
+)
+
+
+def store_use_lines(log: str) -> list[str]:
+    """Run-time use of the VRAM budget, from the hook's store lines: the last line of each store."""
+    last: dict[str, re.Match[str]] = {}
+    for m in _STORE_USE.finditer(log):
+        last[m.group(1)] = m
+    return [
+        f"{name}: {m.group(2)} tensors, {_mib(int(m.group(3)))} in use of {m.group(4).strip()}; "
+        f"{m.group(5)} requests over budget, {m.group(6)} failed allocations"
+        for name, m in sorted(last.items())
+    ]

@@ -2,14 +2,15 @@
 
 The copy costs memory (N x K x 2 bytes per weight tensor) and saves, at every call the census counts,
 the measured difference between what the table without the cache runs there and the best cached
-configuration. ``choose`` ranks weight shapes by measured time saved per MiB (census calls x
+configuration. ``codegen.vram`` ranks weight shapes by measured time saved per MiB (census calls x
 (uncached - cached) per call, summed over the shape's M) and takes them greedily while the bytes of
-all their tensors fit the budget. ``decide_with_cache`` then decides twice: without any cached
-candidate (the table a budget of 0 gives, exactly) and with the cached candidates of the chosen
-shapes; the chosen shapes' exact rules come from the second decision (where it leaves an M range
-uncovered, the first decision's rules stay), every other rule from the first, so no other shape, size
-class or per-type default can pick a cached configuration. The table records the plan under
-``cache`` and the header carries its budget (``GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES``).
+all their tensors fit the budget. ``codegen.vram`` ranks these candidates together with the KV shadow's
+under one VRAM budget and decides twice: without any cached candidate (the table a budget of 0 gives,
+exactly) and with the cached candidates of the chosen shapes; the chosen shapes' exact rules come from
+the second decision (where it leaves an M range uncovered, the first decision's rules stay, :func:`merge`),
+every other rule from the first, so no other shape, size class or per-type default can pick a cached
+configuration. The table records the plan under ``cache`` and the header carries its cap
+(``GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import pandas as pd
@@ -27,12 +27,10 @@ import pandas as pd
 from ggml_dispatch import registry, schema
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
-from ggml_dispatch.errors import InputError
 
 MIB: Final = 1 << 20
 F16_BYTES: Final = 2
 CACHE_PARAM: Final = ("weight", "cached")
-MAX_BUDGET_MIB: Final = 1 << 30  # 1 EiB: far above any GPU, small enough for int64 bytes
 
 
 def is_cached(config: str) -> bool:
@@ -165,23 +163,6 @@ def candidate_shapes(
     return out
 
 
-def choose(candidates: Sequence[CachedShape], budget_mib: int) -> CachePlan:
-    """Greedy by saved time per MiB (ties: the larger saving, then the key); a shape whose bytes do not
-    fit the rest of the budget is skipped and smaller ones may still fit. Never over budget."""
-    if budget_mib < 0:
-        raise ValueError("budget must be >= 0")
-    left = budget_mib * MIB
-    chosen: list[CachedShape] = []
-    skipped: list[tuple[CachedShape, str]] = []
-    for s in sorted(candidates, key=lambda s: (-s.saved_per_mib, -s.saved_us, s.key)):
-        if s.bytes <= left:
-            chosen.append(s)
-            left -= s.bytes
-        else:
-            skipped.append((s, f"{s.bytes} bytes do not fit the {left} bytes left of the budget"))
-    return CachePlan(budget_mib, tuple(sorted(chosen, key=lambda s: s.key)), tuple(skipped))
-
-
 def _subtract(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """[lo, hi] minus the union of the covered closed intervals."""
     parts = [(lo, hi)]
@@ -203,7 +184,7 @@ def merge(base: decide.Decisions, full: decide.Decisions, chosen: set[schema.Sha
     """Rules of ``full`` for the chosen shapes' exact keys (plus ``base``'s where those leave an M range
     uncovered), every other rule and refusal from ``base``."""
     rules = [r for r in base.rules if r.key not in chosen]
-    for key in sorted(chosen):
+    for key in sorted(chosen, key=lambda k: k.codes()):
         mine = [r for r in full.rules if r.key == key]
         spans = [(r.M_lo, r.M_hi) for r in mine]
         rules += mine
@@ -223,39 +204,6 @@ def merge(base: decide.Decisions, full: decide.Decisions, chosen: set[schema.Sha
         n_rows=full.n_rows,
         n_ok=full.n_ok,
     )
-
-
-def decide_with_cache(
-    df: pd.DataFrame,
-    census: pd.DataFrame | None,
-    budget_mib: int | None,
-    params: decide.Params,
-    path: str | Path = "<tuning>",
-) -> tuple[decide.Decisions, CachePlan | None]:
-    """The decisions under a cache budget (None: no budget asked, cached rows ignored; 0: the same
-    table, with a ``cache`` section that chose nothing)."""
-    df, cached = split_cached(df)
-    base = decide.decide(df[~cached] if len(df) else df, params, path)
-    if budget_mib is None:
-        return base, None
-    if not 0 <= budget_mib <= MAX_BUDGET_MIB:
-        raise InputError(path, f"cache budget must be in [0, {MAX_BUDGET_MIB}] MiB", field="--cache-budget")
-    if census is None:
-        raise InputError(
-            path, "--cache-budget needs --census (the calls that weigh the savings)", field="--census"
-        )
-    if budget_mib == 0 or not cached.any():
-        return base, CachePlan(budget_mib, (), ())
-    base_table = tbl.build_table(base, tuning_sha256="0" * 64)
-    evals, stock = decide.evaluate(df, dataclasses.replace(params, resamples=0), path)
-    plan = choose(candidate_shapes(census, base_table, evals, stock), budget_mib)
-    if not plan.chosen:
-        return base, plan
-    keys = {s.key for s in plan.chosen}
-    keep = ~cached | df.apply(lambda r: schema.ShapeKey.of(r) in keys, axis=1).astype(bool)
-    full = decide.decide(df[keep], params, path)
-    fallback = tuple(r for r in base.rules if r.key in keys)
-    return merge(base, full, keys), dataclasses.replace(plan, fallback=fallback)
 
 
 def attach(table: dict[str, Any], plan: CachePlan | None) -> dict[str, Any]:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import click
+import pandas as pd
 
 from ggml_dispatch import fileio, registry, schema
 from ggml_dispatch.artifacts import census as census_artifact
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.artifacts import tuning as tuning_artifact
-from ggml_dispatch.codegen import cache, decide, kv_shadow, render
+from ggml_dispatch.codegen import decide, kv_shadow, render, vram
 from ggml_dispatch.codegen import diff as dif
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
@@ -29,13 +31,46 @@ def _under_tables(path: Path) -> bool:
     return "tables" in path.resolve().parts
 
 
+def _replaced(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is not None:
+        raise click.UsageError(
+            f"{param.opts[0]} is replaced by --vram-budget MiB: one budget shared by the weight cache and "
+            "the KV shadow, admitted together by measured time saved per MiB",
+            ctx,
+        )
+    return value
+
+
+def replaced_budget_options(f: Any) -> Any:
+    """The two budgets --vram-budget replaced: hidden, each refused with one line saying so."""
+    for name in ("--cache-budget", "--kv-shadow-budget"):
+        f = click.option(name, hidden=True, expose_value=False, callback=_replaced, default=None)(f)
+    return f
+
+
+def vram_budget_option(f: Any) -> Any:
+    return click.option(
+        "--vram-budget",
+        "vram_budget",
+        type=Int(0, vram.MAX_BUDGET_MIB),
+        default=None,
+        metavar="MiB",
+        help="VRAM for rules that trade memory for time, shared by persistent f16 weight copies "
+        "(cublas/weight=cached) and f16 shadows of quantized KV caches (kv=shadow): ranked together by "
+        "measured time saved per MiB and admitted greedily within it; unset or 0: neither (cached and "
+        "shadow rows are left out)",
+    )(f)
+
+
 @click.command("codegen")
-@click.argument("tuning", type=click.Path(path_type=Path))
+@click.argument("tunings", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="TUNING...")
 @click.option(
     "--census",
-    "census_path",
+    "census_paths",
+    multiple=True,
     type=click.Path(path_type=Path),
-    help="census Parquet: report the predicted change in estimated matmul time for its shapes",
+    help="census Parquet (repeatable: their rows are pooled): weighs the weight cache's savings and reports "
+    "the predicted change in estimated matmul time for its shapes",
 )
 @output_option("folder to write table.json and ggml-dispatch-table.h into", folder=True, dest="out_dir")
 @click.option(
@@ -89,24 +124,8 @@ def _under_tables(path: Path) -> bool:
     show_default=True,
     help="size-class defaults (by N*K) for (N, K) without an exact rule",
 )
-@click.option(
-    "--cache-budget",
-    "cache_budget",
-    type=Int(0, cache.MAX_BUDGET_MIB),
-    default=None,
-    metavar="MiB",
-    help="VRAM for persistent f16 weight copies (cublas/weight=cached), chosen greedily by measured time "
-    "saved per MiB over --census; 0 = the table without the cache; unset: cached rows are ignored",
-)
-@click.option(
-    "--kv-shadow-budget",
-    "kv_shadow_budget",
-    type=Int(0, kv_shadow.MAX_BUDGET_MIB),
-    default=None,
-    metavar="MiB",
-    help="VRAM for f16 shadows of quantized KV caches (fa_mma/kv=shadow, fa_tile/kv=shadow), a run-time cap; "
-    "unset or 0: shadow rows are ignored (the table without the shadow)",
-)
+@vram_budget_option
+@replaced_budget_options
 @click.option(
     "--op",
     "ops",
@@ -117,8 +136,8 @@ def _under_tables(path: Path) -> bool:
     "matmul rules",
 )
 def codegen_cmd(
-    tuning: Path,
-    census_path: Path | None,
+    tunings: tuple[Path, ...],
+    census_paths: tuple[Path, ...],
     out_dir: Path,
     theta: float,
     reference_margin: float | None,
@@ -130,8 +149,7 @@ def codegen_cmd(
     verbose: bool,
     interpolate: bool,
     class_defaults: bool,
-    cache_budget: int | None,
-    kv_shadow_budget: int | None,
+    vram_budget: int | None,
     ops: tuple[str, ...],
 ) -> None:
     """Turn tuning results into table.json and the C header ggml-dispatch-table.h.
@@ -147,16 +165,23 @@ def codegen_cmd(
     table.json keeps them all). The table applies only on the measured GPU (name, cc, SM count).
 
     \b
+    Several tuning files are decided as one set of rows (one GPU and upstream commit unless
+    --allow-mixed; a trial in two files is refused): one table for every op and configuration
+    measured on that GPU. Rules that trade VRAM for time (weight cache, KV shadow) are admitted
+    only under --vram-budget.
+
+    \b
     Rows with source = reference (one sample) need --reference-margin, and a table built from
     them is never written under tables/.
 
     \b
     Examples:
-      ggml-dispatch codegen tables/cuda-sm90-nvidia-h200/tuning.parquet -o my-table
-      ggml-dispatch codegen tuning.parquet --kv-shadow-budget 16384 --op FLASH_ATTN_EXT -o attn-only
+      ggml-dispatch codegen tables/cuda-sm90-nvidia-h200/tuning/*.parquet \\
+          --census tables/cuda-sm90-nvidia-h200/census.parquet --vram-budget 16384 -o my-table
+      ggml-dispatch codegen tuning.parquet --vram-budget 16384 --op FLASH_ATTN_EXT -o attn-only
     """
     table_out, header_out = out_dir / tbl.TABLE_FILENAME, out_dir / tbl.HEADER_FILENAME
-    inputs = [tuning, *([census_path] if census_path else [])]
+    inputs = [*tunings, *census_paths]
     for out in (table_out, header_out):
         fileio.check_output(out, inputs)
     params = decide.Params(
@@ -171,13 +196,12 @@ def codegen_cmd(
         class_defaults=class_defaults,
         ops=tuple(sorted(set(ops))) or None,
     )
-    # one selection ahead of every consumer (shadow, cache plan, decision), so none sees the other ops
-    df = decide.select_ops(tuning_artifact.read(tuning, allow_mixed=allow_mixed).frame(), params.ops, tuning)
-    census_df = None
-    if census_path is not None:
-        census_df = census_artifact.read(census_path).frame()
-    df, shadow_left_out = kv_shadow.keep_rows(df, kv_shadow_budget, tuning)
-    decisions, plan = cache.decide_with_cache(df, census_df, cache_budget, params, tuning)
+    # one selection ahead of every consumer (budget plan, decision), so none sees the other ops
+    tuning_set = tuning_artifact.read_many(tunings, allow_mixed=allow_mixed)
+    where = tuning_set.where
+    df = decide.select_ops(tuning_set.frame(), params.ops, where)
+    census_df = read_censuses(census_paths)
+    decisions, plan, shadow_left_out = vram.decide_with_budget(df, census_df, vram_budget, params, where)
     reference = decisions.identity.source == schema.Source.REFERENCE.value
     if reference and _under_tables(out_dir):
         raise InputError(
@@ -185,13 +209,16 @@ def codegen_cmd(
             "a table built from source = reference rows is never written under tables/ "
             "(measured tables only)",
         )
+    tuning_hashes = [(p.name, fileio.sha256_file(p)) for p in tunings]
+    census_hashes = [(p.name, fileio.sha256_file(p)) for p in census_paths]
     table = tbl.build_table(
         decisions,
-        tuning_sha256=fileio.sha256_file(tuning),
-        census_sha256=fileio.sha256_file(census_path) if census_path else None,
+        tuning_sha256=tbl.inputs_sha256([h for _, h in tuning_hashes]),
+        census_sha256=tbl.inputs_sha256([h for _, h in census_hashes]) if census_hashes else None,
+        tuning_files=tuning_hashes if len(tuning_hashes) > 1 else None,
+        census_files=census_hashes if len(census_hashes) > 1 else None,
     )
-    table = cache.attach(table, plan)
-    table = kv_shadow.attach(table, kv_shadow_budget)
+    table = vram.attach(table, plan)
     text = tbl.dumps(table)
     header = render.render_header(table)
     with fileio.output_set([table_out, header_out], inputs) as outputs:
@@ -232,19 +259,26 @@ def codegen_cmd(
     if not table["rules"]:
         echo("  (none: stock everywhere)")
     if plan is not None:
+        cache_mib, shadow_mib = plan.caps_mib()
         echo(
-            f"weight cache: budget {plan.budget_mib} MiB, {len(plan.chosen)} shapes chosen, "
-            f"{plan.bytes} bytes ({plan.bytes / cache.MIB:.1f} MiB)"
+            f"VRAM budget: {plan.budget_mib} MiB, {len(plan.admitted)} memory rules admitted, "
+            f"{plan.bytes} bytes planned ({plan.bytes / vram.MIB:.1f} MiB); caps: weight cache "
+            f"{cache_mib} MiB, KV shadow {shadow_mib} MiB"
         )
-        for s in plan.chosen:
+        for c in sorted(plan.admitted, key=vram._rank):
+            what = f"{c.tensors} tensors" if c.kind == vram.WEIGHT_CACHE else "one layer's K and V"
             echo(
-                f"  {s.key.label()}: {s.tensors} tensors, {s.bytes / cache.MIB:.1f} MiB, "
-                f"saves {s.saved_us:.1f} us ({s.saved_per_mib:.3f} us/MiB) over {s.points} census M"
+                f"  {c.label()}: {what}, {c.bytes / vram.MIB:.1f} MiB, saves {c.saved_us:.1f} us "
+                f"({c.saved_per_mib:.3f} us/MiB) over {c.points} M"
             )
-        for s, why in plan.skipped:
-            echo(f"  not cached: {s.key.label()} ({s.saved_per_mib:.3f} us/MiB): {why}")
-    if kv_shadow.budget_bytes(table):
-        echo(f"KV shadow: budget {table['kv_shadow']['budget_mib']} MiB (a run-time cap on the f16 shadows)")
+        for c, why in plan.skipped:
+            echo(f"  not admitted: {c.label()} ({c.saved_per_mib:.3f} us/MiB): {why}")
+        if plan.cache_unweighed:
+            echo(
+                "weight cache: left out (no --census): its weight=cached rows are priced by "
+                "the census' calls;"
+                " --census admits them"
+            )
         configs = [registry.Config.parse(tbl.rule_config(r)) for r in table["rules"]]
         reuse = sum(kv_shadow.REUSE_PARAM in c.params for c in configs)
         if reuse:
@@ -254,8 +288,8 @@ def codegen_cmd(
             )
     if shadow_left_out:
         echo(
-            f"KV shadow: left out (no --kv-shadow-budget): at {shadow_left_out} attention points a kv=shadow "
-            "configuration was measured faster than stock; --kv-shadow-budget MiB admits them"
+            f"KV shadow: left out (no --vram-budget): at {shadow_left_out} attention points a kv=shadow "
+            "configuration was measured faster than stock; --vram-budget MiB admits them"
         )
     refused = table["refused"]
     if verbose:
@@ -287,6 +321,14 @@ _RATIO_BELOW: Final = re.compile(r"^ratio [0-9.]+x below ")
 _FEW_TRIALS: Final = re.compile(r"^only [0-9]+ paired ok trials \(< ([0-9]+)\)")
 _CI_LOW: Final = re.compile(r"^ratio [0-9.]+x but the ([0-9]+% CI) low end [0-9.]+ is not above 1")
 _AT_POINT: Final = re.compile(r"^at N=[0-9]+ K=[0-9]+ M=[0-9]+: ")
+
+
+def read_censuses(paths: Sequence[Path]) -> pd.DataFrame | None:
+    """The census files' rows pooled (None without one); each read by the census reader."""
+    if not paths:
+        return None
+    frames = [census_artifact.read(p).frame() for p in paths]
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 def refusal_kind(reason: str) -> str:

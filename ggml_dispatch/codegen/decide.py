@@ -677,6 +677,10 @@ def select_ops(df: pd.DataFrame, ops: Sequence[str] | None, path: str | Path = "
     return df[df["op"].isin(list(ops))]
 
 
+def count_ok(df: pd.DataFrame) -> int:
+    return int((df["status"] == schema.TrialStatus.OK.value).sum())
+
+
 def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> Decisions:
     """Tuning rows (``schema.TUNING_COLUMNS``) -> rules and refusals."""
     if params.theta < 0:
@@ -701,7 +705,7 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
         evals=evals,
         stock_us=stock,
         n_rows=len(df),
-        n_ok=int((df["status"] == schema.TrialStatus.OK.value).sum()),
+        n_ok=count_ok(df),
         routing_buckets=routing_buckets,
         moe_used=moe_used,
     )

@@ -3,17 +3,17 @@
 
 A shadow's bytes are the cache's (2 bytes per element of every quantized K/V cache tensor the rules'
 nodes read), known only at run time from the context size, so the decision is per point like any other
-candidate's and the budget is a run-time cap: ``codegen --kv-shadow-budget MiB`` keeps the shadow rows
-and writes the budget into the table (``kv_shadow``) and the header
-(``GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES``). Unset or 0, shadow rows are left out, which is exactly the
-table without the shadow. A node whose shadow cannot be had (over the budget, under capture before it
-exists, allocation failed) runs the same kernel and configuration with the per-call conversion.
+candidate's and the table's budget is a run-time cap: ``codegen --vram-budget MiB`` admits shadow rules
+beside the weight cache's (:mod:`codegen.vram`) and writes the shadow's share of that budget into the
+table (``kv_shadow``) and the header (``GGML_DISPATCH_TABLE_KV_SHADOW_BUDGET_BYTES``). Without a budget,
+shadow rows are left out, which is exactly the table without the shadow. A node whose shadow cannot be
+had (over the budget, under capture before it exists, allocation failed) runs the same kernel and
+configuration with the per-call conversion.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import pandas as pd
@@ -21,12 +21,10 @@ import pandas as pd
 from ggml_dispatch import registry, schema
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
-from ggml_dispatch.errors import InputError
 
 MIB: Final = 1 << 20
 SHADOW_PARAM: Final = ("kv", "shadow")
 REUSE_PARAM: Final = ("kv", "reuse")
-MAX_BUDGET_MIB: Final = 1 << 30
 
 
 def is_shadow(config: str) -> bool:
@@ -90,24 +88,7 @@ def shadow_rows(df: pd.DataFrame) -> pd.Series:
     return df.apply(lambda r: is_shadow(decide.config_of(r)), axis=1).astype(bool)
 
 
-def keep_rows(
-    df: pd.DataFrame, budget_mib: int | None, path: str | Path = "<tuning>"
-) -> tuple[pd.DataFrame, int]:
-    """The rows the decision sees (shadow rows only under a positive budget), and at how many points a
-    shadow configuration left out was measured faster than stock (median per-trial anchor_us/us above 1)."""
-    if budget_mib is not None and not 0 <= budget_mib <= MAX_BUDGET_MIB:
-        raise InputError(
-            path, f"KV shadow budget must be in [0, {MAX_BUDGET_MIB}] MiB", field="--kv-shadow-budget"
-        )
-    if budget_mib:
-        return df, 0
-    mask = shadow_rows(df)
-    if not mask.any():
-        return df, 0
-    return df[~mask], _faster_points(df[mask])
-
-
-def _faster_points(rows: pd.DataFrame) -> int:
+def faster_points(rows: pd.DataFrame) -> int:
     rows = rows[rows["status"] == schema.TrialStatus.OK.value]
     if not len(rows):
         return 0

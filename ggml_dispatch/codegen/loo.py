@@ -14,9 +14,9 @@
 Each prediction is scored with the dropped point's own measurements: its time over the oracle's, and
 whether it is slower than stock beyond noise there (harm).
 
-``python -m ggml_dispatch.codegen.loo tables/cuda-sm90-nvidia-h200/tuning.parquet`` (``--kv-shadow-budget
-MiB`` as the
-table was made: without it kv=shadow rows are left out, as codegen leaves them out)
+``python -m ggml_dispatch.codegen.loo tables/cuda-sm90-nvidia-h200/tuning/dense-routes.parquet``
+(``--vram-budget MiB`` as the table was made: without it kv=shadow rows are left out, as codegen leaves
+them out)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pandas as pd
 
 from ggml_dispatch import registry, schema
 from ggml_dispatch.artifacts import tuning as tuning_artifact
-from ggml_dispatch.codegen import decide, kv_shadow
+from ggml_dispatch.codegen import decide, kv_shadow, vram
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
 
@@ -254,12 +254,12 @@ def main(argv: Sequence[str]) -> int:
         prog="python -m ggml_dispatch.codegen.loo",
         description=__doc__.split("\n\n")[0],
         epilog="example: python -m ggml_dispatch.codegen.loo "
-        "tables/cuda-sm90-nvidia-h200-attn-shadow/merged.parquet "
-        "--kv-shadow-budget 16384",
+        "tables/cuda-sm90-nvidia-h200/tuning/attention.parquet "
+        "--vram-budget 16384",
     )
     ap.add_argument("tuning", type=Path, help="a tuning.parquet (tune run / tune merge)")
     ap.add_argument(
-        "--kv-shadow-budget",
+        "--vram-budget",
         type=int,
         metavar="MiB",
         help="as codegen's: kv=shadow rows count only under a positive budget (the table's own)",
@@ -269,7 +269,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         df = tuning_artifact.read(a.tuning).frame()
         decide.check_rows(df, a.tuning, params)
-        df, _ = kv_shadow.keep_rows(df, a.kv_shadow_budget, a.tuning)
+        if not vram.check_budget(a.vram_budget, a.tuning):
+            df = df[~kv_shadow.shadow_rows(df)]
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

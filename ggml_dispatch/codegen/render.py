@@ -81,6 +81,8 @@ def render_header(table: Mapping[str, Any]) -> str:
         "tool_version": str(prov.get("tool_version") or schema.TOOL_VERSION),
         "table_hash": tbl.table_hash(t),
         "tuning_sha256": str(prov.get("tuning_sha256") or ""),
+        "vram_budget_bytes": int(t["vram"]["budget_bytes"]) if "vram" in t else 0,
+        "vram_planned_bytes": int(t["vram"]["planned_bytes"]) if "vram" in t else 0,
         "cache_budget_bytes": int(t["cache"]["budget_bytes"]) if "cache" in t else 0,
         "kv_shadow_budget_bytes": kv_shadow.budget_bytes(t),
         "fallback_rows": [_row(r) for r in t.get("cache", {}).get("fallback", [])],

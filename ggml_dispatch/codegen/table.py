@@ -72,12 +72,14 @@ EVIDENCE_FIELDS: Final = (
     "ci_low",
     "crossover",
 )
-# the sections a table may have (the last three only with MUL_MAT_ID tuning rows, a cache budget, a
-# KV shadow budget); a key outside these is a mistake, not data this tool would carry along unread
+# the sections a table may have (the last four only with MUL_MAT_ID tuning rows, a VRAM budget and the
+# weight cache and KV shadow caps it gives); a key outside these is a mistake, not data this tool would
+# carry along unread
 TABLE_KEYS: Final = frozenset(
     {"schema", "layout_version", "gpu", "upstream_commit", "provenance", "rules", "refused"}
-    | {"routing_buckets", "cache", "kv_shadow"}
+    | {"routing_buckets", "vram", "cache", "kv_shadow"}
 )
+VRAM_KINDS: Final = ("weight_cache", "kv_shadow")
 GPU_KEYS: Final = frozenset({"name", "cc", "sm_count"})
 # "declared": a hand-written rule (the crude-rule baseline), never produced by decide
 RULE_KINDS: Final = ("measured", "interpolated", "default", "declared")
@@ -305,6 +307,8 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
     refused = table.get("refused", [])
     if not isinstance(refused, list):
         raise InputError(path, "must be a list", field="refused")
+    if "vram" in table:
+        _validate_vram(table["vram"], path)
     if "cache" in table:
         _validate_cache(table["cache"], path)
     if "kv_shadow" in table:
@@ -328,6 +332,37 @@ def _validate_routing_buckets(points: Any, path: str | Path | None) -> None:
             raise InputError(path, f"buckets must be an object keyed by {sorted(names)}", field=where)
         if not _is_int(p.get("M")) or p["M"] < 1 or p.get("routing") != registry.ROUTING_ANY:
             raise InputError(path, "needs M >= 1 and routing 0", field=where)
+
+
+def _validate_vram(s: Any, path: str | Path | None) -> None:
+    """The one VRAM budget (codegen.vram): the budget, each admitted rule's cost, never over."""
+    if not isinstance(s, dict):
+        raise InputError(path, "must be an object", field="vram")
+    for f in ("budget_mib", "budget_bytes", "planned_bytes"):
+        if not _is_int(s.get(f)) or s[f] < 0:
+            raise InputError(path, "must be a non-negative integer", field=f"vram.{f}")
+    if s["budget_bytes"] != s["budget_mib"] << 20:
+        raise InputError(path, "is not budget_mib MiB", field="vram.budget_bytes")
+    admitted = s.get("admitted")
+    if not isinstance(admitted, list):
+        raise InputError(path, "must be a list", field="vram.admitted")
+    total = 0
+    for i, a in enumerate(admitted):
+        where = f"vram.admitted[{i}]"
+        if not isinstance(a, dict) or a.get("kind") not in VRAM_KINDS:
+            raise InputError(path, f"needs kind one of {list(VRAM_KINDS)}", field=where)
+        if not _is_int(a.get("bytes")) or a["bytes"] <= 0:
+            raise InputError(path, "needs a positive integer bytes", field=where)
+        total += a["bytes"]
+    if total != s["planned_bytes"]:
+        raise InputError(path, f"the admitted rules' bytes add up to {total}", field="vram.planned_bytes")
+    if total > s["budget_bytes"]:
+        raise InputError(path, "the admitted rules exceed the budget", field="vram.planned_bytes")
+    caps = s.get("caps_mib")
+    if not isinstance(caps, dict) or set(caps) != set(VRAM_KINDS):
+        raise InputError(path, f"must be an object keyed by {list(VRAM_KINDS)}", field="vram.caps_mib")
+    if not all(_is_int(v) and v >= 0 for v in caps.values()) or sum(caps.values()) > s["budget_mib"]:
+        raise InputError(path, "non-negative integers adding up to at most the budget", field="vram.caps_mib")
 
 
 def _validate_kv_shadow(s: Any, path: str | Path | None) -> None:
@@ -485,13 +520,24 @@ def load(path: str | Path) -> dict[str, Any]:
 # Building from decisions
 
 
+def inputs_sha256(hashes: Sequence[str]) -> str:
+    """The sha256 a table names for its tuning (or census) input: the file's own for one file; for several,
+    the sha256 of their sha256s, one per line in the order given (the files are listed beside it)."""
+    if len(hashes) == 1:
+        return hashes[0]
+    return hashlib.sha256("".join(f"{h}\n" for h in hashes).encode()).hexdigest()
+
+
 def build_table(
     decisions: Any,
     *,
     tuning_sha256: str,
     census_sha256: str | None = None,
+    tuning_files: Sequence[tuple[str, str]] | None = None,
+    census_files: Sequence[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """``codegen.decide.Decisions`` -> table dict (not yet canonical text)."""
+    """``codegen.decide.Decisions`` -> table dict (not yet canonical text). Several input files: each
+    one's name and sha256 under ``tuning_files`` / ``census_files``."""
     ident = decisions.identity
     p = decisions.params
     prov: dict[str, Any] = {
@@ -500,6 +546,8 @@ def build_table(
         "tool_version": schema.TOOL_VERSION,
         "tuning_sha256": tuning_sha256,
         "census_sha256": census_sha256,
+        **({"tuning_files": [{"name": n, "sha256": h} for n, h in tuning_files]} if tuning_files else {}),
+        **({"census_files": [{"name": n, "sha256": h} for n, h in census_files]} if census_files else {}),
         "patch_hashes": ident.patch_hashes,
         "harness_versions": ident.harness_versions,
         "drivers": ident.drivers,
