@@ -123,6 +123,8 @@ def install_cmd(
         raise click.BadParameter(str(e), param_hint="--features") from None
     if as_json and not check:
         raise click.UsageError("--json goes with --check")
+    if (mmvq_configs is not None or mmvq_types is not None) and (check or uninstall):
+        raise click.UsageError("--mmvq-configs and --mmvq-types go with an install")
     if check:
         if uninstall or table_path is not None:
             raise click.UsageError("--check takes neither --uninstall nor --table")
