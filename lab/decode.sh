@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Lab script (GPU machine): decode and speculative-verify launch shapes (issue #51), features mmvq_params and
 # mmvf_params. Carry: .carry/llama.cpp.tar.xz and .carry/smollm2.meta.gguf (make device-integration-carry).
-# Two calls on one warm machine (WORK under build/, kept between calls while the machine is warm):
-#   OUT=out/decode PARTS="build tbo" bash lab/decode.sh
-#   OUT=out/decode PARTS="tbo models census tune table ab" bash lab/decode.sh
+# Two calls on one warm machine (WORK under build/, kept between calls while the machine is warm; $OUT is the
+# device tool's output folder, empty at each call):
+#   OUT=$OUT PARTS="build tbo" bash lab/decode.sh
+#   OUT=$OUT PARTS="tbo models census tune table ab" bash lab/decode.sh
 # Parts:
 #   build   the pinned tree with the hook, every mmvq candidate compiled for the models' weight types
 #           (MMVQ_TYPES) and q4_0; cmake + build test-backend-ops, llama-bench, llama-quantize for sm_90
@@ -96,23 +97,28 @@ fi
 if has_part tbo; then
     TBO=$WORK/tbo
     mkdir -p "$TBO"
-    [ -f "$OUT/tbo-summary.tsv" ] || printf 'op\tmode\trc\tpassed\tFAIL_lines\tseconds\n' >"$OUT/tbo-summary.tsv"
-    run_tbo() {  # $1 = stock | off | force:<config>
-        local mode=$1 env=table
+    TSUM=$WORK/tbo-summary.tsv  # in WORK: a later call on the warm machine resumes from it ($OUT starts empty)
+    [ -f "$TSUM" ] || printf 'op\tmode\trc\tpassed\tFAIL_lines\tseconds\n' >"$TSUM"
+    run_tbo() {  # $1 = stock | off | force:<config>, $2 = seconds it may take
+        local mode=$1 limit=$2 env=table
         [ "$mode" = off ] && env=off
         [[ "$mode" == force:* ]] && env=$mode
         local name="MUL_MAT-${mode//[^A-Za-z0-9_=.-]/_}"
         local t
         t=$(date +%s)
         GGML_CUDA_DISPATCH=$env GGML_CUDA_ROUTE_TRACE=$TBO/trace-$name.jsonl \
-            timeout "${TBO_TIMEOUT:-300}" "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p ',n=[1-8],' \
+            timeout "$limit" "$BIN/test-backend-ops" test -o MUL_MAT -b CUDA0 -p ',n=[1-8],' \
             >"$TBO/log-$name.txt" 2>&1
         local rc=$?
+        if [ "$rc" = 124 ]; then  # out of time: not recorded, so the next call runs it again
+            log "tbo: $mode ran out of its ${limit} s"
+            return
+        fi
         local pass fails
         pass=$(grep -Eo '[0-9]+/[0-9]+ tests passed' "$TBO/log-$name.txt" | tail -1)
         fails=$(grep -c 'FAIL' "$TBO/log-$name.txt")
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' MUL_MAT "$mode" "$rc" "${pass:-none}" "$fails" "$(( $(date +%s) - t ))" \
-            >>"$OUT/tbo-summary.tsv"
+            >>"$TSUM"
     }
     modes=(stock off force:mmvq force:mmvf)
     for p in $($PY -c 'from ggml_dispatch import registry as r; print(" ".join(f"{w},{x}" for w, x in r.MMVQ_CONFIGS))'); do
@@ -123,12 +129,17 @@ if has_part tbo; then
     done
     running=0
     for m in "${modes[@]}"; do
-        cut -f2 "$OUT/tbo-summary.tsv" | grep -qxF -- "$m" && continue  # done in an earlier call
+        cut -f2 "$TSUM" | grep -qxF -- "$m" && continue  # done in an earlier call
         if [ "$running" -ge "${TBO_JOBS:-8}" ]; then wait -n; running=$((running - 1)); fi
-        run_tbo "$m" &
+        # within the call's time (TBO_UNTIL s after the script started): a run that cannot finish is left to
+        # the next call rather than killed with the call
+        left=$(( ${TBO_UNTIL:-540} - ($(date +%s) - T0) ))
+        [ "$left" -lt 60 ] && { log "tbo: $m and later modes left for the next call"; break; }
+        run_tbo "$m" "$(( left < ${TBO_TIMEOUT:-300} ? left : ${TBO_TIMEOUT:-300} ))" &
         running=$((running + 1))
     done
     wait
+    cp "$TSUM" "$OUT/tbo-summary.tsv"
     tar -czf "$OUT/tbo-logs.tar.gz" -C "$TBO" .
     # every candidate ran where eligible: the nodes each forced run's trace counts per route and reason
     $PY - "$TBO" >"$OUT/tbo-routes.tsv" 2>>"$LOG" <<'EOF'
