@@ -25,7 +25,8 @@ ptxas 12.9 assembles the SASS:
 * the tuner harness's CUDA part (bench.cpp's runtime queries, host C++) compiles against those headers.
 
 50 to 90 s on 2 shared cores (slow). This is not nvcc 12.9 itself: clang defines what nvcc would
-(__CUDA_ARCH_LIST__=700 in both passes, fast math as flush-to-zero and approximate transcendentals).
+(__CUDA_ARCH_LIST__=700 in both passes, fast math as flush-to-zero and approximate transcendentals); a real
+nvcc (11.8, Debian's) compiles these units for sm_70 in tests/test_native_sm70_nvcc.py.
 Nothing is run on a V100 (none here).
 """
 
