@@ -17,7 +17,7 @@ of the four trees (issue #48).
 Compile cost, measured on the 2-core development machine (CUDA 13.0 nvcc, one nvcc at a time, idle
 machine): ggml-cuda.cu 10-12 s, ggml-dispatch.cu 10-16 s, fattn.cu 24 s, mmq.cu 11 s, so about 50 s of
 CPU a tree and 200 s for the four, 100 s of wall time at two nvcc at once (CI has 2 cores); b11549's
-mmq-instance-q4_0.cu adds about 60 s of CPU. That fits the suite's budget, so every tree's units are
+mmq-instance-q4_0.cu adds about 50 s of CPU. That fits the suite's budget, so every tree's units are
 compiled rather than ggml-cuda.cu of the pinned and newest tree only.
 """
 
