@@ -99,9 +99,11 @@ if has_part tbo && fits tbo 200; then
     for p in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(f"{w},{x}" for w, x in r.MMVQ_DEFAULT_CONFIGS))'); do
         modes+=("force:mmvq/nwarps=${p%,*},rows=${p#*,}")
     done
-    for b in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(map(str, r.MMVF_BLOCKS)))'); do
-        modes+=("force:mmvf/block=$b")
-    done
+    if [ "${TBO_MMVF:-1}" = 1 ]; then
+        for b in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(map(str, r.MMVF_BLOCKS)))'); do
+            modes+=("force:mmvf/block=$b")
+        done
+    fi
     run_tbo() {
         local mode=$1 env=table name t rc
         [ "$mode" = off ] && env=off
