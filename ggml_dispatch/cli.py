@@ -36,6 +36,20 @@ _COMMANDS: Final[dict[str, str]] = {
 }
 
 
+# Commands that live in a later stage than their group: `tune verify` scores a table with codegen's decision
+# rule, and no stage imports a later one, so the root (which imports every stage) attaches it.
+_ATTACHED: Final[dict[str, dict[str, str]]] = {
+    "tune": {"verify": "ggml_dispatch.codegen.verify:verify_cmd"},
+}
+
+
+def _load(target: str) -> click.Command:
+    module, attr = target.split(":")
+    command = getattr(importlib.import_module(module), attr)
+    assert isinstance(command, click.Command)
+    return command
+
+
 class _Root(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
@@ -44,9 +58,11 @@ class _Root(click.Group):
         target = _COMMANDS.get(cmd_name)
         if target is None:
             return None
-        module, attr = target.split(":")
-        command = getattr(importlib.import_module(module), attr)
-        assert isinstance(command, click.Command)
+        command = _load(target)
+        if isinstance(command, click.Group):
+            for name, sub in _ATTACHED.get(cmd_name, {}).items():
+                if name not in command.commands:
+                    command.add_command(_load(sub), name)
         return command
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -1,4 +1,6 @@
 """The registry (``ggml_dispatch/registry.py``) -> ``ggml-dispatch-codes.h`` (jinja2). Pure.
+Core, not the hook's: the tuner harness, codegen's table header (its C filters) and install all emit the
+registry through it.
 
 Install writes the header into the tree beside the other native files; the harness build writes the
 same text into its build folder. The C filters refuse anything but their type, and every string goes
@@ -19,7 +21,8 @@ from ggml_dispatch import registry as reg
 
 CODES_HEADER: Final = "ggml-dispatch-codes.h"
 TEMPLATE: Final = CODES_HEADER + ".j2"
-TEMPLATE_DIR: Final = Path(__file__).resolve().parent / "native"
+# the template lives beside the hook sources that include the header it renders
+TEMPLATE_DIR: Final = Path(__file__).resolve().parent / "hook" / "native"
 _SAFE: Final = frozenset(
     b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -_.,:;()[]{}<>+=@#%&!~^|/"
 )
@@ -158,9 +161,9 @@ def write_codes_header(folder: Path) -> Path:
 
 if (
     __name__ == "__main__"
-):  # python -m ggml_dispatch.hook.codes FOLDER (the harness CMake project without tuner/build.py)
+):  # python -m ggml_dispatch.codes FOLDER (the harness CMake project without tuner/build.py)
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m ggml_dispatch.hook.codes FOLDER")
+        sys.exit("usage: python -m ggml_dispatch.codes FOLDER")
     print(write_codes_header(Path(sys.argv[1])))

@@ -1,7 +1,7 @@
 """The one registry of ops, layouts, routes, route parameters, configurations and shape keys.
 
 Everything the Python stages and the native code call by name or by integer code is spelled here
-once; ``ggml_dispatch/hook/codes.py`` renders it into the C header ``ggml-dispatch-codes.h`` (install writes
+once; ``ggml_dispatch/codes.py`` renders it into the C header ``ggml-dispatch-codes.h`` (install writes
 it
 into the tree beside the other native files, the harness build gets the same file), and a test holds
 the op and type tables against the pinned tree's ``ggml/include/ggml.h``.
@@ -332,6 +332,48 @@ def parse_mmvq_types(text: str) -> tuple[str, ...]:
         if name not in out:
             out.append(name)
     return tuple(sorted(out, key=MMVQ_TYPES.index))
+
+
+@dataclass(frozen=True)
+class MmvqBuild:
+    """Which mmvq candidate instances a build compiles (feature mmvq_params): pairs and weight types. Install
+    stamps it into the tree; the tuner reads it back to know which candidates a harness can time."""
+
+    configs: tuple[tuple[int, int], ...] = MMVQ_DEFAULT_CONFIGS
+    types: tuple[str, ...] = MMVQ_DEFAULT_TYPES
+
+    @classmethod
+    def parse(cls, configs: str | None, types: str | None, previous: MmvqBuild | None = None) -> MmvqBuild:
+        """From ``--mmvq-configs`` / ``--mmvq-types`` (None: the previous install's, else the defaults);
+        ValueError names the option and item that are not understood."""
+        base = previous or cls()
+        return cls(
+            base.configs if configs is None else parse_mmvq_configs(configs),
+            base.types if types is None else parse_mmvq_types(types),
+        )
+
+    @classmethod
+    def from_json(cls, d: Any) -> MmvqBuild | None:
+        """An install record's ``mmvq`` entry (None where it has none or one that does not parse)."""
+        if not isinstance(d, dict):
+            return None
+        try:
+            return cls.parse(str(d["configs"]) or "none", str(d["types"]))
+        except (KeyError, ValueError):
+            return None
+
+    def to_json(self) -> dict[str, str]:
+        return {"configs": self.configs_text(), "types": ",".join(self.types)}
+
+    def configs_text(self) -> str:
+        return ",".join(mmvq_pair_text(p) for p in self.configs) or "none"
+
+    def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool:
+        return src0_type in self.types and pair in self.configs
+
+    def kernels(self) -> int:
+        """Kernel instances the candidates add (ncols_dst 1..MMVQ_MAX_COLS each)."""
+        return len(self.configs) * len(self.types) * MMVQ_MAX_COLS
 
 
 ROUTES: Final[dict[Route, RouteSpec]] = {

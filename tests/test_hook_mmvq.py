@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ggml_dispatch import fetch, registry, schema
+from ggml_dispatch import codes, fetch, registry, schema
 from ggml_dispatch.cli import main
-from ggml_dispatch.hook import codes
 from ggml_dispatch.hook import install as inst
 
 CUDA = Path("ggml/src/ggml-cuda")

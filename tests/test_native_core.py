@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from ggml_dispatch import registry, schema
-from ggml_dispatch.hook import codes
+from ggml_dispatch import codes, registry, schema
 from ggml_dispatch.hook.install import NATIVE_DIR
 
 DRIVER = Path(__file__).parent / "native" / "core_driver.cpp"

@@ -14,8 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from ggml_dispatch import fetch, registry, schema
-from ggml_dispatch.hook import codes
+from ggml_dispatch import codes, fetch, registry, schema
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import H200_DEVICE, TraceBuilder
 
-from ggml_dispatch import registry
+from ggml_dispatch import codes, registry
 from ggml_dispatch.census import aggregate, trace
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.hook import codes
 from ggml_dispatch.hook.install import NATIVE_DIR
 
 DRIVER = Path(__file__).parent / "native" / "moe_driver.cpp"

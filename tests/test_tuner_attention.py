@@ -277,7 +277,7 @@ def test_attention_configurations_become_rules_and_the_header_looks_them_up(tmp_
         (3, cfgs[3], "fa_mma"),
     ]
     # the header compiles (the codes header beside it) and looks the configurations up by the attention key
-    from ggml_dispatch.hook import codes
+    from ggml_dispatch import codes
 
     codes.write_codes_header(tmp_path / "table")
     op, lay = registry.OP_CODES[registry.Op.FLASH_ATTN_EXT], registry.LAYOUT_CODES[registry.Layout.ATTENTION]

@@ -1,4 +1,5 @@
-"""table.json -> ``ggml-dispatch-table.h`` (jinja2), and a header back -> table dict (for ``diff``). Pure.
+"""table.json -> ``ggml-dispatch-table.h`` (jinja2). Pure. Reading a header back into a table dict (for
+``diff``) is the table reader's, ``ggml_dispatch.artifacts.table.parse_header``.
 
 The jinja2 environment has autoescape off (this is C, not HTML) and undefined variables are errors.
 Nothing from data reaches the template unfiltered: integers pass ``c_int`` (which refuses anything but an
@@ -9,7 +10,6 @@ neither end the literal nor a comment, and an escape can never swallow a followi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any, Final
@@ -17,10 +17,10 @@ from typing import Any, Final
 import jinja2
 
 from ggml_dispatch import registry, schema
+from ggml_dispatch.artifacts.table import c_unescape, parse_header
 from ggml_dispatch.codegen import kv_shadow
 from ggml_dispatch.codegen import table as tbl
-from ggml_dispatch.errors import InputError
-from ggml_dispatch.hook.codes import c_int, c_string
+from ggml_dispatch.codes import c_int, c_string
 
 __all__ = ["c_int", "c_string", "c_unescape", "parse_header", "render_header"]
 
@@ -106,149 +106,3 @@ def render_header(table: Mapping[str, Any]) -> str:
         "route_codes": [(r.value, c) for r, c in schema.ROUTE_CODES.items()],
     }
     return _env().get_template(TEMPLATE).render(**ctx)
-
-
-# --------------------------------------------------------------------------------------------
-# Parsing a rendered header back (only headers this module renders)
-
-_DEFINE_INT: Final = re.compile(r"^#define (GGML_DISPATCH_TABLE_[A-Z0-9_]+) (-?\d+)\s*$", re.M)
-_DEFINE_STR: Final = re.compile(r'^#define (GGML_DISPATCH_TABLE_[A-Z0-9_]+) ("(?:[^"\\\n]|\\.)*")\s*$', re.M)
-_STATIC_STR: Final = re.compile(
-    r'^static const char (ggml_dispatch_table_[a-z_]+)\[\] = ("(?:[^"\\\n]|\\.)*");$', re.M
-)
-_RULES: Final = re.compile(
-    r"ggml_dispatch_table_rules\[GGML_DISPATCH_TABLE_(?:KEY_)?RULE_COUNT\] = \{(.*?)\n\};", re.S
-)
-_CLASS_RULES: Final = re.compile(
-    r"ggml_dispatch_table_class_rules\[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT\] = \{(.*?)\n\};", re.S
-)
-_KIND_COMMENT: Final = r"(?: /\* ([a-z]+) \*/)?"
-_ROW: Final = re.compile(
-    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+) \},"
-    + _KIND_COMMENT
-    + r"\s*$",
-    re.M,
-)
-_CLASS_ROW: Final = re.compile(
-    r"^\s*\{ (-?\d+), (-?\d+), (-?\d+), (-?\d+), \{ ([-\d, ]+) \}, (-?\d+), (-?\d+), (-?\d+), (-?\d+), "
-    r"(-?\d+) \}," + _KIND_COMMENT + r"\s*$",
-    re.M,
-)
-_ESCAPE: Final = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]+|.)", re.S)
-_SIMPLE: Final = {
-    b"n": b"\n",
-    b"t": b"\t",
-    b"r": b"\r",
-    b"\\": b"\\",
-    b'"': b'"',
-    b"'": b"'",
-    b"?": b"?",
-    b"0": b"\0",
-}
-
-
-def c_unescape(literal: str) -> str:
-    """Inverse of :func:`c_string` (also takes the usual simple escapes)."""
-    body = literal[1:-1].encode("ascii", "strict")
-
-    def sub(m: re.Match[bytes]) -> bytes:
-        e = m.group(1)
-        if e[:1].isdigit() and all(c in b"01234567" for c in e):
-            return bytes([int(e, 8) & 0xFF])
-        if e[:1] == b"x":
-            return bytes([int(e[1:], 16) & 0xFF])
-        return _SIMPLE.get(e, e)
-
-    return _ESCAPE.sub(sub, body).decode("utf-8")
-
-
-def _parse_rows(body: str, pattern: re.Pattern[str], what: str, path: str | None) -> list[dict[str, Any]]:
-    """Rule rows of one array: (op, layout, type0, type1, {k}, [NK_lo, NK_hi,] M_lo, M_hi, config) and the
-    kind comment."""
-    ops = {s.code: s for s in registry.OPS.values()}
-    layouts = {c: lay.value for lay, c in schema.LAYOUT_CODES.items()}
-    n_rows = sum(1 for line in body.splitlines() if line.strip().startswith("{"))
-    found = list(pattern.finditer(body))
-    if len(found) != n_rows:
-        raise InputError(path, f"{n_rows - len(found)} {what} rows are not in the layout this tool reads")
-    rules = []
-    for row in found:
-        g = row.groups()
-        head = [int(x) for x in g[:4]]
-        k = [int(x) for x in g[4].split(",")]
-        ints = [int(x) for x in g[5:-1]]
-        kind = g[-1]
-        if len(k) != registry.KEY_SLOTS:
-            raise InputError(path, f"{what} row with {len(k)} key slots: {row.group(0).strip()}")
-        try:
-            spec = ops[head[0]]
-            key = spec.key
-            config = registry.Config.from_code(ints[-1])
-            rule: dict[str, Any] = {
-                "op": spec.op.value,
-                "layout": layouts[head[1]],
-                key.TYPE_FIELDS[0]: schema.GGML_TYPES_BY_ID[head[2]].name,
-                key.TYPE_FIELDS[1]: schema.GGML_TYPES_BY_ID[head[3]].name,
-                **dict(zip(key.INT_FIELDS, k, strict=False)),
-                **(dict(zip(tbl.CLASS_FIELDS, ints[:2], strict=True)) if len(ints) == 5 else {}),
-                "M_lo": ints[-3],
-                "M_hi": ints[-2],
-                "config": str(config),
-                "route": config.route.value,
-            }
-        except (KeyError, registry.ConfigError) as e:
-            raise InputError(path, f"unknown code {e} in {what} row {row.group(0).strip()}") from None
-        if kind is not None:
-            rule["kind"] = kind
-        rules.append(rule)
-    return rules
-
-
-def parse_header(text: str, path: str | None = None) -> tuple[dict[str, Any], str]:
-    """A header rendered by :func:`render_header` -> (table dict with the runtime fields, embedded hash)."""
-    ints = {m[1]: int(m[2]) for m in _DEFINE_INT.finditer(text)}
-    strs = {m[1]: c_unescape(m[2]) for m in _DEFINE_STR.finditer(text)}
-    statics = {m[1]: c_unescape(m[2]) for m in _STATIC_STR.finditer(text)}
-    needed = (
-        "GGML_DISPATCH_TABLE_LAYOUT_VERSION",
-        "GGML_DISPATCH_TABLE_RULE_COUNT",
-        "GGML_DISPATCH_TABLE_GPU_CC",
-        "GGML_DISPATCH_TABLE_GPU_SM_COUNT",
-    )
-    if any(n not in ints for n in needed) or "ggml_dispatch_table_hash" not in statics:
-        raise InputError(path, "not a header rendered by ggml-dispatch codegen (provenance block not found)")
-    if ints["GGML_DISPATCH_TABLE_LAYOUT_VERSION"] != schema.TABLE_LAYOUT_VERSION:
-        raise InputError(
-            path,
-            f"table layout version {ints['GGML_DISPATCH_TABLE_LAYOUT_VERSION']} is not known to this tool "
-            f"(it knows {schema.TABLE_LAYOUT_VERSION})",
-            field="GGML_DISPATCH_TABLE_LAYOUT_VERSION",
-        )
-    rules: list[dict[str, Any]] = []
-    m = _RULES.search(text)
-    rules += _parse_rows(m.group(1) if m else "", _ROW, "rule", path)
-    m = _CLASS_RULES.search(text)
-    rules += _parse_rows(m.group(1) if m else "", _CLASS_ROW, "class rule", path)
-    if len(rules) != ints["GGML_DISPATCH_TABLE_RULE_COUNT"]:
-        raise InputError(
-            path,
-            f"RULE_COUNT says {ints['GGML_DISPATCH_TABLE_RULE_COUNT']} but {len(rules)} rule rows were found",
-        )
-    table = {
-        "schema": strs.get("GGML_DISPATCH_TABLE_SCHEMA", schema.TABLE_SCHEMA),
-        "layout_version": ints["GGML_DISPATCH_TABLE_LAYOUT_VERSION"],
-        "gpu": {
-            "name": statics.get("ggml_dispatch_table_gpu_name", ""),
-            "cc": ints["GGML_DISPATCH_TABLE_GPU_CC"],
-            "sm_count": ints["GGML_DISPATCH_TABLE_GPU_SM_COUNT"],
-        },
-        "upstream_commit": statics.get("ggml_dispatch_table_upstream_commit", ""),
-        "provenance": {
-            "source": strs.get("GGML_DISPATCH_TABLE_SOURCE", tbl.SOURCE_NONE),
-            "tool_version": strs.get("GGML_DISPATCH_TABLE_TOOL_VERSION"),
-            "tuning_sha256": strs.get("GGML_DISPATCH_TABLE_TUNING_SHA256") or None,
-        },
-        "rules": rules,
-        "refused": [],
-    }
-    return tbl.validate(table, path), statics["ggml_dispatch_table_hash"]

@@ -1,5 +1,8 @@
 """``tune verify``: measure a table's choices against stock and the best route on chosen points.
 
+It scores a table with the decision rule (``codegen.decide``), so it lives after codegen and drives the
+tuner's harness path from here; the root CLI attaches the command to the ``tune`` group.
+
 The points are shapes (from a census, or declared as ``TYPE:NxK``) at chosen M values (``--m``, e.g.
 prompt tails or batched-decode widths; else the census' own M). Every route and stock are timed with the
 sweep's harness path (one child per case, the journal, the tuning Parquet schema), so the output can
@@ -11,6 +14,7 @@ best or slower than stock beyond noise, plus the time-weighted table/oracle and 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import click
 import numpy as np
 import pandas as pd
 
@@ -25,10 +30,12 @@ from ggml_dispatch import fileio, options, schema
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.tuner import results
+from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int
+from ggml_dispatch.tuner import build, results
+from ggml_dispatch.tuner import cli as tune_cli
 from ggml_dispatch.tuner.build import TreeStamp
 from ggml_dispatch.tuner.journal import Journal
-from ggml_dispatch.tuner.run import probe_harness, run_harness_case
+from ggml_dispatch.tuner.run import default_journal, probe_harness, read_census, run_harness_case
 from ggml_dispatch.tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Case, mul_mat_configs
 
 NEAR_BEST: Final = 1.05  # points whose table/oracle ratio exceeds this are listed
@@ -357,3 +364,161 @@ def format_markdown(s: VerifySummary, table_origin: str, threshold: float = NEAR
             f"{_f(p.oracle_us, '.2f')} | {_f(p.table_vs_oracle)} | {'; '.join(flags)} |"
         )
     return out
+
+
+@click.command("verify")
+@click.argument("table_path", metavar="TABLE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--llama-cpp",
+    "tree",
+    envvar="LLAMA_CPP_DIR",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).",
+)
+@click.option(
+    "--recorded",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="summarize these recorded trials (a verify or tuning Parquet) instead of measuring.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Parquet file of the verify trials (tuning schema; written atomically from the journal).",
+)
+@click.option(
+    "--census",
+    "census_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="census whose MUL_MAT weight shapes to verify (at its own M, weighted by calls, unless --m).",
+)
+@click.option("--m", "m_text", default=None, help="M values to verify at, e.g. 5,6,7,384,488 or 5-7,384.")
+@click.option(
+    "--shape",
+    "shape_text",
+    multiple=True,
+    help="a shape to verify that no census has, TYPE:NxK (e.g. q4_K:28672x8192); repeatable; needs --m.",
+)
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Markdown summary to write [default: OUTPUT with .md].",
+)
+@tune_cli.build_options
+@click.option(
+    "--harness",
+    "harness_bin",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="use this harness binary instead of building one.",
+)
+@click.option("--trials", type=Int(2, INT32_MAX), default=DEFAULT_TRIALS, show_default=True)
+@click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
+@click.option("--case-timeout", type=FiniteFloat(1), default=900, show_default=True)
+@click.option(
+    "--l2-bytes",
+    type=Int(0),
+    default=None,
+    help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
+)
+@click.option("--harness-arg", "harness_extra", multiple=True, help="extra harness option, repeatable.")
+@click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
+def verify_cmd(
+    table_path: Path,
+    tree: Path | None,
+    recorded: Path | None,
+    output: Path | None,
+    census_path: Path | None,
+    m_text: str | None,
+    shape_text: tuple[str, ...],
+    summary_path: Path | None,
+    build_dir: Path | None,
+    cuda: bool | None,
+    cuda_arch: str,
+    jobs: int | None,
+    harness_bin: Path | None,
+    trials: int,
+    device: str | None,
+    case_timeout: float,
+    l2_bytes: int | None,
+    harness_extra: tuple[str, ...],
+    dry_run: bool,
+) -> None:
+    """Measure TABLE's choices against stock and the best route on chosen points; TABLE is not changed.
+
+    \b
+    Every route and stock are timed at each point (the sweep's harness path and journal; the
+    output is a tuning Parquet file). The summary lists, per point, the table's route, the best
+    measured one, table/oracle, and flags points where the table is slower than stock beyond noise
+    or where the best route beats its choice by theta with the 95% CI above 1; it ends with the
+    time-weighted table/oracle and stock/oracle ratios.
+
+    \b
+    Examples:
+      ggml-dispatch tune verify tables/x/table.json --census census.parquet --m 5,6,7,384,488 \\
+          --llama-cpp ~/llama.cpp -o parquet
+      ggml-dispatch tune verify table.json --shape q4_K:28672x8192 --shape q6_K:8192x28672 \\
+          --m 1,8,384,512 --llama-cpp ~/llama.cpp -o verify-70b.parquet
+    """
+    table = tbl.load(table_path)
+    if recorded is not None:
+        df, _ = results.read_tuning(recorded)
+        summary = summarize(df.to_pandas(), table)
+        lines = format_markdown(summary, str(table_path))
+        if summary_path is not None:
+            with fileio.atomic_path(summary_path) as tmp:
+                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for line in lines:
+            click.echo(line)
+        return
+    ms = parse_m_list(m_text) if m_text is not None else None
+    shapes = [parse_shape(t) for t in shape_text]
+    census_rows = read_census(census_path) if census_path is not None else None
+    points = verify_points(census_rows, shapes, ms)
+    cases = cases_for(points, trials=trials)
+    if dry_run:
+        for c in cases:
+            click.echo(json.dumps(c.spec()))
+        tune_cli.echo(f"{len(cases)} cases")
+        return
+    if output is None:
+        raise click.UsageError("-o/--output is required (unless --recorded)")
+    if tree is None:
+        raise click.UsageError("--llama-cpp (or LLAMA_CPP_DIR) is required to measure")
+    stamp = build.tree_stamp(tree)
+    if harness_bin is None:
+        harness_bin = tune_cli.build_harness(tree, build_dir, cuda, cuda_arch, jobs)
+    args = ["--device", device] if device else []
+    if l2_bytes is not None:
+        args += ["--l2-bytes", str(l2_bytes)]
+    for a in harness_extra:
+        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
+    identity = {"table_sha256": tbl.table_hash(table), "cases": sorted(c.id for c in cases), "trials": trials}
+    try:
+        n = run_verify(
+            cases,
+            output,
+            harness=harness_bin,
+            stamp=stamp,
+            journal_path=default_journal(output),
+            identity=identity,
+            harness_args=args,
+            case_timeout=case_timeout,
+            log=tune_cli.echo,
+        )
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+    df, _ = results.read_tuning(output)
+    summary = summarize(df.to_pandas(), table, points)
+    lines = format_markdown(summary, str(table_path))
+    out_md = summary_path or output.with_suffix(".md")
+    if out_md == output or out_md.resolve() == table_path.resolve():
+        raise InputError(out_md, "the summary would replace an input or the trials file", field="--summary")
+    with fileio.atomic_path(out_md) as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for line in lines[:6]:
+        if line:
+            click.echo(line)
+    tune_cli.echo(f"{n} rows -> {output}; summary -> {out_md}")

@@ -2,7 +2,7 @@
 
 ``install`` copies the native sources of ``ggml_dispatch/hook/native/`` into ``ggml/src/ggml-cuda/`` (whose
 CMakeLists globs ``*.cu``), writes ``ggml-dispatch-codes.h`` rendered from the registry
-(``ggml_dispatch/hook/codes.py``), renders the table header (the "no table" header by default), stamps the
+(``ggml_dispatch/codes.py``), renders the table header (the "no table" header by default), stamps the
 upstream commit and the patch hash into ``ggml-dispatch-build.h``, applies the anchored edits of each
 hook spec to its target (``ggml-cuda.hook`` to ``ggml-cuda.cu``, ``mmq.cuh.hook`` to ``mmq.cuh``) and
 records all of it in ``ggml-dispatch.install.json`` (per target: original and patched sha256, hunks).
@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ggml_dispatch import registry, schema
-from ggml_dispatch.hook import codes, fit, patch, unhooked, upstream
+from ggml_dispatch import codes, registry, schema
+from ggml_dispatch.hook import fit, patch, unhooked, upstream
+from ggml_dispatch.registry import MmvqBuild
 
 NATIVE_DIR: Final = Path(__file__).resolve().parent / "native"
 HOOK_SPEC: Final = "ggml-cuda.hook"
@@ -144,47 +145,6 @@ def patch_hash(sources: Mapping[str, bytes], specs: Mapping[str, list[patch.Hunk
         h.update(b"\0")
         h.update(patch.spec_digest(specs[target]).encode())
     return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class MmvqBuild:
-    """Which mmvq candidate instances the build compiles (feature mmvq_params): pairs and weight types."""
-
-    configs: tuple[tuple[int, int], ...] = registry.MMVQ_DEFAULT_CONFIGS
-    types: tuple[str, ...] = registry.MMVQ_DEFAULT_TYPES
-
-    @classmethod
-    def parse(cls, configs: str | None, types: str | None, previous: MmvqBuild | None = None) -> MmvqBuild:
-        """From ``--mmvq-configs`` / ``--mmvq-types`` (None: the previous install's, else the defaults);
-        ValueError names the option and item that are not understood."""
-        base = previous or cls()
-        return cls(
-            base.configs if configs is None else registry.parse_mmvq_configs(configs),
-            base.types if types is None else registry.parse_mmvq_types(types),
-        )
-
-    @classmethod
-    def from_json(cls, d: Any) -> MmvqBuild | None:
-        """An install record's ``mmvq`` entry (None where it has none or one that does not parse)."""
-        if not isinstance(d, dict):
-            return None
-        try:
-            return cls.parse(str(d["configs"]) or "none", str(d["types"]))
-        except (KeyError, ValueError):
-            return None
-
-    def to_json(self) -> dict[str, str]:
-        return {"configs": self.configs_text(), "types": ",".join(self.types)}
-
-    def configs_text(self) -> str:
-        return ",".join(registry.mmvq_pair_text(p) for p in self.configs) or "none"
-
-    def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool:
-        return src0_type in self.types and pair in self.configs
-
-    def kernels(self) -> int:
-        """Kernel instances the candidates add (ncols_dst 1..MMVQ_MAX_COLS each)."""
-        return len(self.configs) * len(self.types) * registry.MMVQ_MAX_COLS
 
 
 def rule_not_compiled(rule: Mapping[str, Any], config: registry.Config, mmvq: MmvqBuild) -> bool:

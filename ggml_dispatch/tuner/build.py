@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ggml_dispatch import registry, schema
-from ggml_dispatch.hook import codes
-from ggml_dispatch.hook.install import MmvqBuild
+from ggml_dispatch import codes, registry, schema
+from ggml_dispatch.registry import MmvqBuild
 
 HARNESS_DIR: Final = Path(__file__).resolve().parent / "harness"
 HARNESS_BIN: Final = "ggml-dispatch-harness"

@@ -13,14 +13,13 @@ from typing import Any, TypeVar
 import click
 
 from ggml_dispatch import fileio
-from ggml_dispatch.errors import InputError
 from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_option, list_items, output_option
 from ggml_dispatch.tuner import attention as tattn
 from ggml_dispatch.tuner import build, results
 from ggml_dispatch.tuner import mul_mat_id as tmoe
 from ggml_dispatch.tuner.executor import Executor, SerialExecutor
 from ggml_dispatch.tuner.reference_cli import import_reference_cmd
-from ggml_dispatch.tuner.run import SweepInterrupted, default_journal, read_census, run_sweep, select_census
+from ggml_dispatch.tuner.run import SweepInterrupted, default_journal, run_sweep, select_census
 from ggml_dispatch.tuner.select import (
     ALL_ROUTES,
     CONFIG_MODES,
@@ -42,7 +41,7 @@ class _Failed(click.ClickException):
         click.echo(f"ggml-dispatch: error: {self.format_message()}", err=True)
 
 
-def _echo(msg: str) -> None:
+def echo(msg: str) -> None:
     click.echo(f"tune: {msg}", err=True)
 
 
@@ -71,7 +70,7 @@ def _tree_option(help: str) -> Callable[[F], F]:
     )
 
 
-def _build_options(f: F) -> F:
+def build_options(f: F) -> F:
     """The options that say how to build the harness (shared by ``run`` and ``build``)."""
     for option in reversed(
         (
@@ -101,13 +100,13 @@ def _build_options(f: F) -> F:
     return f
 
 
-def _build_harness(
+def build_harness(
     tree: Path, build_dir: Path | None, cuda: bool | None, cuda_arch: str, jobs: int | None
 ) -> Path:
     use_cuda = cuda if cuda is not None else shutil.which("nvcc") is not None
     try:
         return build.build_harness(
-            tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=_echo
+            tree, build_dir=build_dir, cuda=use_cuda, cuda_arch=cuda_arch, jobs=jobs, log=echo
         )
     except build.BuildError as e:
         raise _Failed(str(e)) from None
@@ -138,7 +137,7 @@ def tune() -> None:
 @click.argument("census", type=click.Path(path_type=Path))
 @_tree_option("llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).")
 @output_option("tuning Parquet file to write (atomically, from the journal).")
-@_build_options
+@build_options
 @click.option(
     "--harness",
     "harness_bin",
@@ -377,13 +376,13 @@ def run_cmd(
     if dry_run:
         for c in shard_cases(selection.cases, shard_t):
             click.echo(json.dumps(c.spec()))
-        _echo(selection.summary())
+        echo(selection.summary())
         return
 
     runner = _executor(executor, address, ray_resources, device)
     stamp = build.tree_stamp(tree)
     if harness_bin is None:
-        harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
+        harness_bin = build_harness(tree, build_dir, cuda, cuda_arch, jobs)
     args: list[str] = []
     if device:
         args += ["--device", device]
@@ -392,9 +391,7 @@ def run_cmd(
     for a in harness_extra:
         args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
     if not stamp.patch_hash:
-        _echo(
-            f"{tree}: no ggml-dispatch install stamp; upstream commit from {stamp.source}, patch hash empty"
-        )
+        echo(f"{tree}: no ggml-dispatch install stamp; upstream commit from {stamp.source}, patch hash empty")
 
     t0 = time.monotonic()
     try:
@@ -420,7 +417,7 @@ def run_cmd(
                 case_timeout=case_timeout,
                 harness_args=args,
                 settings={"stamp_source": stamp.source},
-                log=_echo,
+                log=echo,
                 progress=bar.update,
                 on_plan=lambda todo: setattr(bar, "length", max(todo, 1)),
                 executor=runner,
@@ -430,24 +427,24 @@ def run_cmd(
                 remeasure=remeasure,
             )
     except SweepInterrupted as e:
-        _echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")
+        echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")
         sys.exit(128 + e.signum)
     except RuntimeError as e:
         raise _Failed(str(e)) from None
     for w in result.warnings:
-        _echo(w)
-    _echo(
+        echo(w)
+    echo(
         f"{result.ran} cases measured ({result.failed} failed), {result.resumed} resumed from the journal, "
         f"{result.rows} rows -> {output} in {time.monotonic() - t0:.0f} s"
     )
     if result.stopped_early:
         remaining = result.planned - result.resumed - result.ran
-        _echo(f"stopped by --max-seconds with {remaining} cases left; re-run the same command to continue")
+        echo(f"stopped by --max-seconds with {remaining} cases left; re-run the same command to continue")
 
 
 @tune.command("build")
 @_tree_option("llama.cpp tree.")
-@_build_options
+@build_options
 def build_cmd(
     tree: Path, build_dir: Path | None, cuda: bool | None, cuda_arch: str, jobs: int | None
 ) -> None:
@@ -457,7 +454,7 @@ def build_cmd(
     The cache (.cache/tuner-harness/<key>, or $GGML_DISPATCH_HARNESS_CACHE) is keyed by the harness
     sources, the tree's ggml sources or prebuilt libraries, the install stamp and the options.
     """
-    click.echo(str(_build_harness(tree, build_dir, cuda, cuda_arch, jobs)))
+    click.echo(str(build_harness(tree, build_dir, cuda, cuda_arch, jobs)))
 
 
 @tune.command("merge")
@@ -477,168 +474,7 @@ def merge_cmd(inputs: tuple[Path, ...], output: Path, allow_mixed: bool) -> None
     """
     fileio.check_output(output, inputs)
     n = results.merge_tuning(list(inputs), output, allow_mixed=allow_mixed)
-    _echo(f"{n} rows from {len(inputs)} files -> {output}")
-
-
-@tune.command("verify")
-@click.argument("table_path", metavar="TABLE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--llama-cpp",
-    "tree",
-    envvar="LLAMA_CPP_DIR",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="llama.cpp tree (patched by `ggml-dispatch install` to time routes other than stock).",
-)
-@click.option(
-    "--recorded",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="summarize these recorded trials (a verify or tuning Parquet) instead of measuring.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Parquet file of the verify trials (tuning schema; written atomically from the journal).",
-)
-@click.option(
-    "--census",
-    "census_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="census whose MUL_MAT weight shapes to verify (at its own M, weighted by calls, unless --m).",
-)
-@click.option("--m", "m_text", default=None, help="M values to verify at, e.g. 5,6,7,384,488 or 5-7,384.")
-@click.option(
-    "--shape",
-    "shape_text",
-    multiple=True,
-    help="a shape to verify that no census has, TYPE:NxK (e.g. q4_K:28672x8192); repeatable; needs --m.",
-)
-@click.option(
-    "--summary",
-    "summary_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Markdown summary to write [default: OUTPUT with .md].",
-)
-@_build_options
-@click.option(
-    "--harness",
-    "harness_bin",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="use this harness binary instead of building one.",
-)
-@click.option("--trials", type=Int(2, INT32_MAX), default=DEFAULT_TRIALS, show_default=True)
-@click.option("--device", default=None, help="ggml device name (default: first GPU, else CPU).")
-@click.option("--case-timeout", type=FiniteFloat(1), default=900, show_default=True)
-@click.option(
-    "--l2-bytes",
-    type=Int(0),
-    default=None,
-    help="L2 size to rotate weights against (default: the harness queries CUDA; 0 = no rotation).",
-)
-@click.option("--harness-arg", "harness_extra", multiple=True, help="extra harness option, repeatable.")
-@click.option("--dry-run", is_flag=True, help="print the cases (JSON Lines) and exit.")
-def verify_cmd(
-    table_path: Path,
-    tree: Path | None,
-    recorded: Path | None,
-    output: Path | None,
-    census_path: Path | None,
-    m_text: str | None,
-    shape_text: tuple[str, ...],
-    summary_path: Path | None,
-    build_dir: Path | None,
-    cuda: bool | None,
-    cuda_arch: str,
-    jobs: int | None,
-    harness_bin: Path | None,
-    trials: int,
-    device: str | None,
-    case_timeout: float,
-    l2_bytes: int | None,
-    harness_extra: tuple[str, ...],
-    dry_run: bool,
-) -> None:
-    """Measure TABLE's choices against stock and the best route on chosen points; TABLE is not changed.
-
-    \b
-    Every route and stock are timed at each point (the sweep's harness path and journal; the
-    output is a tuning Parquet file). The summary lists, per point, the table's route, the best
-    measured one, table/oracle, and flags points where the table is slower than stock beyond noise
-    or where the best route beats its choice by theta with the 95% CI above 1; it ends with the
-    time-weighted table/oracle and stock/oracle ratios.
-
-    \b
-    Examples:
-      ggml-dispatch tune verify tables/x/table.json --census census.parquet --m 5,6,7,384,488 \\
-          --llama-cpp ~/llama.cpp -o verify.parquet
-      ggml-dispatch tune verify table.json --shape q4_K:28672x8192 --shape q6_K:8192x28672 \\
-          --m 1,8,384,512 --llama-cpp ~/llama.cpp -o verify-70b.parquet
-    """
-    from ggml_dispatch.codegen import table as tbl
-    from ggml_dispatch.tuner import verify
-
-    table = tbl.load(table_path)
-    if recorded is not None:
-        df, _ = results.read_tuning(recorded)
-        summary = verify.summarize(df.to_pandas(), table)
-        lines = verify.format_markdown(summary, str(table_path))
-        if summary_path is not None:
-            with fileio.atomic_path(summary_path) as tmp:
-                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        for line in lines:
-            click.echo(line)
-        return
-    ms = verify.parse_m_list(m_text) if m_text is not None else None
-    shapes = [verify.parse_shape(t) for t in shape_text]
-    census_rows = read_census(census_path) if census_path is not None else None
-    points = verify.verify_points(census_rows, shapes, ms)
-    cases = verify.cases_for(points, trials=trials)
-    if dry_run:
-        for c in cases:
-            click.echo(json.dumps(c.spec()))
-        _echo(f"{len(cases)} cases")
-        return
-    if output is None:
-        raise click.UsageError("-o/--output is required (unless --recorded)")
-    if tree is None:
-        raise click.UsageError("--llama-cpp (or LLAMA_CPP_DIR) is required to measure")
-    stamp = build.tree_stamp(tree)
-    if harness_bin is None:
-        harness_bin = _build_harness(tree, build_dir, cuda, cuda_arch, jobs)
-    args = ["--device", device] if device else []
-    if l2_bytes is not None:
-        args += ["--l2-bytes", str(l2_bytes)]
-    for a in harness_extra:
-        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
-    identity = {"table_sha256": tbl.table_hash(table), "cases": sorted(c.id for c in cases), "trials": trials}
-    try:
-        n = verify.run_verify(
-            cases,
-            output,
-            harness=harness_bin,
-            stamp=stamp,
-            journal_path=default_journal(output),
-            identity=identity,
-            harness_args=args,
-            case_timeout=case_timeout,
-            log=_echo,
-        )
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
-    df, _ = results.read_tuning(output)
-    summary = verify.summarize(df.to_pandas(), table, points)
-    lines = verify.format_markdown(summary, str(table_path))
-    out_md = summary_path or output.with_suffix(".md")
-    if out_md == output or out_md.resolve() == table_path.resolve():
-        raise InputError(out_md, "the summary would replace an input or the trials file", field="--summary")
-    with fileio.atomic_path(out_md) as tmp:
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    for line in lines[:6]:
-        if line:
-            click.echo(line)
-    _echo(f"{n} rows -> {output}; summary -> {out_md}")
+    echo(f"{n} rows from {len(inputs)} files -> {output}")
 
 
 tune.add_command(import_reference_cmd)

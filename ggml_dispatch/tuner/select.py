@@ -64,7 +64,7 @@ def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ..
 
 
 class CompiledMmvq(Protocol):
-    """Which mmvq candidate instances a build compiles (hook.install.MmvqBuild)."""
+    """Which mmvq candidate instances a build compiles (registry.MmvqBuild)."""
 
     def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool: ...
 
