@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ggml_dispatch import registry
 from ggml_dispatch.cli import main
 from ggml_dispatch.codegen import table as tbl
-from ggml_dispatch.tuner import verify
+from ggml_dispatch.codegen import verify
 
 REPO = Path(__file__).resolve().parent.parent
 H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
