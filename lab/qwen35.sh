@@ -71,7 +71,7 @@ if has_part model && fits model 240; then
 fi
 
 if has_part trace && fits trace 120; then
-    serve trace -o "$WORK/trace" >>"$LOG" 2>&1 || { log "trace failed"; tail -30 "$LOG"; }
+    serve trace -o "$WORK/trace" ${TRACE_ARGS:-} >>"$LOG" 2>&1 || { log "trace failed"; tail -30 "$LOG"; }
     cp "$WORK"/trace/phases-*.jsonl "$OUT/" 2>/dev/null
     dispatch census ingest "$WORK"/trace/trace-*.jsonl --gguf "$MODEL" -o "$OUT/census.parquet" >>"$LOG" 2>&1 ||
         log "census failed"
@@ -83,7 +83,7 @@ fi
 if has_part profile && fits profile 120; then
     cp "$REPO/.carry/libcupti.so.13" "$WORK/" 2>/dev/null
     LD_LIBRARY_PATH=$WORK:$LD_LIBRARY_PATH serve profile --timeline "$REPO/.carry/libkernel_timeline.so" \
-        -o "$WORK/profile" >>"$LOG" 2>&1 || { log "profile failed"; tail -30 "$LOG"; }
+        -o "$WORK/profile" ${PROFILE_ARGS:-} >>"$LOG" 2>&1 || { log "profile failed"; tail -30 "$LOG"; }
     python3 -m lab.qwen35_attrib "$WORK/profile" -o "$OUT/attribution.md" --json "$OUT/attribution.json" \
         >>"$LOG" 2>&1 || log "attribution failed"
     tar -czf "$OUT/profile.tar.gz" -C "$WORK/profile" . 2>/dev/null
@@ -133,6 +133,7 @@ if has_part tune && fits tune 90; then
     CENSUS=${CENSUS:-$WORK/census.parquet}
     [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
     left=$(( DEADLINE - $(date +%s) - 45 ))
+    [ -n "${TUNE_SECONDS:-}" ] && [ "$TUNE_SECONDS" -lt "$left" ] && left=$TUNE_SECONDS
     dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
         --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 ${TUNE_ARGS:-} >>"$LOG" 2>&1
     rc=$?
