@@ -53,6 +53,10 @@ if has_part build && fits build 420; then
     tar -xJf "$REPO/.carry/upstream.tar.xz" -C "$WORK"
     cp "$SRC/install-check.json" "$OUT/"
     nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+    if has_part model && [ ! -f "$WORK/done-model" ]; then  # disk-bound: beside the CPU-bound build
+        (python3 -m lab.qwen35 write -o "$MODEL" --layers "$LAYERS" --tokenizer spm >"$WORK/model.log" 2>&1 &&
+            touch "$WORK/done-model") &
+    fi
     log "configure"
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF \
@@ -63,14 +67,15 @@ if has_part build && fits build 420; then
     done_part build
 fi
 
-if has_part model && fits model 240; then
+wait  # a model write started beside the build
+if has_part model && fits model 90; then
     python3 -m lab.qwen35 write -o "$MODEL" --layers "$LAYERS" --tokenizer spm >>"$LOG" 2>&1 ||
         { log "model failed"; tail -20 "$LOG"; exit 1; }
     log "model $(du -h "$MODEL" | cut -f1)"
     done_part model
 fi
 
-if has_part trace && fits trace 120; then
+if has_part trace && fits trace 90; then
     serve trace -o "$WORK/trace" ${TRACE_ARGS:-} >>"$LOG" 2>&1 || { log "trace failed"; tail -30 "$LOG"; }
     cp "$WORK"/trace/phases-*.jsonl "$OUT/" 2>/dev/null
     dispatch census ingest "$WORK"/trace/trace-*.jsonl --gguf "$MODEL" -o "$OUT/census.parquet" >>"$LOG" 2>&1 ||
