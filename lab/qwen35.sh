@@ -22,7 +22,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 OUT=${OUT:-$REPO/out/qwen35}
 WORK=${WORK:-/tmp/ggml-dispatch-qwen35}
-PARTS=${PARTS:-build model trace profile tbo tune table ab}
+PARTS=${PARTS:-build model trace profile tune table ab tbo}
 JOBS=${JOBS:-$(nproc)}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-570} ))
 LAYERS=${Q35_LAYERS:-32}
@@ -95,6 +95,43 @@ if has_part profile && fits profile 120; then
     [ -f "$OUT/attribution.md" ] && done_part profile
 fi
 
+if has_part tune && fits tune 90; then
+    # the sweep resumes from its journal in $WORK across calls; it is done when a call finishes it in time
+    CENSUS=${CENSUS:-$WORK/census.parquet}
+    [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
+    left=$(( DEADLINE - $(date +%s) - 45 ))
+    [ -n "${TUNE_SECONDS:-}" ] && [ "$TUNE_SECONDS" -lt "$left" ] && left=$TUNE_SECONDS
+    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
+        --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 ${TUNE_ARGS:-} >>"$LOG" 2>&1
+    rc=$?
+    cp "$WORK/tuning.parquet" "$WORK/tuning.journal.jsonl" "$OUT/" 2>/dev/null
+    if tail -5 "$LOG" | grep -q "stopped by --max-seconds"; then
+        log "tune: time limit, resumes next call"
+    elif [ "$rc" = 0 ]; then
+        done_part tune
+    else
+        log "tune failed (rc $rc)"; tail -20 "$LOG"
+    fi
+fi
+
+if has_part table && fits table 60; then
+    TUNING=${TUNING:-$WORK/tuning.parquet}
+    [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
+    dispatch codegen "$TUNING" --census "$WORK/census.parquet" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
+        { log "codegen failed"; tail -20 "$LOG"; exit 1; }
+    dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
+        { log "install failed"; tail -20 "$LOG"; exit 1; }
+    cmake --build "$BUILD" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 || { log "rebuild failed"; exit 1; }
+    log "table built: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(len(t["rules"]), "rules")' "$OUT/table/table.json")"
+    done_part table
+fi
+
+if has_part ab && fits ab 150; then
+    serve ab --pairs "${AB_PAIRS:-3}" -o "$WORK/ab" ${AB_ARGS:-} >>"$LOG" 2>&1 || log "ab failed"
+    cp "$WORK"/ab/*.jsonl "$OUT/" 2>/dev/null
+    tar -czf "$OUT/ab-logs.tar.gz" -C "$WORK/ab" . 2>/dev/null
+    ls "$OUT"/ab-*-serve.jsonl >/dev/null 2>&1 && done_part ab
+fi
 if has_part tbo && fits tbo 200; then
     # upstream's MUL_MAT cases at M <= 8 (the vector kernels' range) with each compiled mmvq candidate and
     # each mmvf block size forced (issue #51's correctness bar), TBO_JOBS at a time
@@ -133,43 +170,6 @@ if has_part tbo && fits tbo 200; then
     done_part tbo
 fi
 
-if has_part tune && fits tune 90; then
-    # the sweep resumes from its journal in $WORK across calls; it is done when a call finishes it in time
-    CENSUS=${CENSUS:-$WORK/census.parquet}
-    [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
-    left=$(( DEADLINE - $(date +%s) - 45 ))
-    [ -n "${TUNE_SECONDS:-}" ] && [ "$TUNE_SECONDS" -lt "$left" ] && left=$TUNE_SECONDS
-    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
-        --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 ${TUNE_ARGS:-} >>"$LOG" 2>&1
-    rc=$?
-    cp "$WORK/tuning.parquet" "$WORK/tuning.journal.jsonl" "$OUT/" 2>/dev/null
-    if tail -5 "$LOG" | grep -q "stopped by --max-seconds"; then
-        log "tune: time limit, resumes next call"
-    elif [ "$rc" = 0 ]; then
-        done_part tune
-    else
-        log "tune failed (rc $rc)"; tail -20 "$LOG"
-    fi
-fi
-
-if has_part table && fits table 60; then
-    TUNING=${TUNING:-$WORK/tuning.parquet}
-    [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
-    dispatch codegen "$TUNING" --census "$WORK/census.parquet" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
-        { log "codegen failed"; tail -20 "$LOG"; exit 1; }
-    dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
-        { log "install failed"; tail -20 "$LOG"; exit 1; }
-    cmake --build "$BUILD" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 || { log "rebuild failed"; exit 1; }
-    log "table built: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print(len(t["rules"]), "rules")' "$OUT/table/table.json")"
-    done_part table
-fi
-
-if has_part ab && fits ab 150; then
-    serve ab --pairs "${AB_PAIRS:-3}" -o "$WORK/ab" ${AB_ARGS:-} >>"$LOG" 2>&1 || log "ab failed"
-    cp "$WORK"/ab/*.jsonl "$OUT/" 2>/dev/null
-    tar -czf "$OUT/ab-logs.tar.gz" -C "$WORK/ab" . 2>/dev/null
-    ls "$OUT"/ab-*-serve.jsonl >/dev/null 2>&1 && done_part ab
-fi
 missing=""
 for p in $PARTS; do [ -f "$WORK/done-$p" ] || missing="$missing $p"; done
 if [ -z "$missing" ]; then log "all done"; else log "not done yet:$missing"; fi
