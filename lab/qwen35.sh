@@ -85,7 +85,7 @@ if has_part trace && fits trace 90; then
     cp "$OUT/census.parquet" "$WORK/census.parquet" && done_part trace
 fi
 
-if has_part profile && fits profile 120; then
+if has_part profile && fits profile 80; then
     cp "$REPO/.carry/libcupti.so.13" "$WORK/" 2>/dev/null
     LD_LIBRARY_PATH=$WORK:$LD_LIBRARY_PATH serve profile --timeline "$REPO/.carry/libkernel_timeline.so" \
         -o "$WORK/profile" ${PROFILE_ARGS:-} >>"$LOG" 2>&1 || { log "profile failed"; tail -30 "$LOG"; }
@@ -126,7 +126,7 @@ if has_part table && fits table 60; then
     done_part table
 fi
 
-if has_part ab && fits ab 150; then
+if has_part ab && fits ab 210; then
     serve ab --pairs "${AB_PAIRS:-3}" -o "$WORK/ab" ${AB_ARGS:-} >>"$LOG" 2>&1 || log "ab failed"
     cp "$WORK"/ab/*.jsonl "$OUT/" 2>/dev/null
     tar -czf "$OUT/ab-logs.tar.gz" -C "$WORK/ab" . 2>/dev/null
