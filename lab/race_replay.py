@@ -9,9 +9,9 @@ and the fit is summed over the trials each rule would still time:
 - ``screen X``: after trial 0, a candidate more than X times the best first time is not timed again
   (race.h ``race_screened``).
 
-    python lab/race_replay.py tables/cuda-sm90-nvidia-h200-configs/tuning.journal.jsonl.gz \\
-        --baseline tables/cuda-sm90-nvidia-h200/tuning.journal.jsonl \\
-        --tuning tables/cuda-sm90-nvidia-h200-configs/tuning.parquet
+    python lab/race_replay.py tables/cuda-sm90-nvidia-h200/tuning/configs.journal.jsonl.gz \\
+        --baseline tables/cuda-sm90-nvidia-h200/tuning/dense-routes.journal.jsonl.gz \\
+        --tuning tables/cuda-sm90-nvidia-h200/tuning/configs.parquet
 
 With ``--tuning`` (the same sweep's Parquet file) it also decides the table from the rows each rule
 would have left (the others marked pruned) and lists every rule that differs from the recorded one.

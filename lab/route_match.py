@@ -11,7 +11,9 @@ runtime does (exact rule, then size class, then type default). A point is
   issue asks to match. Each is listed with both routes' medians in the new sweep, so a difference within
   noise shows as such.
 
-    python lab/route_match.py --old tables/cuda-sm90-nvidia-h200/table.json \\
+    make archive   # the route-only table of tables/cuda-sm90-nvidia-h200-routes/ is in the archive
+    python lab/route_match.py \\
+        --old .cache/archive/0d289075a1fa/tables/cuda-sm90-nvidia-h200-routes/table.json \\
         --new evidence/h200-2026-12-02-s10/configs/table/table.json \\
         --tuning evidence/h200-2026-12-02-s10/configs/tuning.parquet
 

@@ -18,15 +18,15 @@ import pytest
 from click.testing import CliRunner, Result
 from test_codegen_support import H200, census_row, trials, tuning_row, write_census, write_tuning
 
-from ggml_dispatch import fileio, schema
+from ggml_dispatch import archive, fileio, schema
 from ggml_dispatch.artifacts import tuning as tuning_artifact
 from ggml_dispatch.artifacts import validators
 from ggml_dispatch.cli import main
 
 H100 = schema.GpuId("NVIDIA H100", 900, 132)
-# the committed H200 table and the tuning file it was decided from: the bad files below are these,
-# changed in one place
-H200_DIR = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h200"
+# the H200 dense-route table and the tuning file it was decided from (archived: the product table decides
+# these rows together with the other sweeps): the bad files below are these, changed in one place
+H200_DIR = archive.path("tables/cuda-sm90-nvidia-h200-routes")
 H200_TABLE = H200_DIR / "table.json"
 H200_TUNING = H200_DIR / "tuning.parquet"
 

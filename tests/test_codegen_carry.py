@@ -16,7 +16,7 @@ from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
 
 REPO = Path(__file__).resolve().parent.parent
-H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
+H200_DIR = archive.path("tables/cuda-sm90-nvidia-h200-routes")  # the dense-route sweep and its table
 P = decide.Params()
 
 
@@ -220,7 +220,7 @@ def test_gap_class_defaults_reach_larger_shapes_where_their_fitted_curves_carry(
     """On the committed H200 rows, the q4_K class default between the measured M = 256 and 512 reaches the
     70B-class shapes (N*K 4x the largest fitted) at the M where the fitted curves stay well above 1 + theta,
     and not where they sit at the threshold; scored on the recorded `tune verify` rows of those shapes."""
-    from ggml_dispatch.tuner import verify
+    from ggml_dispatch.codegen import verify
 
     _, _, t = h200()
     key = decide.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 0, 0, 1)

@@ -432,7 +432,7 @@ def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
         ("q4_K", 768, 128, 128, "mmq/j=16,stream_k=off,split=2j_fused")
     ]
 
-    fit_dir = REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit"
+    fit_dir = archive.path("tables/cuda-sm90-nvidia-h100-moe-fit")
     rules, refused = _moe_decisions(fit_dir / "tuning.parquet")
     got = _rule_spans(rules)
     fit = "mmq/stream_k=off,split=fit"
@@ -446,7 +446,7 @@ def test_the_h100_fit_table_is_within_2_percent_of_the_best_in_every_bucket() ->
     """#14's in-sample target on the real H100 sweep with split=fit: each bucket's table time (summed over
     its points) within 2% of its per-point bests, while 3 single points are beyond 2%."""
 
-    df = pd.read_parquet(REPO / "tables" / "cuda-sm90-nvidia-h100-moe-fit" / "tuning.parquet")
+    df = pd.read_parquet(archive.path("tables/cuda-sm90-nvidia-h100-moe-fit/tuning.parquet"))
     text = _in_sample_text(df)
     assert "3 of 19 points beyond 2% of the per-point best" in text
     assert "bucket spread: 7 points, table/per-point best 1.000 (within 2%)" in text
@@ -503,7 +503,7 @@ def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
     from ggml_dispatch.report import ab as report_ab
     from ggml_dispatch.report import analysis
 
-    table_dir = REPO / "tables" / "cuda-sm90-nvidia-h200-moe-fit"
+    table_dir = archive.path("tables/cuda-sm90-nvidia-h200-moe-fit")
     tuning = table_dir / "tuning.parquet"
     rules, refused = _moe_decisions(tuning)
     fit = "mmq/stream_k=off,split=fit"

@@ -11,14 +11,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from test_codegen_support import REPO, census_row, frame, trials, write_census, write_tuning
+from test_codegen_support import census_row, frame, trials, write_census, write_tuning
 
+from ggml_dispatch import archive
 from ggml_dispatch.cli import main
 from ggml_dispatch.codegen import decide, predict
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.report import analysis, inputs
 
-H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
+H200_DIR = archive.path("tables/cuda-sm90-nvidia-h200-routes")  # the dense-route sweep, its census and table
 
 
 def _tuning_rows() -> list[dict[str, object]]:

@@ -159,7 +159,7 @@ def test_the_checks_read_real_citations() -> None:
     assert "docs/USAGE.md" in linked_paths(REPO / "README.md", readme)
     assert "ARCHITECTURE.md" in linked_paths(REPO / "README.md", readme)
     assert named_docs("the rule of DESIGN.md and of ARCHITECTURE.md") == ["DESIGN.md"]
-    assert len(DOCS) >= 20 and REPO / "evidence" / "README.md" in DOCS
+    assert len(DOCS) >= 15 and REPO / "evidence" / "README.md" in DOCS
     assert any(p.name == "REPORT.md" for p in DOCS) and any(p.suffix == ".py" for p in SOURCES)
 
 
@@ -168,7 +168,7 @@ def test_the_citations_are_found() -> None:
     usage = cited_paths((REPO / "docs" / "USAGE.md").read_text())
     assert "samples/trace-smollm2.jsonl" in usage and "ggml_dispatch/hook/native/ggml-cuda.hook" in usage
     assert "evidence/h200-2026-11-30-s2/qwen/" in cited_paths(
-        (REPO / "tables/cuda-sm90-nvidia-h200/NOTES.md").read_text()
+        archive.path("tables/cuda-sm90-nvidia-h200-routes/NOTES.md").read_text()
     )
 
 

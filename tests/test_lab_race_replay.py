@@ -1,5 +1,6 @@
-"""lab/race_replay.py on the recorded H200 configurations sweep (tables/cuda-sm90-nvidia-h200-configs): the
-fitted cost model reproduces the sweep's measured wall time, and each pruning rule only removes trials."""
+"""lab/race_replay.py on the recorded H200 configurations sweep (its journal,
+tables/cuda-sm90-nvidia-h200/tuning/configs.journal.jsonl.gz): the fitted cost model reproduces the sweep's
+measured wall time, and each pruning rule only removes trials."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from lab import race_replay as replay
 
 ROOT = Path(__file__).resolve().parent.parent
-JOURNAL = ROOT / "tables" / "cuda-sm90-nvidia-h200-configs" / "tuning.journal.jsonl.gz"
+JOURNAL = ROOT / "tables" / "cuda-sm90-nvidia-h200" / "tuning" / "configs.journal.jsonl.gz"
 
 
 def test_the_replay_reproduces_the_recorded_sweep_and_pruning_only_saves() -> None:

@@ -28,7 +28,7 @@ def test_the_configurations_table_matches_the_route_only_table_where_no_configur
     rc = route_match.main(
         [
             "--old",
-            str(ROOT / "tables/cuda-sm90-nvidia-h200/table.json"),
+            str(archive.path("tables/cuda-sm90-nvidia-h200-routes/table.json")),
             "--new",
             str(S10 / "table/table.json"),
             "--tuning",

@@ -29,7 +29,7 @@ from ggml_dispatch.report import ab as report_ab
 from ggml_dispatch.report import abrun, analysis, markdown
 
 REPO = Path(__file__).resolve().parent.parent
-TABLES = REPO / "tables" / "cuda-sm90-nvidia-h200"
+TABLES = archive.path("tables/cuda-sm90-nvidia-h200-routes")  # the dense-route table and its legacy A/Bs
 BENCH_JSONL = archive.path("evidence/h200-2026-11-30/integration/bench.jsonl")
 TABLE_HASH = table_mod.table_hash(table_mod.load(TABLES / "table.json"))
 TABLE_LINE = f"table {TABLE_HASH[:12]} (NVIDIA H200, cc 900, 132 SMs, 20 rules): applied on CUDA0"
@@ -457,7 +457,7 @@ def test_pooling_refuses_calls_of_another_table(tmp_path: Path) -> None:
         [
             "report",
             "--tuning",
-            str(REPO / "tables" / "cuda-sm90-nvidia-h200-attn-shadow" / "merged.parquet"),
+            str(REPO / "tables" / "cuda-sm90-nvidia-h200" / "tuning" / "attention.parquet"),
             "--ab",
             str(calls[0]),
             "--ab",

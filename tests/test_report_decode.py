@@ -4,14 +4,13 @@ the GPU's datasheet peak, for stock and for what the table runs, on the committe
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from ggml_dispatch import schema
+from ggml_dispatch import archive, schema
 from ggml_dispatch.report import analysis, decode, inputs
 
-H200 = Path(__file__).resolve().parent.parent / "tables" / "cuda-sm90-nvidia-h200"
+H200 = archive.path("tables/cuda-sm90-nvidia-h200-routes")  # the dense-route sweep and its table
 
 
 @pytest.mark.parametrize(

@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ggml_dispatch import archive
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.report import timeline
 
 REPO = Path(__file__).resolve().parent.parent
-TABLE_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
-PROFILE = TABLE_DIR / "profile.tar.gz"
+# the dense-route sweep, its census, table and A/Bs
+TABLE_DIR = archive.path("tables/cuda-sm90-nvidia-h200-routes")
+PROFILE = REPO / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.gz"
 
 
 @pytest.fixture(scope="module")

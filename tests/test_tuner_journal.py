@@ -98,7 +98,7 @@ def test_unsound_cases_are_the_failed_and_those_with_a_wrong_trial(tmp_path: Pat
 
 
 REAL_JOURNAL = (
-    Path(__file__).resolve().parent.parent / "tables/cuda-sm90-nvidia-h200-configs/tuning.journal.jsonl.gz"
+    Path(__file__).resolve().parent.parent / "tables/cuda-sm90-nvidia-h200/tuning/configs.journal.jsonl.gz"
 )
 
 

@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from ggml_dispatch import registry
+from ggml_dispatch import archive, registry
 from ggml_dispatch.cli import main
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.codegen import verify
 
 REPO = Path(__file__).resolve().parent.parent
-H200_DIR = REPO / "tables" / "cuda-sm90-nvidia-h200"
+H200_DIR = archive.path("tables/cuda-sm90-nvidia-h200-routes")  # the dense-route sweep and its table
 TUNING = H200_DIR / "tuning.parquet"
 
 

@@ -4,7 +4,7 @@
  * (ggml_dispatch_table_gpu_matches). Strings that come from data are C-escaped.
  * Codes (ggml-dispatch-codes.h, from the registry): op 0 MUL_MAT, 1 MUL_MAT_ID, 2 FLASH_ATTN_EXT;
  * layout 0 weight, 1 attention, 2 expert;
- * route 0 stock, 1 mmvf, 2 mmf, 3 mmvq, 4 mmq, 5 cublas, 6 fa_vec, 7 fa_tile, 8 fa_mma;
+ * route 0 stock, 1 mmvf, 2 mmf, 3 mmvq, 4 mmq, 5 cublas, 6 fa_vec, 7 fa_tile, 8 fa_mma, 9 id_sorted;
  * a rule's config is a configuration code (route code in bits 0..7, parameter fields above it).
  * Key per op: type0, type1 are ggml type ids, k[] the op's key fields:
  *   MUL_MAT: type0 = src0_type, type1 = src1_type, k[0] = N, k[1] = K, k[2] = B
@@ -30,6 +30,11 @@
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
 #define GGML_DISPATCH_TABLE_TUNING_SHA256 "f8e3f13369d6e95fa6554c9f81fab5a48dad8baef545cc124f628bdef593ae13"
+/* the one VRAM budget the table's memory-for-time rules were admitted under (table.json "vram"); the two
+ * caps below are its split: the weight cache's admitted copies, the KV shadow the rest */
+#define GGML_DISPATCH_TABLE_VRAM_BUDGET_BYTES 17179869184
+/* what the admitted rules cost as planned (weight copies of the census' tensors, one layer's KV shadow each) */
+#define GGML_DISPATCH_TABLE_VRAM_PLANNED_BYTES 0
 /* weight cache (cublas/weight=cached): bytes of persistent f16 copies the table was chosen for */
 #define GGML_DISPATCH_TABLE_CACHE_BUDGET_BYTES 0
 /* KV shadow (fa_mma/kv=shadow, fa_tile/kv=shadow): bytes of f16 KV-cache shadows the table's rules may read */
@@ -41,7 +46,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H100 80GB HBM3";
-static const char ggml_dispatch_table_hash[] = "f1740d767b0383227b5a123e517d7b2a88874624ffd2eca7bcae9365319c6c50";
+static const char ggml_dispatch_table_hash[] = "822063103288d6681d5fafd654fb63c0d9809cd7487d0964e4f3de67b23f302b";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
