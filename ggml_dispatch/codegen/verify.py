@@ -35,7 +35,13 @@ from ggml_dispatch.tuner import build, results
 from ggml_dispatch.tuner import cli as tune_cli
 from ggml_dispatch.tuner.build import TreeStamp
 from ggml_dispatch.tuner.journal import Journal
-from ggml_dispatch.tuner.run import default_journal, probe_harness, read_census, run_harness_case
+from ggml_dispatch.tuner.run import (
+    default_journal,
+    harness_args,
+    probe_harness,
+    read_census,
+    run_harness_case,
+)
 from ggml_dispatch.tuner.select import ALL_ROUTES, DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Case, mul_mat_configs
 
 NEAR_BEST: Final = 1.05  # points whose table/oracle ratio exceeds this are listed
@@ -490,11 +496,7 @@ def verify_cmd(
     stamp = build.tree_stamp(tree)
     if harness_bin is None:
         harness_bin = tune_cli.build_harness(tree, build_dir, cuda, cuda_arch, jobs)
-    args = ["--device", device] if device else []
-    if l2_bytes is not None:
-        args += ["--l2-bytes", str(l2_bytes)]
-    for a in harness_extra:
-        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
+    args = list(harness_args(device, l2_bytes, harness_extra))
     identity = {"table_sha256": tbl.table_hash(table), "cases": sorted(c.id for c in cases), "trials": trials}
     try:
         n = run_verify(

@@ -17,9 +17,10 @@ from ggml_dispatch.options import INT32_MAX, FiniteFloat, Int, allow_mixed_optio
 from ggml_dispatch.tuner import attention as tattn
 from ggml_dispatch.tuner import build, results
 from ggml_dispatch.tuner import mul_mat_id as tmoe
+from ggml_dispatch.tuner import run as tune_run
 from ggml_dispatch.tuner.executor import Executor, SerialExecutor
 from ggml_dispatch.tuner.reference_cli import import_reference_cmd
-from ggml_dispatch.tuner.run import SweepInterrupted, default_journal, run_sweep, select_census
+from ggml_dispatch.tuner.run import SweepInterrupted, SweepSettings, default_journal, run_sweep, select_census
 from ggml_dispatch.tuner.select import (
     ALL_ROUTES,
     CONFIG_MODES,
@@ -345,13 +346,6 @@ def run_cmd(
                 param_hint="--routes",
             )
         route_list = candidate_configs(fa_routes, config_mode)
-        selection = tattn.select_attention(
-            tattn.read_attention_census(census),
-            coverage=coverage,
-            routes=route_list,
-            trials=trials,
-            nmse_max=nmse_max,
-        )
     else:
         route_list = candidate_configs(_routes(routes), config_mode)
         try:
@@ -362,17 +356,31 @@ def run_cmd(
             kinds = tmoe.parse_routing_kinds(routing_kinds)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--routing-kinds") from None
-        selection = select_census(
-            census,
-            coverage=coverage,
-            routes=route_list,
-            trials=trials,
-            nmse_max=nmse_max,
-            layouts=layout_list,
-            whole_shapes=whole_shapes,
-            routing_kinds=kinds,
-            mmvq=build.tree_mmvq(tree),
+    settings = SweepSettings(
+        routes=tuple(route_list),
+        trials=trials,
+        nmse_max=nmse_max,
+        coverage=coverage,
+        layouts=layout_list,
+        whole_shapes=whole_shapes,
+        routing_kinds=kinds,
+        shard=shard_t,
+        max_seconds=max_seconds,
+        case_timeout=case_timeout,
+        harness_args=tune_run.harness_args(device, l2_bytes, harness_extra),
+        allow_mixed=allow_mixed,
+        remeasure=remeasure,
+    )
+    if attention:
+        selection = tattn.select_attention(
+            tattn.read_attention_census(census),
+            coverage=settings.coverage,
+            routes=settings.routes,
+            trials=settings.trials,
+            nmse_max=settings.nmse_max,
         )
+    else:
+        selection = select_census(census, settings, mmvq=build.tree_mmvq(tree))
     if dry_run:
         for c in shard_cases(selection.cases, shard_t):
             click.echo(json.dumps(c.spec()))
@@ -383,13 +391,6 @@ def run_cmd(
     stamp = build.tree_stamp(tree)
     if harness_bin is None:
         harness_bin = build_harness(tree, build_dir, cuda, cuda_arch, jobs)
-    args: list[str] = []
-    if device:
-        args += ["--device", device]
-    if l2_bytes is not None:
-        args += ["--l2-bytes", str(l2_bytes)]
-    for a in harness_extra:
-        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
     if not stamp.patch_hash:
         echo(f"{tree}: no ggml-dispatch install stamp; upstream commit from {stamp.source}, patch hash empty")
 
@@ -403,28 +404,16 @@ def run_cmd(
             result = run_sweep(
                 census,
                 output,
+                settings,
                 harness=harness_bin,
                 stamp=stamp,
                 journal_path=journal,
-                coverage=coverage,
-                whole_shapes=whole_shapes,
-                routes=route_list,
-                layouts=layout_list,
-                trials=trials,
-                nmse_max=nmse_max,
-                shard=shard_t,
-                max_seconds=max_seconds,
-                case_timeout=case_timeout,
-                harness_args=args,
-                settings={"stamp_source": stamp.source},
+                recorded={"stamp_source": stamp.source},
                 log=echo,
                 progress=bar.update,
                 on_plan=lambda todo: setattr(bar, "length", max(todo, 1)),
                 executor=runner,
-                allow_mixed=allow_mixed,
                 selection=selection,
-                routing_kinds=kinds,
-                remeasure=remeasure,
             )
     except SweepInterrupted as e:
         echo(f"interrupted by {e}; finished cases are in {journal}; re-run the same command to resume")

@@ -55,43 +55,94 @@ def read_census(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True)
+class SweepSettings:
+    """What one sweep measures and how, built once from ``tune run``'s options and passed down: the case
+    selection (coverage .. routing_kinds), the run (shard .. remeasure). The journal's identity and the
+    tuning file's recorded settings are both derived from it."""
+
+    routes: tuple[str, ...]
+    trials: int
+    nmse_max: float
+    coverage: float = 0.95
+    layouts: tuple[str, ...] = DEFAULT_LAYOUTS
+    whole_shapes: bool = False
+    routing_kinds: tuple[str, ...] = tuple(tmoe.ROUTING_KINDS)
+    shard: tuple[int, int] = (0, 1)
+    max_seconds: float | None = None
+    case_timeout: float = 900
+    harness_args: tuple[str, ...] = ()
+    allow_mixed: bool = False
+    remeasure: bool = False
+
+    def shard_text(self) -> str:
+        return f"{self.shard[0]}/{self.shard[1]}"
+
+    def journal_identity(self, census_sha256: str) -> dict[str, Any]:
+        """What a resumed sweep must share with its journal (coverage may grow: more cases, same method)."""
+        return {
+            "census_sha256": census_sha256,
+            "shard": self.shard_text(),
+            "trials": self.trials,
+            "nmse_max": self.nmse_max,
+            "routes": list(self.routes),
+        }
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings a tuning file records."""
+        return {
+            "coverage": self.coverage,
+            "whole_shapes": self.whole_shapes,
+            "shard": self.shard_text(),
+            "trials": self.trials,
+            "nmse_max": self.nmse_max,
+            "routes": list(self.routes),
+            "layouts": list(self.layouts),
+            "routing_kinds": list(self.routing_kinds),
+            "harness_args": list(self.harness_args),
+        }
+
+
+def harness_args(device: str | None, l2_bytes: int | None, extra: Sequence[str]) -> tuple[str, ...]:
+    """The harness options of ``--device``, ``--l2-bytes`` and ``--harness-arg`` (``--x=y`` split in two)."""
+    args: list[str] = []
+    if device:
+        args += ["--device", device]
+    if l2_bytes is not None:
+        args += ["--l2-bytes", str(l2_bytes)]
+    for a in extra:
+        args += a.split("=", 1) if a.startswith("--") and "=" in a else [a]
+    return tuple(args)
+
+
 def select_census(
-    census_path: Path,
-    *,
-    coverage: float,
-    routes: Sequence[str],
-    trials: int,
-    nmse_max: float,
-    layouts: Sequence[str] = DEFAULT_LAYOUTS,
-    whole_shapes: bool = False,
-    routing_kinds: Sequence[str] = tuple(tmoe.ROUTING_KINDS),
-    mmvq: CompiledMmvq | None = None,
+    census_path: Path, settings: SweepSettings, *, mmvq: CompiledMmvq | None = None
 ) -> Selection:
-    """The cases of a matmul census: MUL_MAT points (tuner.select) and, under each of ``routing_kinds``,
-    MUL_MAT_ID points (tuner.mul_mat_id; none when ``routing_kinds`` is empty)."""
+    """The cases of a matmul census: MUL_MAT points (tuner.select) and, under each of the settings'
+    ``routing_kinds``, MUL_MAT_ID points (tuner.mul_mat_id; none when ``routing_kinds`` is empty)."""
     table = census_artifact.read(census_path).table
     selection = select_cases(
         table.select(list(NEEDED_COLUMNS)).to_pylist(),
-        coverage=coverage,
-        routes=routes,
-        trials=trials,
-        nmse_max=nmse_max,
-        layouts=layouts,
-        whole_shapes=whole_shapes,
+        coverage=settings.coverage,
+        routes=settings.routes,
+        trials=settings.trials,
+        nmse_max=settings.nmse_max,
+        layouts=settings.layouts,
+        whole_shapes=settings.whole_shapes,
         path=census_path,
         mmvq=mmvq,
     )
-    if not routing_kinds:
+    if not settings.routing_kinds:
         return selection
     moe = tmoe.select_mul_mat_id(
         table.select(
             list(tmoe.CENSUS_COLUMNS) + [c for c in tmoe.TRACE_STATS if c in table.column_names]
         ).to_pylist(),
-        coverage=coverage,
-        routes=routes,
-        routing_kinds=routing_kinds,
-        trials=trials,
-        nmse_max=nmse_max,
+        coverage=settings.coverage,
+        routes=settings.routes,
+        routing_kinds=settings.routing_kinds,
+        trials=settings.trials,
+        nmse_max=settings.nmse_max,
         path=census_path,
     )
     return tmoe.with_mul_mat_id(selection, moe)
@@ -326,54 +377,34 @@ def _signals_raise() -> Iterator[Callable[[], None]]:
 def run_sweep(
     census_path: Path,
     out: Path,
+    settings: SweepSettings,
     *,
     harness: Path,
     stamp: TreeStamp,
     journal_path: Path,
-    coverage: float,
-    routes: Sequence[str],
-    trials: int,
-    nmse_max: float,
-    layouts: Sequence[str] = DEFAULT_LAYOUTS,
-    whole_shapes: bool = False,
-    shard: tuple[int, int] = (0, 1),
-    max_seconds: float | None = None,
-    case_timeout: float = 900,
-    harness_args: Sequence[str] = (),
-    settings: dict[str, Any] | None = None,
+    recorded: dict[str, Any] | None = None,
     log: Callable[[str], None] = lambda s: None,
     progress: Callable[[int], Any] | None = None,
     on_plan: Callable[[int], Any] | None = None,
     executor: Executor | None = None,
-    allow_mixed: bool = False,
     selection: Selection | None = None,
-    routing_kinds: Sequence[str] = tuple(tmoe.ROUTING_KINDS),
-    remeasure: bool = False,
 ) -> SweepResult:
     """``selection``: the cases, already selected from ``census_path`` (an attention census:
     tuner.attention); else the matmul census is read and selected here (:func:`select_census`).
-    ``remeasure``: cases the journal holds as failed or with wrong trials run again (their new
-    records replace the old)."""
+    ``settings.remeasure``: cases the journal holds as failed or with wrong trials run again (their new
+    records replace the old). ``recorded``: more settings for the tuning file to record."""
+    shard, max_seconds, allow_mixed = settings.shard, settings.max_seconds, settings.allow_mixed
     t_start = time.monotonic()
     census_sha = fileio.sha256_file(census_path)
     if selection is None:
-        selection = select_census(
-            census_path,
-            coverage=coverage,
-            routes=routes,
-            trials=trials,
-            nmse_max=nmse_max,
-            layouts=layouts,
-            whole_shapes=whole_shapes,
-            routing_kinds=routing_kinds,
-        )
+        selection = select_census(census_path, settings)
     cases = shard_cases(selection.cases, shard)
     log(selection.summary())
     if shard != (0, 1):
         log(f"shard {shard[0]}/{shard[1]}: {len(cases)} of {len(selection.cases)} cases")
 
     executor = executor or SerialExecutor()
-    job = HarnessJob(harness, tuple(harness_args), case_timeout)
+    job = HarnessJob(harness, settings.harness_args, settings.case_timeout)
     probes = executor.probe(job)
     header = probes[0]
     where = executor.describe()
@@ -385,14 +416,7 @@ def run_sweep(
         f"L2 {header.get('l2_bytes')} bytes ({header.get('l2_source')})"
     )
     stamp_d = {"upstream_commit": stamp.upstream_commit, "patch_hash": stamp.patch_hash}
-    # what a resumed sweep must share with the journal (coverage may grow: more cases, same method)
-    identity = {
-        "census_sha256": census_sha,
-        "shard": f"{shard[0]}/{shard[1]}",
-        "trials": trials,
-        "nmse_max": nmse_max,
-        "routes": list(routes),
-    }
+    identity = settings.journal_identity(census_sha)
     ran = failed = 0
     stopped = False
     warnings: list[str] = []
@@ -400,7 +424,7 @@ def run_sweep(
     with Journal.open(journal_path, identity) as journal:
         warnings += journal.contents.warnings
         done = journal.contents.done_ids()
-        if remeasure:
+        if settings.remeasure:
             again = done & journal.contents.unsound_ids()
             done -= again
             if again:
@@ -466,17 +490,8 @@ def run_sweep(
     if (w := results.stock_wrong_warning(records)) is not None:
         warnings.append(w)
 
-    settings = dict(settings or {})
-    settings.update(
-        coverage=coverage,
-        whole_shapes=whole_shapes,
-        shard=f"{shard[0]}/{shard[1]}",
-        trials=trials,
-        nmse_max=nmse_max,
-        routes=list(routes),
-        layouts=list(layouts),
-        routing_kinds=list(routing_kinds),
-        harness_args=list(harness_args),
+    written = {**(recorded or {}), **settings.recorded()}
+    written.update(
         harness_header={
             k: header.get(k)
             for k in (
@@ -497,9 +512,7 @@ def run_sweep(
         stopped_early=stopped,
         executor=executor.name,
     )
-    n_rows = results.write_tuning(
-        out, records, input_hashes={str(census_path): census_sha}, settings=settings
-    )
+    n_rows = results.write_tuning(out, records, input_hashes={str(census_path): census_sha}, settings=written)
     return SweepResult(
         selection=selection,
         planned=len(cases),
