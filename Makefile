@@ -10,6 +10,10 @@ REFERENCE_TSV ?= samples/reference/h200-mul-mat-routes.tsv
 REFERENCE_MARGIN ?= 0.10
 MEASURED ?= tables/cuda-sm90-nvidia-h200
 COMMITTED_TABLE ?= $(MEASURED)/table.json
+# the VRAM budget the committed table was decided with (its README says why this one)
+VRAM_BUDGET ?= 16384
+MEASURED_TUNING = $(sort $(wildcard $(MEASURED)/tuning/*.parquet))
+MEASURED_CENSUS = $(foreach f,$(sort $(wildcard $(MEASURED)/census.parquet $(MEASURED)/census-moe.parquet)),--census $(f))
 
 .PHONY: help venv demo test lint fmt typecheck pytest archive llama-src smollm2 llama-tarball clean device-carry device-session device-profile-carry device-gguf-py-carry
 
@@ -29,13 +33,15 @@ demo: venv  ## the main job on the embedded default (committed sample trace and 
 	@echo "== census: the committed route trace (captured on an H200 from llama-bench on SmolLM2-135M)"
 	$(BIN)/ggml-dispatch census ingest samples/trace-smollm2.jsonl -o $(OUT)/census.parquet
 	$(BIN)/ggml-dispatch census show $(OUT)/census.parquet
-	@echo "== codegen: the committed H200 census + tuning (measured) -> table.json + header"
-	$(BIN)/ggml-dispatch codegen $(MEASURED)/tuning.parquet --census $(MEASURED)/census.parquet -o $(OUT)/table
+	@echo "== codegen: the committed H200 tuning files (measured: dense routes, configurations, weight cache,"
+	@echo "   MoE, attention) and censuses -> one table.json + header, VRAM budget $(VRAM_BUDGET) MiB"
+	$(BIN)/ggml-dispatch codegen $(MEASURED_TUNING) $(MEASURED_CENSUS) --vram-budget $(VRAM_BUDGET) -o $(OUT)/table
 	@echo "== diff: committed table -> regenerated table (decisions are deterministic: expect no change)"
 	$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table/table.json
 	@echo "== diff: stock (empty table) -> committed table, with its predicted effect on the H200 census"
+	$(BIN)/ggml-dispatch tune merge $(MEASURED_TUNING) -o $(OUT)/tuning-merged.parquet
 	$(BIN)/ggml-dispatch diff empty $(COMMITTED_TABLE) --census $(MEASURED)/census.parquet \
-		--tuning $(MEASURED)/tuning.parquet
+		--tuning $(OUT)/tuning-merged.parquet
 	@echo "== the one-sample reference rows (samples/reference, margin $(REFERENCE_MARGIN)) vs the measured table"
 	$(BIN)/ggml-dispatch census ingest samples/trace-reference-shapes.jsonl -o $(OUT)/census-reference.parquet
 	$(BIN)/ggml-dispatch tune import-reference $(REFERENCE_TSV) --sm-count 132 -o $(OUT)/tuning-reference.parquet
@@ -43,9 +49,7 @@ demo: venv  ## the main job on the embedded default (committed sample trace and 
 		--reference-margin $(REFERENCE_MARGIN) -o $(OUT)/table-reference
 	$(BIN)/ggml-dispatch diff $(COMMITTED_TABLE) $(OUT)/table-reference/table.json
 	@echo "== report: $(OUT)/report/REPORT.md"
-	$(BIN)/ggml-dispatch report --tuning $(MEASURED)/tuning.parquet --census $(MEASURED)/census.parquet \
-		--table $(COMMITTED_TABLE) $(foreach f,$(sort $(wildcard $(MEASURED)/ab*.jsonl)),--ab $(f)) \
-		--profile $(MEASURED)/profile.tar.gz -o $(OUT)/report >/dev/null
+	$(MAKE) --no-print-directory report TABLE_DIR=$(MEASURED) REPORT_OUT=$(OUT)/report >/dev/null
 
 test: venv lint typecheck pytest  ## tests, ruff and mypy (what CI runs)
 
@@ -87,19 +91,24 @@ archive: venv  ## restore the archive (evidence/, superseded tables: git history
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache
 
-# ---- report: REPORT.md + plots for a measured table folder (tuning.parquet, census.parquet, table.json;
-# ab*.jsonl and NOTES.md are used when present).
+# ---- report: REPORT.md + plots for a measured table folder (tuning.parquet, or tuning/*.parquet merged
+# into one file first; census.parquet, table.json; ab*.jsonl beside table.json (the A/Bs of that table:
+# the component tables' A/Bs under ab/ are not), profile.tar.gz and NOTES.md are used when present).
 TABLE_DIR ?= tables/cuda-sm90-nvidia-h200
+REPORT_OUT ?= $(TABLE_DIR)
+REPORT_TUNING = $(if $(wildcard $(TABLE_DIR)/tuning.parquet),$(TABLE_DIR)/tuning.parquet,$(OUT)/report-tuning/tuning-merged.parquet)
 
 .PHONY: report
 report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABLE_DIR=tables/<gpu>)
-	$(BIN)/ggml-dispatch report --tuning $(TABLE_DIR)/tuning.parquet \
+	$(if $(wildcard $(TABLE_DIR)/tuning.parquet),,mkdir -p $(OUT)/report-tuning && \
+		$(BIN)/ggml-dispatch tune merge $(sort $(wildcard $(TABLE_DIR)/tuning/*.parquet)) -o $(REPORT_TUNING))
+	$(BIN)/ggml-dispatch report --tuning $(REPORT_TUNING) \
 		$(if $(wildcard $(TABLE_DIR)/census.parquet),--census $(TABLE_DIR)/census.parquet) \
 		$(if $(wildcard $(TABLE_DIR)/table.json),--table $(TABLE_DIR)/table.json) \
 		$(foreach f,$(sort $(wildcard $(TABLE_DIR)/ab*.jsonl)),--ab $(f)) \
 		$(if $(wildcard $(TABLE_DIR)/profile.tar.gz),--profile $(TABLE_DIR)/profile.tar.gz) \
 		$(if $(wildcard $(TABLE_DIR)/NOTES.md),--notes $(TABLE_DIR)/NOTES.md) \
-		-o $(TABLE_DIR)
+		-o $(REPORT_OUT)
 
 # ---- census: ingest benchmark (a measurement, not a test): census ingest vs pandas read_json + groupby
 BENCH_RECORDS ?= 5000000

@@ -27,7 +27,7 @@
 #                 models and KV types with `ggml-dispatch ab` (interleaved pairs, ggml-dispatch-ab/1 records
 #                 whose tests carry the depth: "tg32 @ d16384"); AB_MODELS=qwen3-seed (default) or llama8b,
 #                 one per call; TUNE=attn-configs takes PART=configs' table instead of PART=tune's,
-#                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200-attn/table.json); AB_KV
+#                 TABLE=path a committed one (tables/cuda-sm90-nvidia-h200/table.json); AB_KV
 #                 (default "q8_0 f16"), AB_DEPTHS (default 4096,16384,49152) and AB_NO_PP512=1 split
 #                 the A/B over calls; AB_NOWARM=1 runs the table arm without the first-use warm-up
 #                 (GGML_CUDA_DISPATCH_WARMUP=off, which its records' environment names; file ab-<model>-nowarm-*):
@@ -58,16 +58,17 @@
 #                 16384,49152) with an AT_KV (default q8_0) cache, every FlashAttention configuration tuned,
 #                 table, rebuild, stock-vs-table A/B and REPORT.md into build/at/autotune-attn; resumable
 #                 (call again on the warm machine); AT_TUNE_S (default 120) per sweep, AT_PAIRS (default 5);
-#                 AT_SHADOW_MIB=N passes --kv-shadow-budget N (on a finished run: codegen onward again, same
-#                 sweep; the folder's table and A/B are replaced, so pack the earlier call's first); AT_FILL=1
+#                 AT_VRAM_MIB=N (AT_SHADOW_MIB, its older name, too) passes --vram-budget N, the one VRAM
+#                 budget the KV shadow shares with the weight cache (on a finished run: codegen onward again,
+#                 same sweep; the folder's table and A/B are replaced, so pack the earlier call's first); AT_FILL=1
 #                 passes --depth-fill (each depth's last KV-fill point tuned too: census onward again), AT_FILL=0
-#                 --no-depth-fill (autotune's default: the fill with AT_SHADOW_MIB, without it not;
+#                 --no-depth-fill (autotune's default: the fill with a budget, without it not;
 #                 AT_FILL=0 reproduces the run of evidence/h100-2026-12-06-s23, made without the fill);
 #                 AT_DIR (default autotune-attn) names the folder under build/at
 #   PART=shadow   tune run on the committed attention census' q8_0 points (tables/cuda-sm90-nvidia-h200-attn/
 #                 census.attn.parquet) with SHADOW_ROUTES (default: below) as the candidates (--configs routes: the plain kernels,
 #                 the committed table's configurations, each also with kv=shadow); then merged with the
-#                 committed sweep's f16 points (lab/attn_shadow_merge.py) and codegen --kv-shadow-budget
+#                 committed sweep's f16 points (lab/attn_shadow_merge.py) and codegen --vram-budget
 #                 ${KV_SHADOW_MIB:-16384} -> attn-shadow/table/table.json; resumable from its journal (call again)
 #
 # The forced arms bound what a table keyed by the attention shape can win end to end.
@@ -76,6 +77,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 : "${OUT:?set OUT}" "${PART:?set PART=build|trace|ab-qwen3|ab-8b|tune|configs|shadow-probe|shadow|table|profile|autotune}"
 DEADLINE=${DEADLINE:-540}
+AT_VRAM_MIB=${AT_VRAM_MIB:-${AT_SHADOW_MIB:-}}
 START=$(date +%s)
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
 die() { echo "attn.sh: $*" >&2; exit 1; }
@@ -337,7 +339,7 @@ PY
     python3 lab/attn_shadow_merge.py "$COMMITTED/tuning.parquet" "$D/tuning.parquet" -o "$D/merged.parquet" ||
         die "merging with the committed f16 points"
     rm -rf "$D/table"
-    gd codegen "$D/merged.parquet" -o "$D/table" --kv-shadow-budget "${KV_SHADOW_MIB:-16384}" -v 2>&1 | tail -60 |
+    gd codegen "$D/merged.parquet" -o "$D/table" --vram-budget "${KV_SHADOW_MIB:-16384}" -v 2>&1 | tail -60 |
         tee "$OUT/attn-shadow-codegen.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || die codegen
     python3 lab/attn_configs_summary.py "$D/tuning.parquet" | tee "$OUT/attn-shadow.md"
@@ -442,7 +444,7 @@ autotune)
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         autotune --llama-cpp "$TREE" --model "$QWEN" --build-dir "$B" --cuda-arch 90 --workload decode \
         --depth "${AT_DEPTHS:-16384,49152}" --kv-type "${AT_KV:-q8_0}" --trials 5 --tune-seconds "${AT_TUNE_S:-120}" \
-        --pairs "${AT_PAIRS:-5}" --reps 3 ${AT_SHADOW_MIB:+--kv-shadow-budget "$AT_SHADOW_MIB"} \
+        --pairs "${AT_PAIRS:-5}" --reps 3 ${AT_VRAM_MIB:+--vram-budget "$AT_VRAM_MIB"} \
         ${AT_FILL:+$([ "$AT_FILL" = 0 ] && echo --no-depth-fill || echo --depth-fill)} -o "$W/${AT_DIR:-autotune-attn}" 2>&1 | tee "$OUT/autotune-attn.log"
     rc=${PIPESTATUS[0]}
     echo "autotune rc=$rc" | tee -a "$OUT/autotune-attn.log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lab script: serves one GPU-lending arrangement (the GPU machine starts bare every call); see lab/README.md.
 #
-# The GPU proof of the weight cache (cublas/weight=cached, `codegen --cache-budget`). Reuses the tree and
+# The GPU proof of the weight cache (cublas/weight=cached, `codegen --vram-budget`). Reuses the tree and
 # build of lab/autotune-verify.sh (build/at/llama.cpp, build/at/build-sys) when present, else unpacks
 # .carry/llama.cpp.tar.xz and configures the build as autotune does. Each part is bounded by DEADLINE
 # seconds from the script's start (default 540), leaves its state under build/at/cache/ for a next call
@@ -23,7 +23,9 @@
 #               ab` (peak VRAM of each run from nvidia-smi, recorded per record), AB_PAIRS pairs
 #               (default 3) of -r AB_REPS (default 2); then the A/B with GGML_CUDA_DISPATCH_CACHE=0 on
 #               the cached build against the table build (budget 0 at run time = the table without cache;
-#               AB_BUDGET0=0 skips it). AB_PREP_ONLY=1 stops after the models and builds
+#               AB_BUDGET0=0 skips it). AB_PREP_ONLY=1 stops after the models and builds. TABLE=a committed
+#               table.json (tables/cuda-sm90-nvidia-h200/table.json) A/Bs that table instead, without PART=tune:
+#               one build of it, arms stock (its build, dispatch off) / table / crude, no budget-0 A/B
 #   PART=sanitize one case that the H200 sweeps lost to GGML_ASSERT(stat == cudaSuccess) after cudaGraphExecUpdate
 #               (SANITIZE_CASE="type N K M", default "q4_K 4096 4096 128"; SANITIZE_ROUTES, default cuBLAS f32
 #               and f16 output per call and from the cached copy; SANITIZE_TRIALS, default 3) run by the
@@ -125,7 +127,7 @@ EOF
     cp "$C/tuning.parquet" "$OUT/cache-tuning.parquet"
     BUDGET=${CACHE_BUDGET:-8192}
     for v in plain cached zero; do
-        case $v in plain) extra=() ;; cached) extra=(--cache-budget "$BUDGET") ;; zero) extra=(--cache-budget 0) ;; esac
+        case $v in plain) extra=() ;; cached) extra=(--vram-budget "$BUDGET") ;; zero) extra=(--vram-budget 0) ;; esac
         rm -rf "$C/table-$v"
         gd codegen "$C/tuning.parquet" --census "$CENSUS" "${extra[@]}" -o "$C/table-$v" >"$OUT/codegen-$v.log" 2>&1 ||
             { tail -20 "$OUT/codegen-$v.log" >&2; die "codegen $v failed"; }
@@ -134,14 +136,31 @@ EOF
     python3 - "$C/table-plain/table.json" "$C/table-zero/table.json" <<'EOF' || die "the budget-0 table differs from the table without the cache"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
-sys.exit(0 if a["rules"] == b["rules"] and b["cache"]["bytes"] == 0 else 1)
+sys.exit(0 if a["rules"] == b["rules"] and b.get("cache", {}).get("bytes", 0) == 0 else 1)  # budget 0: no cache section
 EOF
     rm -rf "$C/table-crude"
     gd codegen-crude -o "$C/table-crude" >"$OUT/codegen-crude.log" 2>&1 || { tail -20 "$OUT/codegen-crude.log" >&2; die "codegen-crude failed"; }
     grep -E "weight cache|not cached" "$OUT/codegen-cached.log" | tee "$OUT/cache-plan.txt"
     ;;
 ab)
-    [ -f "$C/table-cached/table.json" ] || die "run PART=tune first"
+    if [ -n "${TABLE:-}" ]; then
+        # TABLE=a committed table.json (tables/cuda-sm90-nvidia-h200/table.json: every rule of the GPU, its
+        # weight-cache rules under its own VRAM budget): its build is the arm `table` and, with the dispatch
+        # off, `stock`; `crude` as below; no PART=tune needed
+        [ -f "$TABLE" ] || die "no $TABLE"
+        if [ ! -f "$C/table-crude/table.json" ]; then
+            gd codegen-crude -o "$C/table-crude" >"$OUT/codegen-crude.log" 2>&1 || { tail -20 "$OUT/codegen-crude.log" >&2; die "codegen-crude failed"; }
+        fi
+        mkdir -p "$C/table-given" && cp "$TABLE" "$C/table-given/table.json"
+        builds=(given crude)
+        arms=(--arm "stock=$C/bin-given/llama-bench:off" --arm "table=$C/bin-given/llama-bench:table"
+            --arm "crude=$C/bin-crude/llama-bench:table")
+    else
+        [ -f "$C/table-cached/table.json" ] || die "run PART=tune first (or TABLE=a committed table.json)"
+        builds=(plain cached crude)
+        arms=(--arm "stock=$C/bin-plain/llama-bench:off" --arm "table=$C/bin-plain/llama-bench:table"
+            --arm "cached=$C/bin-cached/llama-bench:table" --arm "crude=$C/bin-crude/llama-bench:table")
+    fi
     M=$W/models
     mkdir -p "$M"
     quant() {  # name preset layers type [llama-quantize options]; as lab/configs.sh makes them
@@ -155,7 +174,8 @@ ab)
             rm -f "$M/$name.f16.gguf" || { tail -20 "$C/quantize.log" >&2; die "model $name"; }
     }
     models=()
-    for name in ${AB_MODELS:-llama8b-L16}; do  # AB_MODELS="llama8b-L16 qwen27b-L4": the census needs both's shapes
+    AB_MODELS=${AB_MODELS:-llama8b-L16}
+    for name in ${AB_MODELS//,/ }; do  # AB_MODELS="llama8b-L16 qwen27b-L4" (or with commas, for lab/chain.sh): the census needs both's shapes
         case $name in
         llama8b-L16) quant llama8b-L16 llama8b 16 Q4_K_M ;;
         qwen27b-L4) quant qwen27b-L4 qwen27b 4 Q5_K_M --tensor-type attn_q=q8_0 --tensor-type attn_k=q8_0 \
@@ -164,22 +184,21 @@ ab)
         esac
         models+=(--model "$name=$M/$name.gguf")
     done
-    for v in plain cached crude; do
-        [ -x "$C/bin-$v/llama-bench" ] || { build "$C/table-$v/table.json" "$v" && keep_bin "$v"; }
+    for v in "${builds[@]}"; do
+        # a given table is built again each call (another TABLE= may have been built before)
+        [ -x "$C/bin-$v/llama-bench" ] && [ "$v" != given ] || { build "$C/table-$v/table.json" "$v" && keep_bin "$v"; }
     done
     # AB_PREP_ONLY=1: models and builds only, so that a later call on the warm machine spends its time on the A/B
     [ -z "${AB_PREP_ONLY:-}" ] || { echo "part ab: models and builds ready (AB_PREP_ONLY) in $(($(date +%s) - START)) s"; exit 0; }
     AB=$OUT/ab-cache.jsonl
     bench=(--bench "-ngl 99 -fa on -b 2048 -p 2048 -ub ${AB_UBATCH:-128,256,512} -n 0" --bench "-ngl 99 -fa on -p 0 -n 128")
     timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
-        ab --arm "stock=$C/bin-plain/llama-bench:off" --arm "table=$C/bin-plain/llama-bench:table" \
-        --arm "cached=$C/bin-cached/llama-bench:table" --arm "crude=$C/bin-crude/llama-bench:table" \
-        "${models[@]}" "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" \
+        ab "${arms[@]}" "${models[@]}" "${bench[@]}" --pairs "${AB_PAIRS:-3}" --reps "${AB_REPS:-2}" \
         --vram --log "$C/ab-runs.log" -o "$AB" 2>&1 | tail -40 | tee "$OUT/ab-cache.log"
     [ "${PIPESTATUS[0]}" = 0 ] || die "A/B stopped (deadline or error); records so far in $AB"
     grep -h "ggml_cuda_dispatch: weight cache" "$C/ab-runs.log" | sort | uniq -c | tee "$OUT/ab-cache-lines.txt"
     # budget 0 at run time: the cached build must run what the table without the cache runs (AB_BUDGET0=0 skips it)
-    [ "${AB_BUDGET0:-1}" = 0 ] || timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
+    [ "${AB_BUDGET0:-1}" = 0 ] || [ -n "${TABLE:-}" ] || timeout "$(left)" python3 -c 'import sys; from ggml_dispatch.cli import main; main(sys.argv[1:])' \
         ab --arm "table=$C/bin-plain/llama-bench:table" --arm "cached=$C/bin-cached/llama-bench:table" \
         --arm-env "cached=GGML_CUDA_DISPATCH_CACHE=0" "${models[@]}" \
         --bench "-ngl 99 -fa on -b 2048 -p 2048 -ub 128,512 -n 0" --pairs 2 --reps 2 --vram -o "$OUT/ab-cache-budget0.jsonl" \

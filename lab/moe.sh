@@ -172,7 +172,7 @@ PY
     cp -r "$W/moe/table" "$OUT/moe-table"
     ;;
 ab)
-    T=${TABLE:-$W/moe/table/table.json}  # TABLE=tables/cuda-sm90-nvidia-h200-moe/table.json: the committed one
+    T=${TABLE:-$W/moe/table/table.json}  # TABLE=tables/cuda-sm90-nvidia-h200/table.json: the committed one
     [ -f "$T" ] || die "no table: run PART=table first (or TABLE=a committed table.json)"
     [ -f "$MODEL" ] || die "no model: run PART=model first"
     stock_build
