@@ -98,6 +98,21 @@ _DIR = click.Path(path_type=Path, file_okay=False)
     help="the KV cache type of the --depth workload (llama-bench -ctk/-ctv).",
 )
 @click.option(
+    "--spec-draft",
+    type=Int(0, 16),
+    default=0,
+    show_default=True,
+    help="draft tokens per step of the speculative decoding you serve (MTP or a draft model; 2 for "
+    "--spec-draft-n-max 2): the verify and --depth workloads add its widths (draft + 1 per slot).",
+)
+@click.option(
+    "--slots",
+    type=Int(1, 256),
+    default=1,
+    show_default=True,
+    help="server slots decoding together (llama-server --parallel): adds slots x (draft + 1) rows.",
+)
+@click.option(
     "--vram-budget",
     type=Int(0, 1 << 30),
     default=0,
@@ -180,6 +195,8 @@ def autotune_cmd(
     ubatch: str,
     depth: str | None,
     kv_type: str,
+    spec_draft: int,
+    slots: int,
     vram_budget: int,
     depth_fill: bool | None,
     cuda_arch: str,
@@ -223,6 +240,9 @@ def autotune_cmd(
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --depth 16384,49152 --kv-type q8_0 \\
           --vram-budget 16384 --tune-seconds 240
       ggml-dispatch autotune --llama-cpp ~/llama.cpp --model model.gguf --dry-run
+      # a llama-server with MTP draft 2 on 4 slots, ubatch 1024, a Q8_0 cache at ~48k tokens:
+      ggml-dispatch autotune --llama-cpp ~/llama.cpp --model qwen35.gguf --spec-draft 2 --slots 4 \\
+          --ubatch 1024 --depth 16384,49152 --kv-type q8_0
     """
     # every option value and input file is checked here, before the environment is looked at
     workloads = _csv(workload, plan_mod.WORKLOADS, "--workload")
@@ -304,6 +324,8 @@ def autotune_cmd(
         ubatches=ubatches,
         depths=depths,
         kv_type=kv_type,
+        spec_draft=spec_draft,
+        slots=slots,
         vram_budget=vram_budget,
         depth_fill=depth_fill,
         cuda_arch=cuda_arch,

@@ -84,6 +84,10 @@ class Options:
     # 0: none. A positive budget has the matmul sweep time the weight cache's configurations too.
     vram_budget: int = 0
     depth_fill: bool = False  # the attention census keeps each depth's last KV-fill point too
+    # speculative decoding as served: draft tokens per step and server slots decoding together; they add
+    # the widths such a server verifies (see verify_widths) to the verify and depth workloads
+    spec_draft: int = 0
+    slots: int = 1
     tool: tuple[str, ...] = ("ggml-dispatch",)  # how the stage CLIs are called
     generator: tuple[str, ...] = ()  # e.g. ("-G", "Ninja")
     built: bool = False  # the build folder already holds a configured build (reused)
@@ -142,20 +146,39 @@ def ab_depths(depths: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted({control, *depths}))
 
 
+def verify_widths(spec_draft: int, slots: int) -> tuple[int, ...]:
+    """The batch widths (M) a server verifies or decodes with beyond 1: each slot's draft plus its own token
+    (``spec_draft + 1``, and every shorter draft), the slots batched together (``slots`` plain, ``slots *
+    (spec_draft + 1)`` speculating): e.g. MTP draft 2 on 4 slots -> 2, 3, 4, 8, 12."""
+    per_slot = range(2, spec_draft + 2)
+    together = {slots * w for w in range(1, spec_draft + 2)} if slots > 1 else set()
+    return tuple(sorted({*per_slot, *together} - {1}))
+
+
 def bench_args(
-    workload: str, ubatches: Sequence[int], depths: Sequence[int] = (), kv_type: str = "f16"
+    workload: str,
+    ubatches: Sequence[int],
+    depths: Sequence[int] = (),
+    kv_type: str = "f16",
+    widths: Sequence[int] = (),
 ) -> str:
-    """llama-bench arguments of one workload (FlashAttention on, every layer on the GPU)."""
+    """llama-bench arguments of one workload (FlashAttention on, every layer on the GPU); ``widths`` adds
+    batch widths (``verify_widths``) to the verify and depth workloads."""
     common = "-ngl 99 -fa on"
     if workload == DEPTH_WORKLOAD:  # decode and verify widths 2-4 over a prefilled KV cache
-        return f"{common} -ctk {kv_type} -ctv {kv_type} -p 2,3,4 -n 32 -d {','.join(map(str, depths))}"
+        ps = ",".join(map(str, sorted({2, 3, 4, *widths})))
+        return f"{common} -ctk {kv_type} -ctv {kv_type} -p {ps} -n 32 -d {','.join(map(str, depths))}"
     if workload == "decode":
         return f"{common} -p 0 -n 128"
     if workload == "verify":  # speculative verify and small batches
-        return f"{common} -p 2,3,4,8,16 -n 0 -ub 512"
+        return f"{common} -p {','.join(map(str, sorted({2, 3, 4, 8, 16, *widths})))} -n 0 -ub 512"
     if workload == "prefill":
         return f"{common} -p 2048 -n 0 -b 2048 -ub {','.join(map(str, ubatches))}"
     raise ValueError(f"unknown workload {workload!r} (one of {', '.join(WORKLOADS)})")
+
+
+def _widths(opts: Options) -> tuple[int, ...]:
+    return verify_widths(opts.spec_draft, opts.slots)
 
 
 def bin_dir(build_dir: Path) -> Path:
@@ -229,7 +252,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
                 str(bins / "llama-bench"),
                 "-m",
                 str(model),
-                *shlex.split(bench_args(w, opts.ubatches, opts.depths, opts.kv_type)),
+                *shlex.split(bench_args(w, opts.ubatches, opts.depths, opts.kv_type, _widths(opts))),
                 "-r",
                 "1",
                 "-o",
@@ -423,7 +446,8 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
     for name, model in models:
         ab_argv += ["--model", f"{name}={model}"]
     for w in workloads:
-        ab_argv += ["--bench", bench_args(w, opts.ubatches, ab_depths(opts.depths), opts.kv_type)]
+        args = bench_args(w, opts.ubatches, ab_depths(opts.depths), opts.kv_type, _widths(opts))
+        ab_argv += ["--bench", args]
     ab_argv += [
         "--pairs",
         str(opts.pairs),
