@@ -286,7 +286,9 @@ def test_volta_finds_a_cuda12_toolkit_by_cuda_home_cudacxx_or_cuda_home_env(
     nvcc12 = home / "bin" / "nvcc"
     args = ["autotune", "--llama-cpp", str(tree), "--model", str(smollm2), "-o", str(tmp_path / "o")]
     args += ["--cuda-arch", "70", "--dry-run"]
-    no_path_nvcc = {**NO_GPU, "PATH": "/usr/bin:/bin", "CUDACXX": "", "CUDA_HOME": "", "CUDA_PATH": ""}
+    # a PATH without any nvcc (a distribution's CUDA toolkit puts one in /usr/bin)
+    (bare := tmp_path / "bare-bin").mkdir()
+    no_path_nvcc = {**NO_GPU, "PATH": str(bare), "CUDACXX": "", "CUDA_HOME": "", "CUDA_PATH": ""}
     for extra, env in (
         (["--cuda-home", str(home)], no_path_nvcc),
         ([], {**no_path_nvcc, "CUDACXX": str(nvcc12)}),
