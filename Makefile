@@ -13,7 +13,7 @@ COMMITTED_TABLE ?= $(MEASURED)/table.json
 # the VRAM budget the committed table was decided with (its README says why this one)
 VRAM_BUDGET ?= 16384
 MEASURED_TUNING = $(sort $(wildcard $(MEASURED)/tuning/*.parquet))
-MEASURED_CENSUS = $(foreach f,$(sort $(wildcard $(MEASURED)/census.parquet $(MEASURED)/census-moe.parquet)),--census $(f))
+MEASURED_CENSUS = $(foreach f,$(wildcard $(MEASURED)/census.parquet) $(wildcard $(MEASURED)/census-moe.parquet),--census $(f))
 
 .PHONY: help venv demo test lint fmt typecheck pytest archive llama-src smollm2 llama-tarball clean device-carry device-session device-profile-carry device-gguf-py-carry
 
