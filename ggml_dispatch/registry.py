@@ -870,6 +870,12 @@ def measured_config(text: str) -> str:
     return str(c.with_param("kv", "shadow") if ("kv", "reuse") in c.params else c)
 
 
+def config_fields(text: str) -> dict[str, str]:
+    """A rule's or refusal's ``config`` (canonical) and ``route`` fields, from one parse."""
+    c = Config.parse(text)
+    return {"config": str(c), "route": c.route.value}
+
+
 def config_route(text: str) -> str:
     """The route name of a config string."""
     return Config.parse(text).route.value

@@ -238,8 +238,49 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a validated table, typed: its shape key, M range, size class and configuration are
+    parsed once, where the table is read (:func:`parse_table`), and travel as objects to the header."""
+
+    key: Any  # the op's shape key (registry.key_class(op))
+    M_lo: int
+    M_hi: int
+    config: registry.Config
+    kind: str | None  # rule_kind: measured / interpolated / default / declared, None where not said
+    NK: tuple[int, int] | None  # a size-class default's N*K range
+    fields: Mapping[str, Any]  # the rule's JSON object, evidence included
+
+    @property
+    def is_class(self) -> bool:
+        return self.NK is not None
+
+    def codes(self) -> tuple[int, ...]:
+        """(op, layout, type0, type1, k[0..KEY_SLOTS-1]): what the C array is sorted and searched by."""
+        codes: tuple[int, ...] = self.key.codes()
+        return codes
+
+
+@dataclass(frozen=True)
+class TypedTable:
+    """A validated table with its rules typed (``rules[i]`` is ``data["rules"][i]``)."""
+
+    data: dict[str, Any]
+    rules: tuple[Rule, ...]
+
+    def keeping(self, keep: Any) -> TypedTable:
+        """The table with only the rules ``keep(rule)`` is true for (already valid: nothing re-parsed)."""
+        kept = tuple(r for r in self.rules if keep(r))
+        return TypedTable({**self.data, "rules": [dict(r.fields) for r in kept]}, kept)
+
+
 def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
     """Check a table dict; raise InputError naming the field. Returns the table."""
+    return parse_table(table, path).data
+
+
+def parse_table(table: Any, path: str | Path | None = None) -> TypedTable:
+    """Check a table dict (InputError naming the field) and type its rules, in one pass."""
     if not isinstance(table, dict):
         raise InputError(path, "a table is a JSON object")
     sch = table.get("schema")
@@ -279,8 +320,7 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
     rules = table.get("rules")
     if not isinstance(rules, list):
         raise InputError(path, "must be a list", field="rules")
-    for i, r in enumerate(rules):
-        _validate_rule(r, path, f"rules[{i}]")
+    typed = tuple(parse_rule(r, path, f"rules[{i}]") for i, r in enumerate(rules))
     if rules and (gpu["cc"] == 0 or gpu["sm_count"] == 0 or not gpu["name"]):
         raise InputError(
             path, "a table with rules needs a full GPU identity (name, cc, SM count)", field="gpu"
@@ -319,7 +359,7 @@ def validate(table: Any, path: str | Path | None = None) -> dict[str, Any]:
         _validate_kv_shadow(table["kv_shadow"], path)
     if "routing_buckets" in table:
         _validate_routing_buckets(table["routing_buckets"], path)
-    return table
+    return TypedTable(table, typed)
 
 
 def _validate_routing_buckets(points: Any, path: str | Path | None) -> None:
@@ -403,8 +443,8 @@ def _validate_cache(c: Any, path: str | Path | None) -> None:
     if not isinstance(fallback, list):
         raise InputError(path, "must be a list", field="cache.fallback")
     for i, r in enumerate(fallback):
-        _validate_rule(r, path, f"cache.fallback[{i}]")
-        if is_class(r) or "weight=cached" in rule_config(r):
+        fallback_rule = parse_rule(r, path, f"cache.fallback[{i}]")
+        if fallback_rule.is_class or "weight=cached" in str(fallback_rule.config):
             raise InputError(
                 path, "a fallback is an exact rule without the cache", field=f"cache.fallback[{i}]"
             )
@@ -421,7 +461,8 @@ def _only_known(
             raise InputError(path, f"unknown key in {what}", field=f"{where}{k}")
 
 
-def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
+def parse_rule(r: Any, path: str | Path | None, where: str) -> Rule:
+    """Check one rule (InputError naming ``where`` and the field) and type it."""
     if not isinstance(r, dict):
         raise InputError(path, "a rule is an object", field=where)
     if r.get("op") not in _OPS:
@@ -490,6 +531,15 @@ def _validate_rule(r: Any, path: str | Path | None, where: str) -> None:
             raise InputError(path, f"{spec.op.value} has no size-class defaults", field=where)
         if r["NK_hi"] < r["NK_lo"] or not all(zeros):
             raise InputError(path, f"a size-class default has {names} = 0 and NK_lo <= NK_hi", field=where)
+    return Rule(
+        key=registry.shape_key(r),
+        M_lo=int(r["M_lo"]),
+        M_hi=int(r["M_hi"]),
+        config=config,
+        kind=rule_kind(r),
+        NK=class_codes(r) if is_class(r) else None,
+        fields=r,
+    )
 
 
 def upgrade(table: Any) -> Any:
@@ -513,6 +563,11 @@ def upgrade(table: Any) -> Any:
 def loads(text: str, path: str | Path | None = None) -> dict[str, Any]:
     """table.json text: strict JSON (``validators.loads_json``), then :func:`validate`."""
     return validate(upgrade(validators.loads_json(text, path)), path)
+
+
+def load_typed(path: str | Path) -> TypedTable:
+    """A table.json file, validated, its rules typed."""
+    return parse_table(upgrade(validators.loads_json(read_text(path, TABLE_WHAT), path)), path)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -95,8 +95,7 @@ class CachePlan:
                     **r.key.as_dict(),
                     "M_lo": r.M_lo,
                     "M_hi": r.M_hi,
-                    "config": registry.canonical_config(r.route),
-                    "route": registry.config_route(r.route),
+                    **registry.config_fields(r.route),
                     "kind": r.kind,
                 }
             )

@@ -218,9 +218,10 @@ def codegen_cmd(
         tuning_files=tuning_hashes if len(tuning_hashes) > 1 else None,
         census_files=census_hashes if len(census_hashes) > 1 else None,
     )
-    table = vram.attach(table, plan)
+    typed = tbl.parse_table(tbl.canonicalize(vram.attach(table, plan)))  # typed once, rendered from it
+    table = typed.data
     text = tbl.dumps(table)
-    header = render.render_header(table)
+    header = render.render_header(typed)
     with fileio.output_set([table_out, header_out], inputs) as outputs:
         outputs.path(table_out).write_text(text, encoding="utf-8")
         outputs.path(header_out).write_text(header, encoding="utf-8")
@@ -279,7 +280,7 @@ def codegen_cmd(
                 "the census' calls;"
                 " --census admits them"
             )
-        configs = [registry.Config.parse(tbl.rule_config(r)) for r in table["rules"]]
+        configs = [r.config for r in typed.rules]
         reuse = sum(kv_shadow.REUSE_PARAM in c.params for c in configs)
         if reuse:
             echo(

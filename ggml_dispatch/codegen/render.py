@@ -17,7 +17,7 @@ from typing import Any, Final
 import jinja2
 
 from ggml_dispatch import registry, schema
-from ggml_dispatch.artifacts.table import c_unescape, parse_header
+from ggml_dispatch.artifacts.table import Rule, TypedTable, c_unescape, parse_header, parse_rule, parse_table
 from ggml_dispatch.codegen import kv_shadow
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.codes import c_int, c_string
@@ -42,33 +42,34 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _kind(rule: Mapping[str, Any]) -> str | None:
-    """The rule's kind for the row comment (validated to one of table.RULE_KINDS, so safe in a comment)."""
-    kind = tbl.rule_kind(rule)
-    if kind is not None and kind not in tbl.RULE_KINDS:
-        raise AssertionError(f"rule kind {kind!r}")
-    return kind
-
-
-def _row(rule: Mapping[str, Any]) -> dict[str, Any]:
-    codes = tbl.key_codes(rule)
-    config = registry.Config.parse(tbl.rule_config(rule))
+def _row(rule: Rule) -> dict[str, Any]:
+    codes = rule.codes()
+    if rule.kind is not None and rule.kind not in tbl.RULE_KINDS:  # validated, so safe in a comment
+        raise AssertionError(f"rule kind {rule.kind!r}")
     row = {
         "head": list(codes[:4]),
         "k": list(codes[4:]),
-        "M_lo": int(rule["M_lo"]),
-        "M_hi": int(rule["M_hi"]),
-        "config": config.code,
-        "kind": _kind(rule),
+        "M_lo": rule.M_lo,
+        "M_hi": rule.M_hi,
+        "config": rule.config.code,
+        "kind": rule.kind,
     }
-    if tbl.is_class(rule):
-        row["NK_lo"], row["NK_hi"] = (int(rule[f]) for f in tbl.CLASS_FIELDS)
+    if rule.NK is not None:
+        row["NK_lo"], row["NK_hi"] = rule.NK
     return row
 
 
-def render_header(table: Mapping[str, Any]) -> str:
-    """The C header for ``table`` (validated first). ``empty_table()`` renders the 'no table' header."""
-    t = tbl.validate(tbl.canonicalize(table))
+def render_header(table: Mapping[str, Any] | TypedTable) -> str:
+    """The C header for ``table``: a table dict (validated and typed first) or a table already typed by
+    the reader (``artifacts.table.parse_table``: its configurations are not parsed again). ``empty_table()``
+    renders the 'no table' header."""
+    typed = table if isinstance(table, TypedTable) else parse_table(tbl.canonicalize(table))
+    t = typed.data
+    rules = sorted(typed.rules, key=lambda r: (*r.codes(), *(r.NK or (0, 0)), r.M_lo))  # canonical order
+    fallback = [
+        parse_rule(r, None, f"cache.fallback[{i}]")
+        for i, r in enumerate(t.get("cache", {}).get("fallback", []))
+    ]
     prov = t["provenance"]
     ctx = {
         "layout_version": int(t["layout_version"]),
@@ -85,10 +86,10 @@ def render_header(table: Mapping[str, Any]) -> str:
         "vram_planned_bytes": int(t["vram"]["planned_bytes"]) if "vram" in t else 0,
         "cache_budget_bytes": int(t["cache"]["budget_bytes"]) if "cache" in t else 0,
         "kv_shadow_budget_bytes": kv_shadow.budget_bytes(t),
-        "fallback_rows": [_row(r) for r in t.get("cache", {}).get("fallback", [])],
+        "fallback_rows": [_row(r) for r in fallback],
         "upstream_commit": str(t["upstream_commit"]),
-        "rows": [_row(r) for r in t["rules"] if not tbl.is_class(r)],
-        "class_rows": [_row(r) for r in t["rules"] if tbl.is_class(r)],
+        "rows": [_row(r) for r in rules if not r.is_class],
+        "class_rows": [_row(r) for r in rules if r.is_class],
         "op_codes": [(o.value, c) for o, c in schema.OP_CODES.items()],
         "key_slots": registry.KEY_SLOTS,
         "key_slots_doc": [

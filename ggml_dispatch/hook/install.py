@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ggml_dispatch import codes, registry, schema
+from ggml_dispatch.artifacts import table as table_artifact
+from ggml_dispatch.artifacts.table import Rule
 from ggml_dispatch.hook import fit, patch, unhooked, upstream
 from ggml_dispatch.registry import MmvqBuild
 
@@ -147,10 +149,11 @@ def patch_hash(sources: Mapping[str, bytes], specs: Mapping[str, list[patch.Hunk
     return h.hexdigest()
 
 
-def rule_not_compiled(rule: Mapping[str, Any], config: registry.Config, mmvq: MmvqBuild) -> bool:
+def rule_not_compiled(rule: Rule, mmvq: MmvqBuild) -> bool:
     """Does a rule's mmvq configuration name a candidate this build does not compile for its weight type?"""
+    config = rule.config
     pair = registry.mmvq_params_pair(dict(config.params)) if config.route is registry.Route.MMVQ else None
-    return pair is not None and not mmvq.compiled(str(rule.get("src0_type", "")), pair)
+    return pair is not None and not mmvq.compiled(str(rule.fields.get("src0_type", "")), pair)
 
 
 def build_header(
@@ -227,25 +230,28 @@ def table_info(
         if table_path is not None:
             raise InstallError("codegen.render is not available: cannot render a table header") from None
         return TableInfo(_fallback_empty_header(), None, None, 0)
-    t = table.empty_table() if table_path is None else table.load(table_path)
     if table_path is None:
-        return TableInfo(render.render_header(t), None, None, 0)
-    thash = table.table_hash(t)  # the table as measured; the header says which rules it left out
+        return TableInfo(render.render_header(table.empty_table()), None, None, 0)
+    typed = table_artifact.load_typed(table_path)  # read and typed once; the header is rendered from it
+    thash = table.table_hash(typed.data)  # the table as measured; the header says which rules it left out
     dropped: dict[str, int] = {}
     not_compiled = 0
+
+    def keep(rule: Rule) -> bool:
+        nonlocal not_compiled
+        missing = sorted(registry.config_features(rule.config) - applied) if applied is not None else []
+        if missing:
+            dropped[missing[0]] = dropped.get(missing[0], 0) + 1
+            return False
+        if mmvq is not None and rule_not_compiled(rule, mmvq):
+            not_compiled += 1
+            return False
+        return True
+
     if applied is not None or mmvq is not None:
-        kept = []
-        for r in t.get("rules", []):
-            config = registry.Config.parse(table.rule_config(r))
-            missing = sorted(registry.config_features(config) - applied) if applied is not None else []
-            if missing:
-                dropped[missing[0]] = dropped.get(missing[0], 0) + 1
-            elif mmvq is not None and rule_not_compiled(r, config, mmvq):
-                not_compiled += 1
-            else:
-                kept.append(r)
-        t = {**t, "rules": kept}
-    header = render.render_header(t)
+        typed = typed.keeping(keep)
+    header = render.render_header(typed)
+    t = typed.data
     return TableInfo(
         header, thash, str(t.get("upstream_commit") or "") or None, len(t["rules"]), dropped, not_compiled
     )
