@@ -48,12 +48,12 @@ SRC=$WORK/llama.cpp
 BUILD=$WORK/build
 PATCHED=$WORK/patched   # binaries + shared libs of the patched build
 STOCK=$WORK/stock       # the same configure, ggml-cuda.cu without the hook
-PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_specs()))')
+PHASH_WANT=$(cd "$REPO" && PYTHONPATH=$REPO $PY -c 'from ggml_dispatch.hook import install as i; print(i.patch_hash(i.native_sources(), i.load_specs()))')
 
 install_hook() {  # $1 = install|uninstall
     local flag=""
     [ "$1" = uninstall ] && flag="--uninstall"
-    PYTHONPATH=$REPO $PY -c 'import sys; from hook.cli import install_cmd; install_cmd(sys.argv[1:])' \
+    PYTHONPATH=$REPO $PY -c 'import sys; from ggml_dispatch.hook.cli import install_cmd; install_cmd(sys.argv[1:])' \
         --llama-cpp "$SRC" $flag 2>&1 | tee -a "$LOG" >&2
 }
 

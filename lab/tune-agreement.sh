@@ -47,7 +47,7 @@ NEED_TBO=1
 source "$REPO/lab/tune-common.sh"
 
 # --- the three parts ---------------------------------------------------------------------------
-PYTHONPATH=$REPO $PY -m tuner.agreement --harness "$HARNESS" --tbo "$TBO" --tsv "$TSV" --out "$OUT" \
+PYTHONPATH=$REPO $PY -m ggml_dispatch.tuner.agreement --harness "$HARNESS" --tbo "$TBO" --tsv "$TSV" --out "$OUT" \
     --work "$WORK/agreement-work" --parts "$PARTS" --device "$DEVICE" ${AGREEMENT_ARGS:-} \
     2> >(tee -a "$LOG" >&2) >"$WORK/summary.txt"
 log "done in $(( $(date +%s) - T0 )) s"

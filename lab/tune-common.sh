@@ -11,8 +11,8 @@
 # else tests/test-backend-ops.cpp built against the same ggml (NEED_TBO=1 only).
 
 # --- the llama.cpp tree (patched) and the ggml build to measure -----------------------------------
-PY_INSTALL='import sys; from hook.cli import install_cmd; install_cmd(sys.argv[1:])'
-PHASH_WANT=$(PYTHONPATH=$REPO $PY -c 'from hook import install as i; print(i.patch_hash(i.native_sources(), i.load_specs()))' 2>/dev/null || echo "")
+PY_INSTALL='import sys; from ggml_dispatch.hook.cli import install_cmd; install_cmd(sys.argv[1:])'
+PHASH_WANT=$(PYTHONPATH=$REPO $PY -c 'from ggml_dispatch.hook import install as i; print(i.patch_hash(i.native_sources(), i.load_specs()))' 2>/dev/null || echo "")
 INTEGRATION=$REPO/build/integration/patched
 if [ -z "${BUILD_DIR:-}" ] && ls "$INTEGRATION"/libggml-cuda.so* >/dev/null 2>&1 \
     && [ -n "$PHASH_WANT" ] && [ "$(cat "$INTEGRATION/PATCH_HASH" 2>/dev/null)" = "$PHASH_WANT" ]; then
@@ -42,7 +42,7 @@ else
 fi
 
 # --- build: harness + test-backend-ops against the same ggml -----------------------------------
-VERSION=$(PYTHONPATH=$REPO $PY -c 'from tuner.build import harness_version; print(harness_version())')
+VERSION=$(PYTHONPATH=$REPO $PY -c 'from ggml_dispatch.tuner.build import harness_version; print(harness_version())')
 HB=$WORK/harness
 ARGS=(-DLLAMA_CPP_DIR="$TREE" -DTUNER_HARNESS_VERSION="$VERSION")
 TBO=""

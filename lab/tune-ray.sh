@@ -122,7 +122,7 @@ EXTRA=(--device "$DEVICE")
 [ "$DEVICE" = CPU ] || EXTRA=(--device CUDA0)
 phase single "${ONE[@]}"
 
-"$PY" -m tuner.executor_spread "$WORK/tuning-multi.parquet" "$WORK/tuning-single.parquet" \
+"$PY" -m ggml_dispatch.tuner.executor_spread "$WORK/tuning-multi.parquet" "$WORK/tuning-single.parquet" \
     --multi-journal "$WORK/tuning-multi.journal.jsonl" --single-journal "$WORK/tuning-single.journal.jsonl" \
     --phases "$WORK/phases.jsonl" --gpus "$GPUS" >"$OUT/summary.json"
 GD=("$PY" -c 'from ggml_dispatch.cli import main; main()')
