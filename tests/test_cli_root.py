@@ -19,7 +19,9 @@ if args:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
 heavy = ("census", "tuner", "codegen", "matplotlib", "jinja2", "pandas", "pyarrow")
-print(" ".join(sorted({m.split(".")[0] for m in sys.modules} & set(heavy))))
+# a stage is ggml_dispatch.<stage>; a library is its top-level name
+names = {m.split(".")[1] if m.startswith("ggml_dispatch.") else m.split(".")[0] for m in sys.modules}
+print(" ".join(sorted(names & set(heavy))))
 """
 
 
