@@ -135,3 +135,35 @@ def test_the_synthetic_vocabulary_reads_back(tmp_path: Path) -> None:
     kv, shapes, _ = qwen35.read(out)
     assert len(kv["tokenizer.ggml.tokens"]) == 1024 and kv["tokenizer.ggml.bos_token_id"] == 1
     assert shapes["output.weight"] == (5120, 1024)
+
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence" / "h200-2026-12-07-s33-qwen35"
+
+
+def test_the_seed_workloads_attribution_reproduces_from_its_timelines(tmp_path: Path) -> None:
+    """The committed H200 profile of the qwen35 server (lab/qwen35.sh): the Amdahl table is recomputed
+    from the raw kernel timelines and covers at least 95% of GPU time in every phase."""
+    with tarfile.open(EVIDENCE / "profile.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    phases = [p for m in ("mtp", "plain") for p in qwen35_attrib.load_mode(tmp_path, m)]
+    assert [p.name for p in phases] == [
+        "prefill d48000 s1", "MTP decode d48000 s1", "prefill d48000 s1", "plain decode d48000 s1",
+    ]  # fmt: skip
+    assert all(p.coverage >= 0.95 for p in phases)
+    committed = json.loads((EVIDENCE / "attribution.json").read_text())
+    for p, c in zip(phases, committed, strict=True):
+        assert p.total == pytest.approx(c["gpu_ms"]) and p.coverage == pytest.approx(c["coverage"])
+    prefill, plain = phases[2], phases[3]
+    assert max(prefill.ms, key=prefill.ms.__getitem__) == "MUL_MAT mmq"
+    assert prefill.ms["GATED_DELTA_NET"] / prefill.total > 0.1
+    assert max(plain.ms, key=plain.ms.__getitem__) == "MUL_MAT mmvq"
+    assert plain.committed == 128 and phases[1].acceptance == 0.0  # random weights: no draft accepted
+
+
+def test_the_seed_workloads_census_has_the_verify_widths() -> None:
+    import pandas as pd
+
+    c = pd.read_parquet(EVIDENCE / "census.parquet")
+    calls = c[c.op == "MUL_MAT"].groupby("M").calls.sum()
+    for m in (1, 3, 4, 12, 1024):  # decode, one slot's verify, 4 slots plain, 4 slots verifying, prefill
+        assert calls.get(m, 0) > 1000, m
