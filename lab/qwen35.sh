@@ -60,7 +60,7 @@ if has_part build && fits build 420; then
     log "configure"
     cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF >>"$LOG" 2>&1 || { log "configure failed"; tail -30 "$LOG"; exit 1; }
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF >>"$LOG" 2>&1 || { log "configure failed"; tail -30 "$LOG"; exit 1; }
     log "build"
     cmake --build "$BUILD" --target ${BUILD_TARGETS:-llama-server test-backend-ops} -j "$JOBS" >>"$LOG" 2>&1 ||
         { log "build failed"; grep -m20 -B2 -A8 "error" "$LOG" | tail -60; exit 1; }
