@@ -45,10 +45,10 @@ def c_int(value: Any) -> str:
     return str(value)
 
 
-@cache
-def _env() -> jinja2.Environment:
+def c_template_env(loader: jinja2.BaseLoader) -> jinja2.Environment:
+    """A jinja2 environment for generated C: no escaping, undefined names fail, the C literal filters."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        loader=loader,
         autoescape=False,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -58,6 +58,11 @@ def _env() -> jinja2.Environment:
     env.filters["c_string"] = c_string
     env.filters["c_int"] = c_int
     return env
+
+
+@cache
+def _env() -> jinja2.Environment:
+    return c_template_env(jinja2.FileSystemLoader(str(TEMPLATE_DIR)))
 
 
 def registry_context() -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import jinja2
 
-from ggml_dispatch import registry, schema
+from ggml_dispatch import codes, registry, schema
 from ggml_dispatch.artifacts.table import Rule, TypedTable, c_unescape, parse_header, parse_rule, parse_table
 from ggml_dispatch.codegen import kv_shadow
 from ggml_dispatch.codegen import table as tbl
@@ -29,17 +29,7 @@ TEMPLATE: Final = "ggml-dispatch-table.h.j2"
 
 @cache
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("ggml_dispatch.codegen", "templates"),
-        autoescape=False,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["c_string"] = c_string
-    env.filters["c_int"] = c_int
-    return env
+    return codes.c_template_env(jinja2.PackageLoader("ggml_dispatch.codegen", "templates"))
 
 
 def _row(rule: Rule) -> dict[str, Any]:
