@@ -378,15 +378,24 @@ def _validate_routing_buckets(points: Any, path: str | Path | None) -> None:
             raise InputError(path, "needs M >= 1 and routing 0", field=where)
 
 
+def _check_budget(
+    s: Any, section: str, extra: tuple[str, ...], path: str | Path | None, *, positive: bool = False
+) -> None:
+    """A section's budget in MiB and bytes (and its ``extra`` byte counts): integers, >= 0 (> 0 when
+    ``positive``), the bytes exactly the MiB."""
+    if not isinstance(s, dict):
+        raise InputError(path, "must be an object", field=section)
+    for f in ("budget_mib", "budget_bytes", *extra):
+        if not _is_int(s.get(f)) or s[f] < (1 if positive else 0):
+            what = "a positive" if positive else "a non-negative"
+            raise InputError(path, f"must be {what} integer", field=f"{section}.{f}")
+    if s["budget_bytes"] != s["budget_mib"] << 20:
+        raise InputError(path, "is not budget_mib MiB", field=f"{section}.budget_bytes")
+
+
 def _validate_vram(s: Any, path: str | Path | None) -> None:
     """The one VRAM budget (codegen.vram): the budget, each admitted rule's cost, never over."""
-    if not isinstance(s, dict):
-        raise InputError(path, "must be an object", field="vram")
-    for f in ("budget_mib", "budget_bytes", "planned_bytes"):
-        if not _is_int(s.get(f)) or s[f] < 0:
-            raise InputError(path, "must be a non-negative integer", field=f"vram.{f}")
-    if s["budget_bytes"] != s["budget_mib"] << 20:
-        raise InputError(path, "is not budget_mib MiB", field="vram.budget_bytes")
+    _check_budget(s, "vram", ("planned_bytes",), path)
     admitted = s.get("admitted")
     if not isinstance(admitted, list):
         raise InputError(path, "must be a list", field="vram.admitted")
@@ -411,24 +420,12 @@ def _validate_vram(s: Any, path: str | Path | None) -> None:
 
 def _validate_kv_shadow(s: Any, path: str | Path | None) -> None:
     """The KV shadow's run-time budget (codegen.kv_shadow): positive, in MiB and bytes."""
-    if not isinstance(s, dict):
-        raise InputError(path, "must be an object", field="kv_shadow")
-    for f in ("budget_mib", "budget_bytes"):
-        if not _is_int(s.get(f)) or s[f] <= 0:
-            raise InputError(path, "must be a positive integer", field=f"kv_shadow.{f}")
-    if s["budget_bytes"] != s["budget_mib"] << 20:
-        raise InputError(path, "is not budget_mib MiB", field="kv_shadow.budget_bytes")
+    _check_budget(s, "kv_shadow", (), path, positive=True)
 
 
 def _validate_cache(c: Any, path: str | Path | None) -> None:
     """The weight-cache plan (codegen.cache): a budget, the chosen shapes and their bytes, never over."""
-    if not isinstance(c, dict):
-        raise InputError(path, "must be an object", field="cache")
-    for f in ("budget_mib", "budget_bytes", "bytes"):
-        if not _is_int(c.get(f)) or c[f] < 0:
-            raise InputError(path, "must be a non-negative integer", field=f"cache.{f}")
-    if c["budget_bytes"] != c["budget_mib"] << 20:
-        raise InputError(path, "is not budget_mib MiB", field="cache.budget_bytes")
+    _check_budget(c, "cache", ("bytes",), path)
     tensors = c.get("tensors")
     if not isinstance(tensors, list):
         raise InputError(path, "must be a list", field="cache.tensors")
