@@ -95,10 +95,12 @@ if has_part profile && fits profile 80; then
     [ -f "$OUT/attribution.md" ] && done_part profile
 fi
 
+# the census of the trace part, else one carried in .carry (a committed trace's)
+CENSUS=${CENSUS:-$WORK/census.parquet}
+[ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
+
 if has_part tune && fits tune 90; then
     # the sweep resumes from its journal in $WORK across calls; it is done when a call finishes it in time
-    CENSUS=${CENSUS:-$WORK/census.parquet}
-    [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
     left=$(( DEADLINE - $(date +%s) - 45 ))
     [ -n "${TUNE_SECONDS:-}" ] && [ "$TUNE_SECONDS" -lt "$left" ] && left=$TUNE_SECONDS
     dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
@@ -117,7 +119,7 @@ fi
 if has_part table && fits table 60; then
     TUNING=${TUNING:-$WORK/tuning.parquet}
     [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
-    dispatch codegen "$TUNING" --census "$WORK/census.parquet" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
+    dispatch codegen "$TUNING" --census "$CENSUS" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
         { log "codegen failed"; tail -20 "$LOG"; exit 1; }
     dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
         { log "install failed"; tail -20 "$LOG"; exit 1; }
