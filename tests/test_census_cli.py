@@ -501,7 +501,7 @@ def test_declared_attention_needs_head_counts(make_gguf: MakeGguf, tmp_path: Pat
 
 
 # a real depth trace: llama-bench -p 2,3,4,512 -n 32 -d 4096,16384,49152 -fa on -ctk q8_0 on the H200
-# (lab/attn.sh PART=trace, sixth session): decode and verify, pp512, and the KV fill at every depth
+# (lab/attn.sh PART=trace): decode and verify, pp512, and the KV fill at every depth
 DEPTH_TRACE = archive.path("evidence/h200-2026-12-01-s6/attn/attn-trace/qwen3-seed-L4-q8_0.jsonl.gz")
 
 

@@ -69,7 +69,7 @@ H100_S25 = archive.path("evidence/h100-2026-12-06-s25")
 
 
 def test_shallow_shadow_rules_only_reuse_a_shadow_made_deeper(tmp_path: Path) -> None:
-    """The twenty-fifth session's H100 autotune sweep: shadow rules at KV buckets 256 (llama-bench's warm-up
+    """An H100 autotune sweep (H100_S25): shadow rules at KV buckets 256 (llama-bench's warm-up
     pass), 16384 (the depth fill), 32768 and 65536. Only the deepest unbroken run of buckets (16384-65536)
     makes the shadow; the bucket-256 rules read one made deeper (``kv=reuse``), so a context that stays
     shallow never pays the shadow's upkeep."""

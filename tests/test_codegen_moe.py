@@ -96,7 +96,7 @@ def test_winning_in_buckets_1_and_2_but_losing_in_3_gives_no_rule() -> None:
 
 @pytest.mark.parametrize("status", ["pruned", "wrong"])
 def test_a_config_the_race_stopped_or_found_wrong_in_one_bucket_gets_no_rule(status: str) -> None:
-    """The H200 sweep of the seventeenth session: the race stopped timing mmq/j=32 after one trial under
+    """An H200 sweep (evidence/h200-2026-12-04-s17): the race stopped timing mmq/j=32 after one trial under
     concentrated routing (0.57x of stock there), too few for a CI, and the rule was admitted on its
     passes elsewhere. Harmlessness needs the evidence in every bucket; a wrong result anywhere refuses."""
     speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 0.57}}
@@ -363,7 +363,7 @@ def _moe_decisions(path: Path) -> tuple[list[decide.Rule], list[decide.Refusal]]
 
 
 def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
-    """Real H200 sweeps (seventeenth session). The first raced against each bucket's best: its early-
+    """Real H200 sweeps (evidence/h200-2026-12-04-s17). The first raced against each bucket's best: its early-
     pruned configurations (0.57-0.63x of stock under concentrated routing) no longer make rules. The
     second raced against stock: its two rules, one a split, are the committed table's."""
     first, refused = _moe_decisions(archive.path("evidence/h200-2026-12-04-s17/moe-tuning.parquet"))
@@ -406,7 +406,7 @@ def _committed_rules(table_dir: Path) -> list[tuple[Any, ...]]:
 
 
 def test_the_h100_sweeps_with_the_fused_split_decide_as_committed() -> None:
-    """Real H100 sweeps (twenty-eighth session, focused with `tune run --only`). With the fixed-J fused
+    """Real H100 sweeps (focused with `tune run --only`). With the fixed-J fused
     splits every point at M 128 and 512 gets one, not slower than stock in any bucket (concentrated
     included); with split=fit beside them fit takes every point and one rule covers M 128-512 per shape.
     M = 1 keeps stock's mmvq (every mmq configuration is far slower there)."""
@@ -455,9 +455,9 @@ def test_the_h100_fit_table_is_within_2_percent_of_the_best_in_every_bucket() ->
 
 
 def test_the_third_h100_sweep_decides_split_fit_under_the_total_regret() -> None:
-    """Real H100 sweep (twenty-ninth session, a third H100). The table that ran (the worst-regret choice)
-    took the fused J = 16 at gate/up M = 128; the total regret takes split=fit there too, as the twenty-eighth
-    session's sweep did, and every bucket's in-sample time is within 2% of its per-point bests."""
+    """Real H100 sweep (a third H100, the -moe-fit-s29 table). The table that ran (the worst-regret choice)
+    took the fused J = 16 at gate/up M = 128; the total regret takes split=fit there too, as the earlier H100
+    sweep did, and every bucket's in-sample time is within 2% of its per-point bests."""
 
     table_dir = archive.path("tables/cuda-sm90-nvidia-h100-moe-fit-s29")
     rules, _ = _moe_decisions(table_dir / "tuning.parquet")
@@ -471,7 +471,7 @@ def test_the_third_h100_sweep_decides_split_fit_under_the_total_regret() -> None
 
 
 def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned() -> None:
-    """Real H100 sweep (thirtieth session): the trace routing kind beside the others (spread routing, so its
+    """Real H100 sweep (-moe-fit-s30): the trace routing kind beside the others (spread routing, so its
     cases land in the spread bucket) and id_sorted timed for the first time, pruned in every case for breaking
     CUDA graphs. The committed table is today's decision; two buckets are beyond 2% in-sample on this GPU."""
     table_dir = archive.path("tables/cuda-sm90-nvidia-h100-moe-fit-s30")
@@ -496,7 +496,7 @@ def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned
 
 
 def test_the_h200_fit_sweep_meets_the_issue_targets() -> None:
-    """Real H200 sweep and A/B (thirty-first session): #14's targets on the GPU they name. split=fit64 (its
+    """Real H200 sweep and A/B: #14's targets on the GPU they name. split=fit64 (its
     first GPU run) takes gate/up M = 128, split=fit the rest; id_sorted is pruned in every case; each routing
     bucket's in-sample time is within 2% of its per-point bests; pp2048 gains at ubatch 128 and by >= 1.15 at
     512, and tg128 is within noise."""

@@ -1,6 +1,6 @@
 """``codegen --op``: a table decided over some ops only, the others left to stock.
 
-On the tuning file autotune measured on an H100 in the twenty-fifth session (MUL_MAT rows of the depth
+On the tuning file autotune measured on an H100 (evidence/h100-2026-12-06-s25; MUL_MAT rows of the depth
 fill's matmuls and FLASH_ATTN_EXT rows at depth), real GPU measurements.
 """
 

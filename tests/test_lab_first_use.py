@@ -1,6 +1,6 @@
 """lab/ab_first_rep.py, lab/first_use_gaps.py and lab/eval_gaps.py: one-off costs in the first repetition of
 an A/B, the GPU idle before kernels' first launches, and each timed evaluation's host and GPU time. The A/B is
-a real one of the committed attention table (the eighth session's, on the build with the first warm-up); the
+a real one of the committed attention table (on the build with the first warm-up); the
 timelines are written here in the kernel-timeline format (real ones need a GPU)."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ HOOK_AB = sorted((archive.path("evidence/h200-2026-12-03-s14")).glob("ab-qwen3-s
 
 
 def test_each_repetition_apart_on_the_real_three_arm_ab() -> None:
-    # the fourteenth session's A/B (stock, the no-table hook, the shadow table; qwen3 f16): every test ran
+    # an A/B (stock, the no-table hook, the shadow table; qwen3 f16): every test ran
     # 3 repetitions in 8 pairs (7 in the first call, cut short by its deadline)
     assert len(HOOK_AB) == 2
     reps = ab_first_rep.each_rep(HOOK_AB, "table", "hook")

@@ -1,4 +1,4 @@
-"""lab/moe_split.py on the eighteenth session's recorded H200 MUL_MAT_ID sweep (real rows, both splits)."""
+"""lab/moe_split.py on a recorded H200 MUL_MAT_ID sweep (real rows, both splits)."""
 
 from __future__ import annotations
 

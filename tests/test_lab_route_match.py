@@ -1,4 +1,4 @@
-"""lab/route_match.py and lab/stock_wrong.py on the tenth session's recorded H200 sweep (real rows)."""
+"""lab/route_match.py and lab/stock_wrong.py on a recorded H200 sweep (real rows, S10 below)."""
 
 from __future__ import annotations
 

@@ -339,11 +339,11 @@ def test_records_named_before_the_kv_types_keep_their_caches_apart() -> None:
 
 
 ATTN_TABLE = archive.path("tables/cuda-sm90-nvidia-h200-attn")
-ATTN_AB_V1 = archive.path("evidence/h200-2026-12-01-s8/attn/ab-warmup-v1")  # the eighth session's A/B
+ATTN_AB_V1 = archive.path("evidence/h200-2026-12-01-s8/attn/ab-warmup-v1")  # the first attention A/B
 
 
 def test_losses_of_the_first_repetition_alone_are_told_apart() -> None:
-    # the eighth session's attention A/B: pp3 @ d4096 on the 8B model loses 0.79 over llama-bench's means of
+    # the first attention A/B: pp3 @ d4096 on the 8B model loses 0.79 over llama-bench's means of
     # 3 repetitions; repetitions 2-3 alone are within noise (the one-off cost is in repetition 1)
     records, _ = report_ab.load_ab([ATTN_AB_V1 / "ab-llama8b-q8_0-f16.jsonl"])
     assert all(r.later_tps is not None for r in records)
@@ -373,7 +373,7 @@ def test_report_summary_names_what_repetition_1_alone_carries() -> None:
 def test_the_committed_attention_report_says_what_its_records_show() -> None:
     records, _ = report_ab.load_ab([ATTN_TABLE / f"ab-{n}.jsonl" for n in AB_NAMES])
     notes = markdown.repetition_notes(analysis.ab_comparisons(records, decide.Params()))
-    # this session's A/B (the build that also warms stock's displaced kernels) has one loss, pp3 @ d4096
+    # the second A/B (the build that also warms stock's displaced kernels) has one loss, pp3 @ d4096
     # kv q8_0 on the 8B model, and it is in repetition 1 alone
     one = "- This loss is in repetition 1 alone"
     assert any(ln.startswith(one) and "pp3 @ d4096 kv q8_0" in ln for ln in notes)
@@ -483,7 +483,7 @@ def test_summary_says_how_many_losses_chance_alone_gives() -> None:
 
 
 def test_a_depth_test_is_predicted_at_its_own_M(tmp_path: Path) -> None:
-    """The autotune table of the twenty-second session (H100; matmul rules at M 256-1024 only) with its
+    """An H100 autotune table (matmul rules matmul rules at M 256-1024 only) with its
     A/B at depth: a pp2-pp4 / tg32 test at a depth gets the matmul prediction at its M (1.000: no rule
     there), pp512 @ d16384 the one at M = 512, and no test the whole census' figure (1.491x)."""
     import io
@@ -525,7 +525,7 @@ S23 = archive.path("evidence/h100-2026-12-06-s23")
 
 
 def test_a_gain_the_last_repetition_does_not_show_is_named() -> None:
-    # the twenty-third session's autotune shadow table on an H100 (16 pairs): pp2 @ d4096 kv q8_0 is the first
+    # an autotune shadow table on an H100 (16 pairs): pp2 @ d4096 kv q8_0 is the first
     # test of each llama-bench process; stock's repetition 1 took 7.3 ms against the table's 1.6, and the last
     # repetition (a replay) is within noise, so the 1.38 over the means is flagged
     calls = [S23 / "ab-qwen3-seed-call3.jsonl", S23 / "ab-qwen3-seed-call5.jsonl"]

@@ -292,7 +292,7 @@ def test_only_keeps_the_matching_candidates_and_names_a_pattern_that_matches_non
 def test_tune_run_only_focuses_the_mul_mat_id_cases_and_refuses_a_pattern_that_matches_none(
     tmp_path: Path,
 ) -> None:
-    # the H100 MoE census of the twenty-eighth session (a real trace of the qwen3moe-a3b-L8-scaled model)
+    # an H100 MoE census (a real trace of the qwen3moe-a3b-L8-scaled model)
     census = archive.path("tables/cuda-sm90-nvidia-h100-moe-fused/census.parquet")
     out = tmp_path / "t.parquet"
     args = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(out), "--dry-run"]

@@ -52,8 +52,8 @@ def reuse_below_makers(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rule that reads it. Per attention kind, the rules in the deepest unbroken run of power-of-two KV
     buckets that have shadow rules make it (``kv=shadow``); shallower ones (``kv=reuse``) read it where it
     exists, make it where the cache is long enough for one of those rules to apply in it (the hook:
-    ``fattn_kv_reuse_resolve``), and leave stock's kernel where neither holds. (The H100 A/B of the
-    twenty-sixth and twenty-seventh sessions: rules at KV bucket 256, which llama-bench's warm-up pass
+    ``fattn_kv_reuse_resolve``), and leave stock's kernel where neither holds. (In the H100 A/Bs of
+    evidence/h100-2026-12-06-s26 and -s27, rules at KV bucket 256, which llama-bench's warm-up pass
     reaches, made the shadow in every test, and at depth 4096, where no rule read it, tg32, pp3 and pp4 on
     a q8_0 cache ran 3-7% below stock.)"""
     buckets: dict[tuple[Any, ...], set[int]] = {}
