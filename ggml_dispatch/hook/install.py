@@ -33,6 +33,7 @@ from typing import Any, Final
 from ggml_dispatch import codes, registry, schema
 from ggml_dispatch.artifacts import table as table_artifact
 from ggml_dispatch.artifacts.table import Rule
+from ggml_dispatch.codegen import render, table
 from ggml_dispatch.hook import fit, patch, unhooked, upstream
 from ggml_dispatch.registry import MmvqBuild
 
@@ -185,29 +186,6 @@ def build_header(
     )
 
 
-def _fallback_empty_header() -> str:
-    """A valid 'no table' header, used only when codegen.render is not importable."""
-    return (
-        "/* ggml-dispatch-table.h: no dispatch table (stock dispatch). Written by ggml-dispatch install. */\n"
-        "#ifndef GGML_DISPATCH_TABLE_H\n#define GGML_DISPATCH_TABLE_H\n\n#include <stdint.h>\n\n"
-        f"#define GGML_DISPATCH_TABLE_LAYOUT_VERSION {schema.TABLE_LAYOUT_VERSION}\n"
-        "#define GGML_DISPATCH_TABLE_RULE_COUNT 0\n#define GGML_DISPATCH_TABLE_GPU_CC 0\n"
-        "#define GGML_DISPATCH_TABLE_GPU_SM_COUNT 0\n\n"
-        'static const char ggml_dispatch_table_gpu_name[] = "";\n'
-        'static const char ggml_dispatch_table_hash[] = "";\n'
-        'static const char ggml_dispatch_table_upstream_commit[] = "";\n\n'
-        "static inline int ggml_dispatch_table_gpu_matches(const char * name, int cc, int sm_count) {\n"
-        "    (void) name;\n    (void) cc;\n    (void) sm_count;\n    return 0;\n}\n\n"
-        f"#define GGML_DISPATCH_TABLE_KEY_SLOTS {registry.KEY_SLOTS}\n"
-        f"#define GGML_DISPATCH_TABLE_OP_COUNT {len(registry.OPS)}\n\n"
-        "static inline int ggml_dispatch_table_lookup(int op, int layout, int type0, int type1, "
-        "const int64_t * k, int64_t M) {\n"
-        "    (void) op;\n    (void) layout;\n    (void) type0;\n    (void) type1;\n"
-        "    (void) k;\n    (void) M;\n    return 0;\n}\n\n"
-        "#endif /* GGML_DISPATCH_TABLE_H */\n"
-    )
-
-
 @dataclass(frozen=True)
 class TableInfo:
     header: str
@@ -224,12 +202,6 @@ def table_info(
     """Render the header for ``table_path`` (or the 'no table' header). Bad tables raise InputError. Rules
     whose configuration needs a feature outside ``applied`` (None: all), or an mmvq candidate ``mmvq`` does
     not compile for the rule's weight type, are left out of the header."""
-    try:
-        from ggml_dispatch.codegen import render, table
-    except ImportError:
-        if table_path is not None:
-            raise InstallError("codegen.render is not available: cannot render a table header") from None
-        return TableInfo(_fallback_empty_header(), None, None, 0)
     if table_path is None:
         return TableInfo(render.render_header(table.empty_table()), None, None, 0)
     typed = table_artifact.load_typed(table_path)  # read and typed once; the header is rendered from it
