@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Final, Self
@@ -911,6 +911,12 @@ class _Key:
     DEFAULT_FIELDS: ClassVar[tuple[str, ...]] = ()
     # integer fields a row may lack (or hold null in): their value then
     OPTIONAL_FIELDS: ClassVar[Mapping[str, int]] = {}
+    # The op's own columns in the census and tuning files (:func:`op_columns`): beyond the columns every
+    # row of the file has, in file order. None: the key fields the file's shared columns lack. A key
+    # field takes the key's type (:meth:`column_types`); any other column is typed in EXTRA_COLUMNS.
+    CENSUS_COLUMNS: ClassVar[tuple[str, ...] | None] = None
+    TUNING_COLUMNS: ClassVar[tuple[str, ...] | None] = None
+    EXTRA_COLUMNS: ClassVar[Mapping[str, str]] = {}
 
     op: str
     layout: str
@@ -918,6 +924,12 @@ class _Key:
     @classmethod
     def fields(cls) -> tuple[str, ...]:
         return ("op", "layout", *cls.TYPE_FIELDS, *cls.INT_FIELDS)
+
+    @classmethod
+    def column_types(cls) -> dict[str, str]:
+        """The key's fields as file columns with their types (``schema``'s type names): op, layout and
+        the ggml type names are strings, the integer fields int64."""
+        return {f: "int64" if f in cls.INT_FIELDS else "string" for f in cls.fields()}
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Self:
@@ -1013,6 +1025,24 @@ class MulMatIdKey(_Key):
     INT_FIELDS: ClassVar[tuple[str, ...]] = ("N", "K", "E", "U", "routing")
     DEFAULT_FIELDS: ClassVar[tuple[str, ...]] = ("N", "K")
     OPTIONAL_FIELDS: ClassVar[Mapping[str, int]] = {"routing": 0}
+    # census rows ingested from a trace with tokens-per-expert statistics (E and U are matmul census
+    # columns: 1 on MUL_MAT rows): the bucket most of the key's calls fell in, and means per sampled call
+    CENSUS_COLUMNS: ClassVar[tuple[str, ...] | None] = (
+        "routing",
+        "experts_nonempty",
+        "tokens_max",
+        "tokens_cv",
+    )
+    # tuning rows: the harness' routing kind (uniform, skewed, few, trace), the bucket its case measured
+    # (null: not measured) and the experts used per token (a gate/up node's n_expert_used, U = 1)
+    TUNING_COLUMNS: ClassVar[tuple[str, ...] | None] = ("E", "U", "routing_kind", "routing", "used")
+    EXTRA_COLUMNS: ClassVar[Mapping[str, str]] = {
+        "experts_nonempty": "float64",
+        "tokens_max": "float64",
+        "tokens_cv": "float64",
+        "routing_kind": "string",
+        "used": "int64",
+    }
 
     op: str
     layout: str
@@ -1044,6 +1074,13 @@ class FlashAttnKey(_Key):
     kv: int
 
 
+# The census files an op's rows can be in: the matmul census (``census ingest``, ``census from-gguf``) and
+# the attention census (``census attention``).
+CENSUS_MATMUL: Final = "matmul"
+CENSUS_ATTENTION: Final = "attention"
+CENSUS_KINDS: Final = (CENSUS_MATMUL, CENSUS_ATTENTION)
+
+
 @dataclass(frozen=True)
 class OpSpec:
     op: Op
@@ -1052,6 +1089,10 @@ class OpSpec:
     layouts: tuple[Layout, ...]
     key: type[_Key]
     doc: str
+    census: str  # the census file its rows are in (CENSUS_KINDS)
+    # The tuner module whose ``candidates`` function makes the op's cases from a census; named, not
+    # imported (the core imports no stage): ggml_dispatch.tuner.candidates resolves it.
+    candidates: str
 
     @property
     def routes(self) -> tuple[Route, ...]:
@@ -1072,19 +1113,42 @@ OPS: Final[dict[Op, OpSpec]] = {
         (Layout.WEIGHT, Layout.ATTENTION),
         ShapeKey,
         "Y = X W (dense matmul)",
+        census=CENSUS_MATMUL,
+        candidates="ggml_dispatch.tuner.select",
     ),
     Op.MUL_MAT_ID: OpSpec(
-        Op.MUL_MAT_ID, 1, "GGML_OP_MUL_MAT_ID", (Layout.EXPERT,), MulMatIdKey, "expert matmul (MoE)"
+        Op.MUL_MAT_ID,
+        1,
+        "GGML_OP_MUL_MAT_ID",
+        (Layout.EXPERT,),
+        MulMatIdKey,
+        "expert matmul (MoE)",
+        census=CENSUS_MATMUL,
+        candidates="ggml_dispatch.tuner.mul_mat_id",
     ),
     Op.FLASH_ATTN_EXT: OpSpec(
-        Op.FLASH_ATTN_EXT, 2, "GGML_OP_FLASH_ATTN_EXT", (Layout.ATTENTION,), FlashAttnKey, "FlashAttention"
+        Op.FLASH_ATTN_EXT,
+        2,
+        "GGML_OP_FLASH_ATTN_EXT",
+        (Layout.ATTENTION,),
+        FlashAttnKey,
+        "FlashAttention",
+        census=CENSUS_ATTENTION,
+        candidates="ggml_dispatch.tuner.attention",
     ),
 }
 OP_CODES: Final[dict[Op, int]] = {o: s.code for o, s in OPS.items()}
 
+# The order the ops' own columns follow one another in a file that holds rows of several ops
+# (:func:`op_columns`): the order they joined its format (FLASH_ATTN_EXT's tuning columns came before
+# MUL_MAT_ID's); a new op's go last.
+COLUMN_ORDER: Final[tuple[Op, ...]] = (Op.MUL_MAT, Op.FLASH_ATTN_EXT, Op.MUL_MAT_ID)
+
 for _spec in OPS.values():
     assert _spec.key.OP is _spec.op and len(_spec.key.INT_FIELDS) <= KEY_SLOTS
     assert [f.name for f in dataclasses.fields(_spec.key)] == list(_spec.key.fields())  # type: ignore[arg-type]
+    assert _spec.census in CENSUS_KINDS, _spec
+assert sorted(COLUMN_ORDER) == sorted(OPS)
 
 
 def op_spec(op: Op | str) -> OpSpec:
@@ -1093,6 +1157,41 @@ def op_spec(op: Op | str) -> OpSpec:
 
 def key_class(op: Op | str) -> type[_Key]:
     return OPS[Op(op)].key
+
+
+def census_ops(census: str) -> tuple[Op, ...]:
+    """The ops whose rows a census file of kind ``census`` (CENSUS_KINDS) holds, by code."""
+    return tuple(o for o, s in sorted(OPS.items(), key=lambda kv: kv[1].code) if s.census == census)
+
+
+def op_columns(file: str, shared: Mapping[str, str], ops: Iterable[Op] | None = None) -> dict[str, str]:
+    """The columns the ``ops`` (every op: None) add to a ``file`` ("census" or "tuning") whose every row
+    has the ``shared`` columns: each op's own columns (its key class' ``CENSUS_COLUMNS`` or
+    ``TUNING_COLUMNS``; by default the key fields ``shared`` lacks) in COLUMN_ORDER, a column two ops
+    share once, with their types (name -> ``schema`` type name). ValueError where an op's rows would lack
+    a key field, or two ops type one column differently."""
+    if file not in ("census", "tuning"):
+        raise ValueError(f"file must be census or tuning, got {file!r}")
+    wanted = set(OPS if ops is None else ops)
+    out: dict[str, str] = {}
+    for op in (o for o in COLUMN_ORDER if o in wanted):
+        key = OPS[op].key
+        types = {**key.column_types(), **key.EXTRA_COLUMNS}
+        declared = key.CENSUS_COLUMNS if file == "census" else key.TUNING_COLUMNS
+        names = declared if declared is not None else tuple(f for f in key.fields() if f not in shared)
+        lacking = [f for f in key.fields() if f not in shared and f not in names]
+        if lacking:
+            raise ValueError(f"{op} {file} rows lack its key field(s) {', '.join(lacking)}")
+        for name in (*(f for f in key.fields() if f in shared), *names):
+            kind = types.get(name, shared.get(name))
+            if kind is None:
+                raise ValueError(f"{op} {file} column {name!r} has no type ({key.__name__}.EXTRA_COLUMNS)")
+            other = shared.get(name, out.get(name, kind))
+            if other != kind:
+                raise ValueError(f"{op} {file} column {name!r} is {kind} here, {other} elsewhere")
+            if name not in shared:
+                out[name] = kind
+    return out
 
 
 def shape_key(row: Mapping[str, Any]) -> Any:

@@ -78,8 +78,9 @@ Layout = registry.Layout
 Fused = registry.Fused
 Route = registry.Route  # the kernel families a table may choose
 
-# The ops the route trace (ggml-route-trace/1) records and the census reads: the matrix multiplications.
-TRACE_OPS: Final = frozenset({Op.MUL_MAT, Op.MUL_MAT_ID})
+# The ops whose route-trace records (ggml-route-trace/1) the matmul census reads (the registry says which
+# census file each op's rows are in): the matrix multiplications.
+TRACE_OPS: Final = frozenset(registry.census_ops(registry.CENSUS_MATMUL))
 
 # Stable integer codes used by the generated header and the native hook (0 = stock / no rule).
 ROUTE_STOCK_CODE: Final = registry.STOCK_CODE
@@ -178,10 +179,9 @@ def is_contiguous(ne: tuple[int, ...], nb: tuple[int, ...], t: GgmlType) -> bool
 def layout_of(
     op: Op | str, src0_ne: tuple[int, ...], src0_nb: tuple[int, ...], src0_type: str, B: int
 ) -> Layout:
-    if Op(op) is Op.MUL_MAT_ID:
-        return Layout.EXPERT
-    if Op(op) is Op.FLASH_ATTN_EXT:
-        return Layout.ATTENTION
+    layouts = registry.OPS[Op(op)].layouts
+    if len(layouts) == 1:  # MUL_MAT_ID: expert, FLASH_ATTN_EXT: attention
+        return layouts[0]
     if B == 1 and is_contiguous(src0_ne, src0_nb, ggml_type(src0_type)):
         return Layout.WEIGHT
     return Layout.ATTENTION
@@ -322,16 +322,11 @@ CENSUS_COLUMNS: Final[dict[str, str]] = {
     "source": "string",  # Source.TRACE or Source.DECLARED
 }
 
-# Census columns of MUL_MAT_ID rows ingested from a trace with tokens-per-expert statistics; a file
-# without them reads as all null, and a census writes them only when a row has them. routing: the
-# registry's routing bucket most of the key's calls fell in (part of the key); the others are means per
-# sampled call (merged rows: weighted by calls).
-CENSUS_OPTIONAL_COLUMNS: Final[dict[str, str]] = {
-    "routing": "int64",
-    "experts_nonempty": "float64",
-    "tokens_max": "float64",
-    "tokens_cv": "float64",
-}
+# The census columns of one op's rows, from its key class (registry.op_columns): MUL_MAT_ID rows
+# ingested from a trace with tokens-per-expert statistics carry routing (the registry's routing bucket
+# most of the key's calls fell in, part of the key) and means per sampled call (merged rows: weighted by
+# calls). A file without them reads as all null, and a census writes them only when a row has them.
+CENSUS_OPTIONAL_COLUMNS: Final[dict[str, str]] = registry.op_columns("census", CENSUS_COLUMNS, TRACE_OPS)
 
 # Tuning results: one row per (shape, route, trial).
 TUNING_COLUMNS: Final[dict[str, str]] = {
@@ -365,28 +360,17 @@ TUNING_COLUMNS: Final[dict[str, str]] = {
     "source": "string",
 }
 
+# The tuning columns of one op's rows (null on the others), from its key class (registry.op_columns):
+# FLASH_ATTN_EXT rows carry their attention key (registry.FlashAttnKey); MUL_MAT_ID rows the expert count
+# E, src1 rows per token U, the harness' routing kind (uniform, skewed, few, trace), the routing bucket its
+# case measured (registry.routing_bucket of the case's tokens-per-expert statistics; null: not measured)
+# and the experts per token of the case (U for a down node; the model's n_expert_used for a gate/up
+# node, U = 1): which routing buckets the point can meet (registry.attainable_buckets).
+TUNING_OP_COLUMNS: Final[dict[str, str]] = registry.op_columns("tuning", TUNING_COLUMNS)
+
 # Tuning columns a reader fills with nulls where an older file lacks them. config: the configuration
-# timed, canonical text (registry.Config); its route is the row's route.
-# FLASH_ATTN_EXT rows also carry their attention key (registry.FlashAttnKey; null on matmul rows)
-TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {
-    "config": "string",
-    "k_type": "string",
-    "v_type": "string",
-    "D_K": "int64",
-    "D_V": "int64",
-    "gqa": "int64",
-    "kv": "int64",
-    # MUL_MAT_ID rows (null on the others): the expert count E, src1 rows per token U, the harness'
-    # routing kind (uniform, skewed, few), the routing bucket its case measured
-    # (registry.routing_bucket of the case's tokens-per-expert statistics; null: not measured)
-    "E": "int64",
-    "U": "int64",
-    "routing_kind": "string",
-    "routing": "int64",
-    # experts per token of the case (src1 rows per token U for a down node; the model's n_expert_used
-    # for a gate/up node, U = 1): which routing buckets the point can meet (registry.attainable_buckets)
-    "used": "int64",
-}
+# timed, canonical text (registry.Config); its route is the row's route. Then the ops' own columns.
+TUNING_OPTIONAL_COLUMNS: Final[dict[str, str]] = {"config": "string", **TUNING_OP_COLUMNS}
 
 # The key that identifies a tunable MUL_MAT shape class (a rule is an M interval per such key); the
 # other ops' keys are registry.MulMatIdKey and registry.FlashAttnKey (registry.key_class(op)).

@@ -416,3 +416,104 @@ def test_a_switch_parameter_is_swept_left_out_and_set() -> None:
     # mmq's split (MUL_MAT_ID only) is swept left out and set, only together with a J (2j_wave: stream_k=off;
     # 2j_fused: stream_k=off at the J with fused code)
     assert len(registry.route_configs("mmq")) == 1 + 16 * 2 * 2 + 16 + len(registry.MMQ_FUSED_J) + 2
+
+
+# --------------------------------------------------------------------------------------------
+# An op's file columns come from its key class (registry.op_columns)
+
+
+def test_each_ops_census_and_tuning_columns_come_from_its_key_class() -> None:
+    census = {**schema.CENSUS_COLUMNS, **schema.CENSUS_OPTIONAL_COLUMNS}
+    tuning = {**schema.TUNING_COLUMNS, **schema.TUNING_OPTIONAL_COLUMNS}
+    assert registry.op_columns("tuning", schema.TUNING_COLUMNS) == schema.TUNING_OP_COLUMNS
+    assert schema.TUNING_OPTIONAL_COLUMNS == {"config": "string", **schema.TUNING_OP_COLUMNS}
+    assert (
+        registry.op_columns("census", schema.CENSUS_COLUMNS, schema.TRACE_OPS)
+        == schema.CENSUS_OPTIONAL_COLUMNS
+    )
+    for op, spec in registry.OPS.items():
+        key = spec.key
+        files = [tuning] + ([census] if op in schema.TRACE_OPS else [])
+        for columns in files:  # every key field is a column of the op's rows, typed by the key
+            assert {f: columns.get(f) for f in key.fields()} == key.column_types(), op
+        for name, kind in key.EXTRA_COLUMNS.items():  # and so is every other column the key declares
+            assert any(columns.get(name) == kind for columns in files), (op, name)
+    # the attention census (its own file) leads with the FlashAttnKey's columns
+    from ggml_dispatch.artifacts.validators import ARROW_TYPES
+    from ggml_dispatch.census import attention
+
+    names = list(attention.COLUMNS)
+    fa = registry.FlashAttnKey.column_types()
+    assert names[3 : 3 + len(fa)] == list(fa)
+    assert all(attention.COLUMNS[n] == ARROW_TYPES[k] for n, k in fa.items())
+    assert registry.OPS[registry.Op.FLASH_ATTN_EXT].census == registry.CENSUS_ATTENTION
+
+
+def test_the_derived_columns_keep_the_file_formats() -> None:
+    """Derived, the optional columns are still exactly the committed files' (names, order, types)."""
+    assert list(schema.CENSUS_OPTIONAL_COLUMNS.items()) == [
+        ("routing", "int64"),
+        ("experts_nonempty", "float64"),
+        ("tokens_max", "float64"),
+        ("tokens_cv", "float64"),
+    ]
+    assert list(schema.TUNING_OPTIONAL_COLUMNS.items()) == [
+        ("config", "string"),
+        *[(n, "string") for n in ("k_type", "v_type")],
+        *[(n, "int64") for n in ("D_K", "D_V", "gqa", "kv", "E", "U")],
+        ("routing_kind", "string"),
+        ("routing", "int64"),
+        ("used", "int64"),
+    ]
+    assert {registry.Op.MUL_MAT, registry.Op.MUL_MAT_ID} == schema.TRACE_OPS
+
+
+def test_a_new_key_class_brings_its_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key class with other fields (standing in for a new op's) adds its fields to the tuning file's
+    columns without a list elsewhere; a declared column without a type, or a key field left out, is
+    refused."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True, order=True)
+    class NewKey(registry._Key):
+        OP = registry.Op.FLASH_ATTN_EXT
+        TYPE_FIELDS = ("a_type", "b_type")
+        INT_FIELDS = ("rows", "N")
+
+        op: str
+        layout: str
+        a_type: str
+        b_type: str
+        rows: int
+        N: int
+
+    spec = registry.OPS[registry.Op.FLASH_ATTN_EXT]
+    monkeypatch.setitem(registry.OPS, registry.Op.FLASH_ATTN_EXT, dataclasses.replace(spec, key=NewKey))
+    cols = registry.op_columns("tuning", schema.TUNING_COLUMNS)
+    assert list(cols)[:3] == ["a_type", "b_type", "rows"]  # N: a shared matmul column
+    assert cols["rows"] == "int64" and "k_type" not in cols and "E" in cols
+    monkeypatch.setattr(NewKey, "TUNING_COLUMNS", ("a_type", "b_type", "rows", "note"), raising=False)
+    with pytest.raises(ValueError, match="'note' has no type"):
+        registry.op_columns("tuning", schema.TUNING_COLUMNS)
+    monkeypatch.setattr(NewKey, "EXTRA_COLUMNS", {"note": "string"}, raising=False)
+    assert list(registry.op_columns("tuning", schema.TUNING_COLUMNS))[:4] == [
+        "a_type",
+        "b_type",
+        "rows",
+        "note",
+    ]
+    monkeypatch.setattr(NewKey, "TUNING_COLUMNS", ("a_type", "note"), raising=False)
+    with pytest.raises(ValueError, match="lack its key field"):
+        registry.op_columns("tuning", schema.TUNING_COLUMNS)
+    monkeypatch.setattr(NewKey, "TUNING_COLUMNS", None, raising=False)
+    with pytest.raises(ValueError, match="'N' is int64 here, string elsewhere"):
+        registry.op_columns("tuning", {**schema.TUNING_COLUMNS, "N": "string"})
+
+
+def test_every_op_is_in_one_census_with_a_candidate_generator() -> None:
+    """Each op's description names its census and its tuner candidate generator (resolved by the tuner:
+    tests/test_tuner_candidates.py); every op is in exactly one census kind."""
+    ops = [o for kind in registry.CENSUS_KINDS for o in registry.census_ops(kind)]
+    assert sorted(ops) == sorted(registry.OPS)
+    for spec in registry.OPS.values():
+        assert spec.candidates.startswith("ggml_dispatch.tuner."), spec

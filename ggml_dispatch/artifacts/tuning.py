@@ -38,13 +38,12 @@ META_TUNER_CASES: Final = schema.META_PREFIX + "tuner_cases"  # per-case details
 TABLE_ROUTES: Final = frozenset(r.value for r in schema.Route)
 SOURCES: Final = frozenset({schema.Source.MEASURED.value, schema.Source.REFERENCE.value})
 # What identifies one trial row: the shape, M, route, configuration and trial, measured on one GPU at
-# one commit.
+# one commit. The shape is the matmul columns and every op's own columns (schema.TUNING_OP_COLUMNS: an
+# op's key and what else shapes its case, e.g. MUL_MAT_ID's routing kind, bucket and experts per token:
+# one shape and M measured under several routings are several trials).
 ROW_KEY: Final = (
     *("op", "layout", "src0_type", "src1_type", "M", "N", "K", "B", "route", "config", "trial"),
-    # MUL_MAT_ID: one shape and M under several routing kinds, and (a census keys its rows by routing
-    # bucket) under one kind in several buckets; experts per token shape the routing too
-    *("E", "U", "routing_kind", "routing", "used"),
-    *("k_type", "v_type", "D_K", "D_V", "gqa", "kv"),  # FLASH_ATTN_EXT: its attention key
+    *schema.TUNING_OP_COLUMNS,
 )
 # The physical GPU (uuid) is part of a trial's identity: two sweeps on two GPUs each number their trials
 # from 0, and their rows at one point are distinct trials, never one counted twice.

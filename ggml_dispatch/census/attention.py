@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ggml_dispatch import fileio, registry, schema
+from ggml_dispatch.artifacts.validators import ARROW_TYPES
 from ggml_dispatch.census import estimate
 from ggml_dispatch.census.trace import RouteKey, Tally
 from ggml_dispatch.errors import InputError
@@ -32,14 +33,9 @@ COLUMNS: Final[dict[str, pa.DataType]] = {
     "gpu_name": pa.string(),
     "gpu_cc": pa.int64(),
     "gpu_sm_count": pa.int64(),
-    "op": pa.string(),
-    "layout": pa.string(),
-    "k_type": pa.string(),
-    "v_type": pa.string(),
-    "D_K": pa.int64(),
-    "D_V": pa.int64(),
-    "gqa": pa.int64(),
-    "kv": pa.int64(),  # KV-length bucket (registry.kv_bucket)
+    # the key's columns (registry.FlashAttnKey: op, layout, k_type, v_type, D_K, D_V, gqa, kv = the
+    # KV-length bucket, registry.kv_bucket)
+    **{name: ARROW_TYPES[kind] for name, kind in registry.FlashAttnKey.column_types().items()},
     "M": pa.int64(),  # Q columns
     "n_kv": pa.int64(),
     "q_heads": pa.int64(),
