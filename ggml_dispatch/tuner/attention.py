@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ggml_dispatch import registry
 from ggml_dispatch.errors import InputError
-from ggml_dispatch.tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, Selection
+from ggml_dispatch.tuner.select import DEFAULT_NMSE_MAX, DEFAULT_TRIALS, CompiledMmvq, Selection, Wanted
 
 FA_ROUTES: Final[tuple[str, ...]] = tuple(r.value for r in registry.OPS[registry.Op.FLASH_ATTN_EXT].routes)
 _KEY_INTS: Final = registry.FlashAttnKey.INT_FIELDS
@@ -112,7 +113,8 @@ def parse_routes(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(registry.canonical_config(r) for r in parts))
 
 
-def read_attention_census(path: Path) -> list[dict[str, Any]]:
+def read_attention_table(path: Path) -> pa.Table:
+    """An attention census' rows (every column `census attention` writes); else one InputError saying why."""
     from ggml_dispatch.census import attention
 
     try:
@@ -125,7 +127,11 @@ def read_attention_census(path: Path) -> list[dict[str, Any]]:
     missing = [c for c in attention.COLUMNS if c not in table.column_names]
     if missing:
         raise InputError(path, f"columns missing: {', '.join(missing)}")
-    rows: list[dict[str, Any]] = table.to_pylist()
+    return table
+
+
+def read_attention_census(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = read_attention_table(path).to_pylist()
     return rows
 
 
@@ -196,4 +202,27 @@ def select_attention(
         covered_est_us=covered,
         skipped=skipped,
         skipped_rows=skipped_rows,
+    )
+
+
+def candidates(
+    census: pa.Table,
+    wanted: Wanted,
+    prior: Selection | None,
+    *,
+    path: str | Path = "<census>",
+    mmvq: CompiledMmvq | None = None,
+) -> Selection:
+    """FLASH_ATTN_EXT's candidate generator (registry.OPS names this module; tuner.candidates calls it): the
+    cases of an attention census, :func:`select_attention`. The only op of its census: no ``prior``."""
+    if prior is not None:
+        raise ValueError(
+            "FLASH_ATTN_EXT's cases are the only ones of an attention census: no prior selection"
+        )
+    return select_attention(
+        census.to_pylist(),
+        coverage=wanted.coverage,
+        routes=wanted.routes,
+        trials=wanted.trials,
+        nmse_max=wanted.nmse_max,
     )

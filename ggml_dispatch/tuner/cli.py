@@ -371,16 +371,8 @@ def run_cmd(
         allow_mixed=allow_mixed,
         remeasure=remeasure,
     )
-    if attention:
-        selection = tattn.select_attention(
-            tattn.read_attention_census(census),
-            coverage=settings.coverage,
-            routes=settings.routes,
-            trials=settings.trials,
-            nmse_max=settings.nmse_max,
-        )
-    else:
-        selection = select_census(census, settings, mmvq=build.tree_mmvq(tree))
+    # each op of the census adds its cases through the candidate generator its description names
+    selection = select_census(census, settings, mmvq=build.tree_mmvq(tree))
     if dry_run:
         for c in shard_cases(selection.cases, shard_t):
             click.echo(json.dumps(c.spec()))

@@ -35,12 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import pyarrow as pa
+
 from ggml_dispatch import options, registry
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.tuner.select import (
     DEFAULT_NMSE_MAX,
     DEFAULT_TRIALS,
+    CompiledMmvq,
     Selection,
+    Wanted,
     census_fused,
     census_int,
     census_types,
@@ -306,3 +310,32 @@ def with_mul_mat_id(selection: Selection, moe: MoeSelection) -> Selection:
         skipped=skipped,
         skipped_rows=skipped_rows,
     )
+
+
+def candidates(
+    census: pa.Table,
+    wanted: Wanted,
+    prior: Selection | None,
+    *,
+    path: str | Path = "<census>",
+    mmvq: CompiledMmvq | None = None,
+) -> Selection:
+    """MUL_MAT_ID's candidate generator (registry.OPS names this module; tuner.candidates calls it): the
+    MUL_MAT selection of the same census (``prior``) with the MUL_MAT_ID cases under each of the wanted
+    routing kinds added (:func:`select_mul_mat_id`, :func:`with_mul_mat_id`); none when no kind is wanted."""
+    if prior is None:
+        raise ValueError("MUL_MAT_ID's cases join the MUL_MAT selection of their census: no prior selection")
+    if not wanted.routing_kinds:
+        return prior
+    moe = select_mul_mat_id(
+        census.select(
+            list(CENSUS_COLUMNS) + [c for c in TRACE_STATS if c in census.column_names]
+        ).to_pylist(),
+        coverage=wanted.coverage,
+        routes=wanted.routes,
+        routing_kinds=wanted.routing_kinds,
+        trials=wanted.trials,
+        nmse_max=wanted.nmse_max,
+        path=path,
+    )
+    return with_mul_mat_id(prior, moe)

@@ -24,8 +24,8 @@ from typing import Any, Final
 
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.artifacts import census as census_artifact
+from ggml_dispatch.tuner import candidates, results
 from ggml_dispatch.tuner import mul_mat_id as tmoe
-from ggml_dispatch.tuner import results
 from ggml_dispatch.tuner.build import TreeStamp
 from ggml_dispatch.tuner.executor import Executor, HarnessJob, SerialExecutor, check_sweep_gpus, gpu_id
 from ggml_dispatch.tuner.journal import Journal
@@ -35,7 +35,6 @@ from ggml_dispatch.tuner.select import (
     Case,
     CompiledMmvq,
     Selection,
-    select_cases,
     shard_cases,
 )
 
@@ -118,34 +117,10 @@ def harness_args(device: str | None, l2_bytes: int | None, extra: Sequence[str])
 def select_census(
     census_path: Path, settings: SweepSettings, *, mmvq: CompiledMmvq | None = None
 ) -> Selection:
-    """The cases of a matmul census: MUL_MAT points (tuner.select) and, under each of the settings'
-    ``routing_kinds``, MUL_MAT_ID points (tuner.mul_mat_id; none when ``routing_kinds`` is empty)."""
-    table = census_artifact.read(census_path).table
-    selection = select_cases(
-        table.select(list(NEEDED_COLUMNS)).to_pylist(),
-        coverage=settings.coverage,
-        routes=settings.routes,
-        trials=settings.trials,
-        nmse_max=settings.nmse_max,
-        layouts=settings.layouts,
-        whole_shapes=settings.whole_shapes,
-        path=census_path,
-        mmvq=mmvq,
-    )
-    if not settings.routing_kinds:
-        return selection
-    moe = tmoe.select_mul_mat_id(
-        table.select(
-            list(tmoe.CENSUS_COLUMNS) + [c for c in tmoe.TRACE_STATS if c in table.column_names]
-        ).to_pylist(),
-        coverage=settings.coverage,
-        routes=settings.routes,
-        routing_kinds=settings.routing_kinds,
-        trials=settings.trials,
-        nmse_max=settings.nmse_max,
-        path=census_path,
-    )
-    return tmoe.with_mul_mat_id(selection, moe)
+    """The cases of a census (a matmul census: MUL_MAT points, and under each of the settings'
+    ``routing_kinds`` MUL_MAT_ID points; an attention census: FLASH_ATTN_EXT points), each op's from the
+    candidate generator its description names (tuner.candidates)."""
+    return candidates.select(census_path, settings, mmvq=mmvq)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -389,8 +364,8 @@ def run_sweep(
     executor: Executor | None = None,
     selection: Selection | None = None,
 ) -> SweepResult:
-    """``selection``: the cases, already selected from ``census_path`` (an attention census:
-    tuner.attention); else the matmul census is read and selected here (:func:`select_census`).
+    """``selection``: the cases, already selected from ``census_path``; else the census is read and
+    selected here (:func:`select_census`).
     ``settings.remeasure``: cases the journal holds as failed or with wrong trials run again (their new
     records replace the old). ``recorded``: more settings for the tuning file to record."""
     shard, max_seconds, allow_mixed = settings.shard, settings.max_seconds, settings.allow_mixed

@@ -4,7 +4,7 @@ Policy (ARCHITECTURE.md "Census", "Decision rule"):
 
 * Only rows a table can override are tuned: MUL_MAT, not fused. Fused groups (``fused`` set) never
   reach the table's lookup; both they and MUL_MAT_ID rows are counted and reported as skipped here
-  (MUL_MAT_ID rows are selected by tuner.mul_mat_id, which the sweep adds: tuner.run.select_census).
+  (MUL_MAT_ID rows are selected by tuner.mul_mat_id, which the sweep adds: tuner.candidates).
   The attention layout is opt-in (``layouts``): the harness builds it as a KV-cache-like view with B
   heads, but the census does not say how many KV heads are broadcast (GQA), so its timings are an
   approximation.
@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
+
+import pyarrow as pa
 
 from ggml_dispatch import registry, schema
 from ggml_dispatch.errors import InputError
@@ -67,6 +69,27 @@ class CompiledMmvq(Protocol):
     """Which mmvq candidate instances a build compiles (registry.MmvqBuild)."""
 
     def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool: ...
+
+
+class Wanted(Protocol):
+    """What a sweep asks of the candidate generators (tuner.run.SweepSettings): the candidates
+    (configurations), trials and numerics threshold per case, the share of the census' est_us to cover,
+    and the op-specific choices (MUL_MAT: layouts, whole shapes; MUL_MAT_ID: routing kinds)."""
+
+    @property
+    def routes(self) -> tuple[str, ...]: ...
+    @property
+    def trials(self) -> int: ...
+    @property
+    def nmse_max(self) -> float: ...
+    @property
+    def coverage(self) -> float: ...
+    @property
+    def layouts(self) -> tuple[str, ...]: ...
+    @property
+    def whole_shapes(self) -> bool: ...
+    @property
+    def routing_kinds(self) -> tuple[str, ...]: ...
 
 
 def configs_at(
@@ -323,6 +346,31 @@ def select_cases(
         covered_est_us=covered,
         skipped=dict(skipped),
         skipped_rows=dict(skipped_rows),
+    )
+
+
+def candidates(
+    census: pa.Table,
+    wanted: Wanted,
+    prior: Selection | None,
+    *,
+    path: str | Path = "<census>",
+    mmvq: CompiledMmvq | None = None,
+) -> Selection:
+    """MUL_MAT's candidate generator (registry.OPS names this module; tuner.candidates calls it): the cases
+    of the matmul census' MUL_MAT points, :func:`select_cases`. The first op of its census: no ``prior``."""
+    if prior is not None:
+        raise ValueError("MUL_MAT's cases are the first of a matmul census: no prior selection")
+    return select_cases(
+        census.select(list(NEEDED_COLUMNS)).to_pylist(),
+        coverage=wanted.coverage,
+        routes=wanted.routes,
+        trials=wanted.trials,
+        nmse_max=wanted.nmse_max,
+        layouts=wanted.layouts,
+        whole_shapes=wanted.whole_shapes,
+        path=path,
+        mmvq=mmvq,
     )
 
 
