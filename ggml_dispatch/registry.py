@@ -7,7 +7,8 @@ into the tree beside the other native files, the harness build gets the same fil
 the op and type tables against the pinned tree's ``ggml/include/ggml.h``.
 
 * **ops** (:class:`Op`): the ggml ops the project measures, with their ggml enum name, the layout
-  classes they come in, and the shape-key class that identifies a tunable shape of the op.
+  classes they come in, the shape-key class that identifies a tunable shape of the op, the census file
+  its rows are in and the tuner module that makes its cases (named, resolved by the tuner).
 * **layouts** (:class:`Layout`): rules never cross layout classes.
 * **routes** (:class:`Route`): the kernel families a table or a forced run may choose, per op, each
   with its named **parameters** and their legal values. Trace-only routes (paths stock takes that a
@@ -22,7 +23,8 @@ the op and type tables against the pinned tree's ``ggml/include/ggml.h``.
 * **shape keys**: one frozen dataclass per op (:class:`ShapeKey` for MUL_MAT, :class:`MulMatIdKey`,
   :class:`FlashAttnKey`). A rule is an interval of ``M`` (tokens; Q columns for attention) per key.
   In the C table a key is (op, layout, type0, type1, k[KEY_SLOTS]); a key's ``DEFAULT_FIELDS`` set to
-  0 make the per-type default the lookup falls back to.
+  0 make the per-type default the lookup falls back to. A key's fields, and the other per-row columns
+  its class declares, are the op's columns in the census and tuning files (:func:`op_columns`).
 """
 
 from __future__ import annotations
