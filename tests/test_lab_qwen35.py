@@ -206,3 +206,25 @@ def test_a_missing_folder_fails_before_writing(tmp_path: Path, capsys: pytest.Ca
 def test_the_check_command(reduced: Path, tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert qwen35.main(["check", str(reduced), "--tree", str(tree)]) == 0
     assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+def test_a_declared_census_of_the_model_lists_every_projection_of_the_delta_net_and_mtp_blocks(
+    reduced: Path,
+) -> None:
+    # `census from-gguf` (autotune's census without a trace) must see the gated-delta-net layers'
+    # projections (attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out) and the MTP block's eh_proj: in
+    # the traced seed workload they are an eighth of the matmul time
+    from ggml_dispatch.census import aggregate, estimate, gguf_meta
+
+    spec = estimate.lookup_name("h200")
+    assert spec is not None
+    rows = aggregate.declared_rows(gguf_meta.read_gguf(reduced), [1, 3], 1, spec)
+    listed = {r["tensor"]: r["role"] for r in rows}
+    quantized_2d = {s.name for s in qwen35.tensor_specs(REDUCED) if s.type != "F32" and len(s.ne) == 2}
+    assert set(listed) == quantized_2d - {"token_embd.weight"}  # token_embd is read by GET_ROWS only
+    assert {listed[f"blk.0.{r}.weight"] for r in ("attn_gate", "ssm_alpha", "ssm_beta", "ssm_out")} == {
+        "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out"
+    }  # fmt: skip
+    mtp = REDUCED.layers  # the MTP block follows the trunk
+    assert listed[f"blk.{mtp}.nextn.eh_proj.weight"] == "nextn.eh_proj"
+    assert "other" not in listed.values()

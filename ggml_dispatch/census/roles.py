@@ -42,6 +42,19 @@ BLOCK_ROLES: Final = frozenset(
         "ffn_gate_shexp",
         "ffn_up_shexp",
         "ffn_down_shexp",
+        # linear-attention / state-space layers (qwen35's gated delta net, qwen3next, mamba): their
+        # projections are matmuls like any other, the recurrence itself is its own op
+        "attn_gate",
+        "ssm_in",
+        "ssm_x",
+        "ssm_dt",
+        "ssm_out",
+        "ssm_ba",
+        "ssm_alpha",
+        "ssm_beta",
+        # MTP (next-token prediction) blocks: blk.N.nextn.*; the head's own lm_head copy where it has one
+        "nextn.eh_proj",
+        "nextn.shared_head_head",
     }
 )
 EXPERT_ROLES: Final = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps"})
@@ -50,7 +63,7 @@ ROLES: Final = BLOCK_ROLES | {LM_HEAD, ATTN_KQ, ATTN_KQV, OTHER}
 LM_HEAD_TENSOR: Final = "output.weight"
 TOKEN_EMBD_TENSOR: Final = "token_embd.weight"
 
-_BLOCK = re.compile(r"blk\.\d+\.([a-z0-9_]+)\.weight")
+_BLOCK = re.compile(r"blk\.\d+\.((?:nextn\.)?[a-z0-9_]+)\.weight")
 # KV-cache tensors are named cache_k_l<il> / cache_v_l<il> (llama-kv-cache.cpp, optionally with a tag
 # between "cache_" and "k"); views and permutes append " (view)", " (permuted)", ...
 _CACHE_K = re.compile(r"cache_(?:[a-z0-9]+_)?k_l\d+")
