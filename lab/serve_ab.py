@@ -118,6 +118,34 @@ def acceptance(timings: Sequence[Timings]) -> float | None:
 # --- the server process ---------------------------------------------------------------------------
 
 
+_REASON_MARKS = ("unknown model architecture", "error loading model", "failed to", "error:", "exception")
+
+
+def log_reason(text: str) -> str | None:
+    """The first line of a server log that says why it stopped (llama.cpp's loader and server errors)."""
+    for line in text.splitlines():
+        low = line.lower()
+        if any(m in low for m in _REASON_MARKS):
+            return line.strip()
+    return None
+
+
+def model_problem(model: Path, modes: Sequence[str]) -> str | None:
+    """Why ``model`` cannot serve ``modes`` (checked before any server starts), or None."""
+    from ggml_dispatch.census import gguf_meta
+    from ggml_dispatch.errors import InputError
+
+    try:
+        m = gguf_meta.read_gguf(model)
+    except InputError as e:
+        return str(e)
+    if not m.architecture:
+        return f"{model}: no general.architecture"
+    if "mtp" in modes and (problem := m.mtp_problem()) is not None:
+        return f"{model}: {problem}; mode mtp drafts with the model's own MTP head (--modes plain without it)"
+    return None
+
+
 @dataclass
 class Server:
     binary: Path
@@ -143,7 +171,9 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.proc.returncode}: see {self.log}")
+                reason = log_reason(self.log.read_text(errors="replace")) or "no reason in its log"
+                rc = self.proc.returncode
+                raise RuntimeError(f"llama-server exited with {rc}: {reason} (see {self.log})")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
                     if r.status == 200:
@@ -403,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8190)
     ap.add_argument("--timeline", type=Path, help="libkernel_timeline.so (profile)")
     args = ap.parse_args(argv)
+    modes = args.modes.split(",")
+    if bad := sorted(set(modes) - {"mtp", "plain"}):
+        ap.error(f"--modes: {', '.join(bad)} is not mtp or plain")
+    if (problem := model_problem(args.model, modes)) is not None:
+        ap.error(problem)
     if args.what == "ab":
         args.arm = args.arm or ["stock=off", "table=table"]
         return run_ab(args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -59,3 +60,26 @@ def test_bad_values_are_one_usage_error(model: Path, tmp_path: Path, flag: str, 
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2
     assert flag in res.output and "Traceback" not in res.output
+
+
+def test_a_model_without_an_mtp_block_gets_one_note(model: Path, tmp_path: Path) -> None:
+    # the qwen35 model has one (no note); a GGUF of the same tensors without the MTP block's key and
+    # tensors is served with a separate draft model only, which the note says
+    import gguf
+
+    tree = tmp_path / "llama.cpp"
+    (tree / "ggml" / "src" / "ggml-cuda").mkdir(parents=True)
+    plain = tmp_path / "no-mtp.gguf"
+    w = gguf.GGUFWriter(plain, "qwen35")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.ffn_up.weight", np.zeros((64, 256), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for path, noted in ((model, False), (plain, True)):
+        args = ["autotune", "--llama-cpp", str(tree), "--model", str(path), "--spec-draft", "2"]
+        res = CliRunner().invoke(main, [*args, "--dry-run", "-o", str(tmp_path / f"t-{noted}")])
+        assert res.exit_code == 0, res.output
+        notes = [line for line in res.output.splitlines() if "no MTP block" in line]
+        assert len(notes) == int(noted), res.output

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import MakeGguf
 
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.report import timeline as tl
@@ -167,3 +168,58 @@ def test_the_seed_workloads_census_has_the_verify_widths() -> None:
     calls = c[c.op == "MUL_MAT"].groupby("M").calls.sum()
     for m in (1, 3, 4, 12, 1024):  # decode, one slot's verify, 4 slots plain, 4 slots verifying, prefill
         assert calls.get(m, 0) > 1000, m
+
+
+# A llama-server log of a model it could not load (the pinned tree's server, CPU build, a GGUF of
+# architecture "foo"): the lines before the error, verbatim.
+FAILED_LOAD_LOG = """\
+0.00.004.998 I main: loading model
+0.00.005.163 E llama_model_load: error loading model: unknown model architecture: 'foo'
+0.00.005.189 E llama_model_load_from_file_impl: failed to load model
+0.00.005.786 E srv  llama_server: exiting due to model loading error
+"""
+
+
+def test_a_server_that_exits_says_why_from_its_log() -> None:
+    reason = serve_ab.log_reason(FAILED_LOAD_LOG)
+    assert reason is not None and "unknown model architecture: 'foo'" in reason
+    assert serve_ab.log_reason("0.00.001 I main: loading model\n") is None
+
+
+@pytest.mark.parametrize(
+    ("arch", "kv", "tensors", "modes", "message"),
+    [
+        ("qwen35", {}, [], ["mtp", "plain"], "no MTP block (qwen35.nextn_predict_layers is 0 or absent)"),
+        ("qwen35", {"qwen35.nextn_predict_layers": 1}, [], ["mtp"], "has no blk.N.nextn.* tensor"),
+        ("qwen35", {}, [], ["plain"], None),
+        ("qwen35", {"qwen35.nextn_predict_layers": 1}, [("blk.1.nextn.eh_proj.weight", "q8_0", [64, 32])],
+         ["mtp"], None),
+    ],
+)  # fmt: skip
+def test_a_model_that_cannot_serve_a_mode_is_refused_before_any_server_starts(
+    make_gguf: MakeGguf,
+    arch: str,
+    kv: dict[str, int],
+    tensors: list[tuple[str, str, list[int]]],
+    modes: list[str],
+    message: str | None,
+) -> None:
+    path = make_gguf("m.gguf", [("token_embd.weight", "q8_0", [32, 64]), *tensors], arch=arch, kv=kv)
+    problem = serve_ab.model_problem(path, modes)
+    assert problem == message if message is None else (problem is not None and message in problem)
+
+
+def test_the_command_line_refuses_a_model_without_mtp_with_one_message(
+    make_gguf: MakeGguf, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = make_gguf("m.gguf", [("token_embd.weight", "q8_0", [32, 64])], arch="qwen35")
+    with pytest.raises(SystemExit) as e:
+        serve_ab.main(["ab", "--server", "/bin/false", "--model", str(path), "-o", str(tmp_path / "o")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line for line in err if "error:" in line] == [err[-1]]  # argparse's usage, then one error
+    assert "no MTP block" in err[-1] and "--modes plain" in err[-1]
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit):
+        serve_ab.main(["ab", "--server", "/bin/false", "--model", str(tmp_path / "none.gguf"), "-o", "x"])
+    assert "none.gguf" in capsys.readouterr().err

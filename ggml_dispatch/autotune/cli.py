@@ -249,7 +249,13 @@ def autotune_cmd(
     ubatches = int_list(ubatch, "ubatch", param_hint="--ubatch")
     depths = int_list(depth, "depth", param_hint="--depth") if depth is not None else ()
     for m in models:  # a GGUF whose header parses, not merely a file
-        gguf_meta.read_gguf(m)
+        model_meta = gguf_meta.read_gguf(m)
+        if spec_draft and (no_mtp := model_meta.mtp_problem()) is not None:
+            click.echo(
+                f"note: {m}: {no_mtp}: the --spec-draft widths are measured for a separate draft model's "
+                "verify; llama-server --spec-type draft-mtp would refuse this model",
+                err=True,
+            )
     quantized_kv = bool(depth) and kv_type not in ("f16", "bf16")
     if depth_fill and not depth:
         raise click.UsageError("--depth-fill needs --depth")

@@ -37,6 +37,15 @@ class GgufModel:
     embedding_length: int = 0
     key_length: int = 0  # head size of K (0: embedding_length / head_count)
     value_length: int = 0
+    nextn_layers: int = 0  # MTP (next-token prediction) blocks after the trunk's, <arch>.nextn_predict_layers
+
+    def mtp_problem(self) -> str | None:
+        """Why this model cannot draft with its own MTP head (llama-server --spec-type draft-mtp), or None."""
+        if self.nextn_layers <= 0:
+            return f"no MTP block ({self.architecture or 'the model'}.nextn_predict_layers is 0 or absent)"
+        if not any(".nextn." in name for name in self.tensors):
+            return f"declares {self.nextn_layers} MTP block(s) but has no blk.N.nextn.* tensor"
+        return None
 
     @property
     def tied_embeddings(self) -> bool:
@@ -129,4 +138,5 @@ def read_gguf(path: str | Path) -> GgufModel:
         embedding_length=arch_int("embedding_length"),
         key_length=arch_int("attention.key_length"),
         value_length=arch_int("attention.value_length"),
+        nextn_layers=arch_int("nextn_predict_layers"),
     )
