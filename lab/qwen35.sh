@@ -13,7 +13,8 @@
 #   trace    lab.serve_ab trace (stock, route trace on), both modes -> census.parquet
 #   profile  lab.serve_ab profile (stock, CUPTI kernel timeline) -> attribution.md (lab.qwen35_attrib)
 #   tbo      test-backend-ops -o MUL_MAT at M <= 8 with each forced mmvq / mmvf configuration (issue #51)
-#   tune     ggml-dispatch tune run on the census (--max-seconds TUNE_SECONDS, journal resumes)
+#   tune     ggml-dispatch tune run on the census (--max-seconds TUNE_SECONDS, journal resumes), pruned to
+#            the candidates below unless TUNE_ARGS replaces them
 #   table    codegen -> table; install it into the tree; rebuild llama-server
 #   ab       lab.serve_ab ab: stock (GGML_CUDA_DISPATCH=off) vs table, AB_PAIRS pairs, both modes
 # A part skips itself (with a line in the log) when less than its expected seconds are left of DEADLINE_S.
@@ -99,12 +100,25 @@ fi
 CENSUS=${CENSUS:-$WORK/census.parquet}
 [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
 
+# The candidates a sweep of this census times within one session's device time (about 50 cases of 30
+# candidates at --coverage 0.9, 5 trials): the compiled mmvq pairs and mmvf blocks (decode, verify),
+# mmq tile widths a verify batch (M 3-12) or a ubatch of 1024 picks from, cuBLAS with f16 compute; no
+# weight=cached candidate (the seed's 16 GB cards leave no VRAM for weight copies).
+TUNE_PRUNED=(--coverage 0.9 --trials 5 --routes mmvf,mmvq,mmq,cublas --only 'mmvf/*'
+    --only 'mmvq/nwarps=1,rows=1' --only 'mmvq/nwarps=2,rows=1' --only 'mmvq/nwarps=4,rows=1'
+    --only 'mmvq/nwarps=4,rows=2' --only 'mmvq/nwarps=8,rows=1' --only 'mmvq/nwarps=8,rows=2'
+    --only 'mmq/j=8,*' --only 'mmq/j=16,*' --only 'mmq/j=32,*' --only 'mmq/j=48,*' --only 'mmq/j=64,*'
+    --only 'mmq/j=96,*' --only 'mmq/j=128,*' --only 'cublas/out=f32,compute=f16'
+    --only 'cublas/out=f16,compute=f16')
+if [ -n "${TUNE_ARGS:-}" ]; then read -ra TUNE_CANDIDATES <<<"$TUNE_ARGS"; else TUNE_CANDIDATES=("${TUNE_PRUNED[@]}"); fi
+
 if has_part tune && fits tune 90; then
     # the sweep resumes from its journal in $WORK across calls; it is done when a call finishes it in time
     left=$(( DEADLINE - $(date +%s) - 45 ))
     [ -n "${TUNE_SECONDS:-}" ] && [ "$TUNE_SECONDS" -lt "$left" ] && left=$TUNE_SECONDS
     dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
-        --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 ${TUNE_ARGS:-} >>"$LOG" 2>&1
+        --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 \
+        "${TUNE_CANDIDATES[@]}" >>"$LOG" 2>&1
     rc=$?
     cp "$WORK/tuning.parquet" "$WORK/tuning.journal.jsonl" "$OUT/" 2>/dev/null
     if tail -5 "$LOG" | grep -q "stopped by --max-seconds"; then

@@ -4,14 +4,19 @@ by lab.qwen35 with the synthetic vocabulary. The server runs themselves need a G
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import MakeGguf
 
+from ggml_dispatch import registry
+from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.report import timeline as tl
 from lab import qwen35, qwen35_attrib, serve_ab
@@ -223,3 +228,29 @@ def test_the_command_line_refuses_a_model_without_mtp_with_one_message(
     with pytest.raises(SystemExit):
         serve_ab.main(["ab", "--server", "/bin/false", "--model", str(tmp_path / "none.gguf"), "-o", "x"])
     assert "none.gguf" in capsys.readouterr().err
+
+
+def test_the_pruned_sweep_of_lab_qwen35_sh_plans_the_verify_widths_with_compiled_candidates(
+    tmp_path: Path,
+) -> None:
+    # the candidate list lab/qwen35.sh passes to `tune run` (TUNE_PRUNED), read from the script by bash,
+    # planned on the committed census: every pattern names candidates the sweep has, and the decode /
+    # verify widths the seed workload runs stay in it
+    script = Path(__file__).resolve().parents[1] / "lab" / "qwen35.sh"
+    read = f'eval "$(sed -n "/^TUNE_PRUNED=(/,/)$/p" {script})"; printf "%s\\n" "${{TUNE_PRUNED[@]}}"'
+    pruned = subprocess.run(["bash", "-c", read], capture_output=True, text=True, check=True).stdout.split(
+        "\n"
+    )
+    pruned = [a for a in pruned if a]
+    assert "--only" in pruned and len(pruned) > 10
+    args = ["tune", "run", str(EVIDENCE / "census.parquet"), "--llama-cpp", str(tmp_path)]
+    res = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "t.parquet"), "--dry-run", *pruned])
+    assert res.exit_code == 0, res.output
+    cases = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+    assert {1, 3, 4, 12, 1024} <= {c["M"] for c in cases}
+    compiled = {f"mmvq/nwarps={w},rows={r}" for w, r in registry.MMVQ_DEFAULT_CONFIGS}
+    small = next(c for c in cases if c["M"] == 3)
+    assert {r for r in small["routes"] if r.startswith("mmvq/")} == compiled  # the build's pairs, no other
+    patterns = [pruned[i + 1] for i, a in enumerate(pruned) if a == "--only"]
+    routes = {r for c in cases for r in c["routes"]}
+    assert all(any(fnmatch.fnmatchcase(r, p) for r in routes) for p in patterns)  # no pattern matches nothing
