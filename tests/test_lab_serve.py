@@ -1,4 +1,4 @@
-"""lab.serve_ab (the seed workload through llama-server) and lab.qwen35_attrib (its Amdahl table): the pure
+"""lab.serve_ab (the seed workload through llama-server) and report.attribution (its Amdahl table): the pure
 parts, on a real kernel timeline (the committed H200 profile: llama-bench processes) and a real GGUF written
 by lab.qwen35 with the synthetic vocabulary. The server runs themselves need a GPU (lab/qwen35.sh)."""
 
@@ -18,6 +18,7 @@ from conftest import MakeGguf
 from ggml_dispatch import registry
 from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
+from ggml_dispatch.report import attribution
 from ggml_dispatch.report import timeline as tl
 from lab import qwen35, qwen35_attrib, serve_ab
 
@@ -33,7 +34,7 @@ def _ktl(name: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tg_timeline() -> tl.Timeline:
-    return tl.timeline_artifact.parse_ktl(_ktl("stock.tg128.ktl"), PROFILE, qwen35_attrib.label)
+    return tl.timeline_artifact.parse_ktl(_ktl("stock.tg128.ktl"), PROFILE, attribution.label)
 
 
 def test_test_names_say_mtp_and_pp1024() -> None:
@@ -84,13 +85,13 @@ def test_kernels_are_attributed_to_ops_and_routes(tg_timeline: tl.Timeline) -> N
     assert "MUL_MAT mmvq" in labels  # decode on the H200 profile: quantized weights, M = 1
     assert "FLASH_ATTN_EXT" in labels
     assert "RMS_NORM" in labels or "RMS_NORM+ROPE" in labels
-    assert qwen35_attrib.label("_Z20gated_delta_net_cudaILi128EEvPKf") == "GATED_DELTA_NET"
-    assert qwen35_attrib.label("_Z12ssm_conv_f32ILm4EEvPKf") == "SSM_CONV"
-    assert qwen35_attrib.label("_Z15some_new_kernelv") == "?some_new_kernel"
+    assert attribution.label("_Z20gated_delta_net_cudaILi128EEvPKf") == "GATED_DELTA_NET"
+    assert attribution.label("_Z12ssm_conv_f32ILm4EEvPKf") == "SSM_CONV"
+    assert attribution.label("_Z15some_new_kernelv") == "?some_new_kernel"
 
 
 def test_a_timeline_cuts_at_idle_gaps_and_keeps_every_kernel(tg_timeline: tl.Timeline) -> None:
-    whole = qwen35_attrib.segments(tg_timeline, gap_ns=10**15)
+    whole = attribution.segments(tg_timeline, gap_ns=10**15)
     assert len(whole) == 1
     events = sorted([*((s, e) for s, e, _ in tg_timeline.kernels), *tg_timeline.copies])
     gaps, end = [], events[0][1]
@@ -98,30 +99,30 @@ def test_a_timeline_cuts_at_idle_gaps_and_keeps_every_kernel(tg_timeline: tl.Tim
         gaps.append(s - end)
         end = max(end, e)
     widest = max(gaps)
-    cut = qwen35_attrib.segments(tg_timeline, gap_ns=widest)
+    cut = attribution.segments(tg_timeline, gap_ns=widest)
     assert len(cut) == 1 + sum(g >= widest for g in gaps) >= 2
-    assert len(qwen35_attrib.segments(tg_timeline, gap_ns=widest + 1)) == 1
+    assert len(attribution.segments(tg_timeline, gap_ns=widest + 1)) == 1
     assert sum(len(s.kernels) for s in cut) == len(tg_timeline.kernels)
-    ms = qwen35_attrib.attribute(whole[0])
+    ms = attribution.attribute(whole[0])
     kernel_ms = sum(e - s for s, e, _ in tg_timeline.kernels) / 1e6
     assert sum(v for k, v in ms.items() if k != "copy") == pytest.approx(kernel_ms)
 
 
 def test_phases_are_matched_to_the_last_segments(tmp_path: Path, tg_timeline: tl.Timeline) -> None:
     (tmp_path / "plain.ktl").write_text("".join(_ktl("stock.tg128.ktl")))
-    segs = qwen35_attrib.segments(tg_timeline, gap_ns=1_000_000_000)
+    segs = attribution.segments(tg_timeline, gap_ns=1_000_000_000)
     timings = [{"prompt_n": 1, "prompt_ms": 1.0, "predicted_n": 128, "predicted_ms": 1.0}]
     row = {"mode": "plain", "phase": "decode", "depth": 0, "slots": 1, "gen": 128, "timings": timings}
     (tmp_path / "phases-plain.jsonl").write_text(json.dumps(row) + "\n")
-    (p,) = qwen35_attrib.load_mode(tmp_path, "plain")
+    (p,) = attribution.load(tmp_path, ["plain"])
     assert p.name == "plain decode d0 s1" and p.committed == 128
-    assert p.total == pytest.approx(sum(qwen35_attrib.attribute(segs[-1]).values()))
+    assert p.total == pytest.approx(sum(attribution.attribute(segs[-1]).values()))
     assert p.coverage > 0.95
-    text = qwen35_attrib.markdown([p])
+    text = attribution.markdown([p])
     assert text.startswith("| phase |") and "MUL_MAT mmvq" in text
     (tmp_path / "phases-plain.jsonl").write_text((json.dumps(row) + "\n") * (len(segs) + 1))
     with pytest.raises(InputError, match="busy segments"):
-        qwen35_attrib.load_mode(tmp_path, "plain")
+        attribution.load(tmp_path, ["plain"])
 
 
 def test_a_missing_profile_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,9 +152,10 @@ def test_the_seed_workloads_attribution_reproduces_from_its_timelines(tmp_path: 
     from the raw kernel timelines and covers at least 95% of GPU time in every phase."""
     with tarfile.open(EVIDENCE / "profile.tar.xz") as tar:
         tar.extractall(tmp_path, filter="data")
-    phases = [p for m in ("mtp", "plain") for p in qwen35_attrib.load_mode(tmp_path, m)]
+    phases = [p for m in ("mtp", "plain") for p in attribution.load(tmp_path, [m])]
     assert [p.name for p in phases] == [
-        "prefill d48000 s1", "MTP decode d48000 s1", "prefill d48000 s1", "plain decode d48000 s1",
+        "prefill d48000 s1 (MTP server)", "MTP decode d48000 s1", "prefill d48000 s1",
+        "plain decode d48000 s1",
     ]  # fmt: skip
     assert all(p.coverage >= 0.95 for p in phases)
     committed = json.loads((EVIDENCE / "attribution.json").read_text())

@@ -13,6 +13,7 @@ from test_report_build import GPU, Q4, Q6, arrow_table, tuning_rows
 
 from ggml_dispatch import fileio, schema
 from ggml_dispatch.cli import main
+from ggml_dispatch.report import markdown
 
 STOCK = (1000.0, 1010.0, 990.0, 1005.0, 995.0)
 # pp512: table 1.2x stock; crude within 2% of the table either way (a tie)
@@ -217,3 +218,53 @@ def test_every_committed_report_opens_with_a_one_screen_summary() -> None:
         md = rep.read_text()
         assert md.splitlines()[4] == "## Summary", rep
         assert _summary_end(md) <= 40, f"{rep.relative_to(REPO)}: the summary runs to line {_summary_end(md)}"
+
+
+SERVER_PROFILE = (
+    Path(__file__).resolve().parents[1] / "evidence" / "h200-2026-12-07-s33-qwen35" / "profile.tar.xz"
+)
+
+
+def test_a_server_profile_opens_the_report_with_where_the_gpu_time_goes(tmp_path: Path) -> None:
+    # the committed H200 profile of the seed workload (qwen35 through llama-server, lab/serve_ab.py profile):
+    # the Amdahl table comes first, the one-screen summary still fits below it
+    tuning = tmp_path / "tuning.parquet"
+    fileio.write_parquet(
+        arrow_table(schema.TUNING_COLUMNS, tuning_rows()), tuning, fileio.base_metadata(schema.TUNING_SCHEMA)
+    )
+    out = tmp_path / "out"
+    args = ["report", "--tuning", str(tuning), "--attribution", str(SERVER_PROFILE), "-o", str(out)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    lines = (out / "REPORT.md").read_text().splitlines()
+    sections = [line for line in lines if line.startswith("## ")]
+    assert sections[:2] == ["## Where the GPU time goes", "## Summary"]
+    rows = [line for line in lines[: lines.index("## Summary")] if line.startswith("| ") and "d48000" in line]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| prefill d48000 s1 (MTP server)", "| MTP decode d48000 s1 (acceptance 0.00)",
+        "| prefill d48000 s1", "| plain decode d48000 s1",
+    ]  # fmt: skip
+    plain = rows[3].split(" | ")
+    assert plain[3:7] == ["5.57", "98.3%", "83.8%", "6.17x"]  # ms/token, coverage, tunable, Amdahl bound
+    assert plain[7].startswith("MUL_MAT mmvq 67.1%, FLASH_ATTN_EXT 16.7%")
+    details = lines.index("## Summary") + next(
+        i for i, line in enumerate(lines[lines.index("## Summary") :]) if line.startswith("- Details below")
+    )
+    assert details < markdown.SUMMARY_MAX_LINES
+    assert "server profile" in (out / "REPORT.md").read_text()  # provenance names the input
+
+
+def test_a_folder_that_is_not_a_server_profile_is_one_error(tmp_path: Path) -> None:
+    tuning = tmp_path / "tuning.parquet"
+    fileio.write_parquet(
+        arrow_table(schema.TUNING_COLUMNS, tuning_rows()), tuning, fileio.base_metadata(schema.TUNING_SCHEMA)
+    )
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "phases-plain.jsonl").write_text('{"phase": "prefill"}\n')
+    out = tmp_path / "out"
+    for bad, says in ((tmp_path / "none", "no such profile"), (tmp_path / "prof", "plain.ktl: missing")):
+        res = CliRunner().invoke(
+            main, ["report", "--tuning", str(tuning), "--attribution", str(bad), "-o", str(out)]
+        )
+        assert res.exit_code != 0 and says in res.output, res.output
+        assert "Traceback" not in res.output and not (out / "REPORT.md").exists()

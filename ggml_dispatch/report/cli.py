@@ -9,7 +9,7 @@ import click
 
 from ggml_dispatch import fileio
 from ggml_dispatch.options import FiniteFloat
-from ggml_dispatch.report import ab, markdown, timeline
+from ggml_dispatch.report import ab, attribution, markdown, timeline
 from ggml_dispatch.report import inputs as inputs_mod
 from ggml_dispatch.report.output import write_report
 
@@ -52,6 +52,14 @@ _FILE = click.Path(path_type=Path, dir_okay=False)
     help="Kernel timelines (a folder or .tar.gz of <arm>.<test>.ktl + llama-bench .jsonl, what "
     "lab/e2e.sh's profile part writes): adds where a step's time goes per arm.",
 )
+@click.option(
+    "--attribution",
+    "attribution_path",
+    type=click.Path(path_type=Path),
+    help="A server profile (a folder or archive of <mode>.ktl + phases-<mode>.jsonl, what "
+    "lab/serve_ab.py profile writes): the report opens with where the GPU time goes per phase (prefill, "
+    "decode, MTP decode) by op and route, and Amdahl's bound on what a table can win there.",
+)
 @click.option("--notes", "notes_path", type=_FILE, help="Markdown appended verbatim as a Notes section.")
 @click.option(
     "-o",
@@ -69,6 +77,7 @@ def report_cmd(
     pool_ab: bool,
     reference_margin: float | None,
     profile_path: Path | None,
+    attribution_path: Path | None,
     notes_path: Path | None,
     out_dir: Path,
 ) -> None:
@@ -76,6 +85,8 @@ def report_cmd(
 
     \b
     Writes OUT/REPORT.md and OUT/plots/*.png:
+    - with --attribution, at the top: where a server's GPU time goes per phase, by op and route,
+      and the share a table chooses the kernels of (Amdahl's bound on what it can win);
       - first, a one-screen summary: the end-to-end gain per workload (with --ab), where the
         table ties the crude rule, every loss beyond noise, the predicted matmul-time gain;
       - time vs M per route for each shape key (median, IQR bars, min-max band, stock anchor,
@@ -106,7 +117,7 @@ def report_cmd(
     """
     given = [
         p
-        for p in (tuning_path, census_path, table_path, profile_path, notes_path, *ab_paths)
+        for p in (tuning_path, census_path, table_path, profile_path, attribution_path, notes_path, *ab_paths)
         if p is not None
     ]
     plots = out_dir / markdown.PLOTS_DIR
@@ -130,6 +141,9 @@ def report_cmd(
     if profile_path is not None:
         inputs.profile = timeline.load_profile(profile_path)
         files.append(inputs_mod.profile_file(profile_path, inputs.profile))
+    if attribution_path is not None:
+        inputs.attribution = attribution.load(attribution_path)
+        files.append(inputs_mod.attribution_file(attribution_path, inputs.attribution))
     if notes_path is not None:
         try:
             inputs.notes = notes_path.read_text(encoding="utf-8")

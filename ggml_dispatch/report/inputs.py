@@ -6,7 +6,7 @@ by :mod:`report.ab`, the kernel timelines by :mod:`report.timeline`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from ggml_dispatch.artifacts.validators import present as present
 from ggml_dispatch.artifacts.validators import status_kind as status_kind
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as table_mod
+from ggml_dispatch.report import attribution as attribution_mod
 from ggml_dispatch.report import timeline
 
 if TYPE_CHECKING:  # report.ab reads its files through InputFile, defined here
@@ -85,6 +86,7 @@ class Inputs:
     table: TableView | None = None
     ab: list[AbRecord] | None = None
     profile: timeline.Profile | None = None
+    attribution: list[attribution_mod.Phase] | None = None
     notes: str | None = None
 
 
@@ -125,6 +127,12 @@ def params_from_table(table: TableView | None, reference_margin: float | None = 
     if reference_margin is not None:
         kwargs["reference_margin"] = reference_margin
     return decide.Params(**kwargs)
+
+
+def attribution_file(path: Path, phases: Sequence[attribution_mod.Phase]) -> InputFile:
+    """What the provenance section says about a server profile (a folder has no single hash)."""
+    digest = fileio.sha256_file(path) if path.is_file() else "-"
+    return InputFile("server profile", path.name, digest, (("phases", str(len(phases))),))
 
 
 def profile_file(path: Path, profile: timeline.Profile) -> InputFile:

@@ -17,7 +17,7 @@ from ggml_dispatch import schema
 from ggml_dispatch.census import estimate
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import predict as predict_mod
-from ggml_dispatch.report import analysis, decode, plots, timeline
+from ggml_dispatch.report import analysis, attribution, decode, plots, timeline
 from ggml_dispatch.report.ab import AbRecord, pair_label
 from ggml_dispatch.report.analysis import (
     AbComparison,
@@ -141,6 +141,8 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     ab_predicted = _ab_predicted(comps, model, inputs.table)
 
     md: list[str] = ["# ggml-dispatch report", "", f"GPU: {md_escape(gpu)}.", ""]
+    if inputs.attribution is not None:
+        md += _section_attribution(inputs.attribution)
     summary, all_workloads = _section_summary(inputs, tuning, model, comps, ab_predicted, len(md))
     md += summary + all_workloads
     md += _section_provenance(inputs, gpu)
@@ -161,6 +163,24 @@ def build_report(inputs: Inputs, progress: Callable[[int], None] | None = None) 
     if inputs.notes and inputs.notes.strip():
         md += ["## Notes", "", inputs.notes.strip(), ""]
     return Report("\n".join(md).rstrip("\n") + "\n", figs.files)
+
+
+ATTRIBUTION_TOP: Final = 5  # ops and routes named per phase in the report's opening table
+
+
+def _section_attribution(phases: Sequence[attribution.Phase]) -> list[str]:
+    """Where the GPU time goes per phase of a served workload: the first thing a reader needs to weigh the
+    rest (a table can only speed up the share it chooses kernels for)."""
+    return [
+        "## Where the GPU time goes",
+        "",
+        "Per phase of the profiled server run: GPU time by op and route (largest first), `tunable` the "
+        "share in kernels a table chooses (matmul routes, their conversions, FlashAttention), `bound` "
+        "Amdahl's limit on the phase's speed-up from any table (those kernels taking no time).",
+        "",
+        *attribution.markdown(phases, top=ATTRIBUTION_TOP).rstrip("\n").split("\n"),
+        "",
+    ]
 
 
 def _section_provenance(inputs: Inputs, gpu: str) -> list[str]:
