@@ -65,10 +65,13 @@ typecheck: venv
 	$(BIN)/mypy
 
 # Test files run in parallel workers, one file per worker at a time (their module fixtures are compile
-# steps): PYTEST_WORKERS=0 runs them in this process. The native builds share a locked cache.
+# steps), in the order tests/conftest.py gives (the native builds first; --no-loadscope-reorder keeps it):
+# PYTEST_WORKERS=0 runs them in this process. The native builds share a locked cache. The slowest tests
+# are listed at the end.
 PYTEST_WORKERS ?= auto
+PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 pytest: venv
-	$(BIN)/pytest -q $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+	$(BIN)/pytest -q --durations=30 $(if $(filter 0,$(PYTEST_WORKERS)),,$(PYTEST_XDIST))
 
 llama-src: venv  ## fetch the pinned llama.cpp tree into .cache/llama.cpp (sha256-checked)
 	$(BIN)/python -m ggml_dispatch.fetch llama-src

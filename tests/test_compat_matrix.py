@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_native_build import NVCC_FLAGS, _hook_warnings, _includes
-from test_native_fattn import FA_DEFINES
+from test_native_build import MMVQ_ONE, _hook_warnings, compile_unit
 
 from ggml_dispatch import fetch, schema
 from ggml_dispatch.hook import compat
@@ -46,8 +45,6 @@ NVCC = shutil.which("nvcc")
 UNITS = ("ggml-cuda.cu", "ggml-dispatch.cu", "fattn.cu")
 # instantiates mul_mat_q_case for one type: the hooked mmq.cuh's kernels, the split and the fused split
 MMQ_INSTANCE = "template-instances/mmq-instance-q4_0.cu"
-# what the trees' CMake (ggml_cuda_fattn_vec_instances, default GGML_CUDA_FA_QUANTS) adds to every unit
-FA_QUANTS_DEFINE = '-DGGML_CUDA_FA_QUANTS="q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16"'
 
 HEADER = "\t".join(compat.COLUMNS)
 SHA = "ab" * 32
@@ -361,9 +358,7 @@ def installed(real_trees: dict[str, Path], tmp_path_factory: pytest.TempPathFact
         dest = tmp_path_factory.mktemp("compat") / "llama.cpp"
         shutil.copytree(src, dest, symlinks=True)
         try:
-            # one mmvq candidate pair for one type: the compile below checks that the hunks fit each tree's
-            # kernel, which every instance does alike (tests/test_hook_mmvq.py compiles the default set)
-            inst.install(dest, mmvq_configs="4x2", mmvq_types="q4_K")
+            inst.install(dest)
         except inst.InstallError as e:
             out[name] = str(e)
         else:
@@ -408,37 +403,33 @@ def _units(tree: Path) -> list[str]:
     return [*UNITS, *(u for u in edited if u not in UNITS), *instance]
 
 
-def _flags(tree: Path) -> list[str]:
-    """NVCC_FLAGS, and the FlashAttention defines where the tree's CMake adds them to every unit."""
-    cmake = (tree / CUDA / "CMakeLists.txt").read_text()
-    fa = "ggml_cuda_fattn_vec_instances" in cmake
-    return [*NVCC_FLAGS, *FA_DEFINES, FA_QUANTS_DEFINE] if fa else NVCC_FLAGS
-
-
 @pytest.fixture(scope="module")
 def compiled(
     installed: dict[str, Path | str], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, str], subprocess.CompletedProcess[str]]:
-    """nvcc -c of each installed tree's units (_units), two at a time (CI's two cores)."""
+    """nvcc -c of each installed tree's units (_units) with the tree's flags (the FlashAttention defines where
+    its CMake adds them), two at a time (CI's two cores). mmvq.cu with one candidate pair for one type
+    (MMVQ_ONE, a compile definition that wins over the build header's default set): the compile checks that
+    the hunks fit each tree's kernel, which every instance does alike. The pinned tree's copy holds the
+    bytes of tests/native_shared.py's hooked tree: its units compiled by tests/test_native_build.py,
+    tests/test_native_fattn.py and tests/test_hook_mmvq.py alike are one compile for all."""
     if NVCC is None:
         pytest.skip(
             "nvcc is not installed: the hooked ggml-cuda.cu, ggml-dispatch.cu and fattn.cu of the "
             f"{len(REAL)} trees of ggml_dispatch/hook/compat.tsv are not compiled"
         )
     cublas = fetch.cublas_headers()
-    work = tmp_path_factory.mktemp("compat-objs")
     jobs = {
-        (name, unit): [
-            *[NVCC, *_flags(tree), *_includes(tree, cublas)],
-            *["-c", str(tree / CUDA / unit), "-o", str(work / f"{i}-{Path(unit).name}.o")],
-        ]
-        for i, (name, tree) in enumerate(installed.items())
+        (name, unit): (tree, unit, MMVQ_ONE if unit == "mmvq.cu" else [])
+        for name, tree in installed.items()
         if isinstance(tree, Path)
         for unit in _units(tree)
     }
     with ThreadPoolExecutor(2) as ex:
-        futures = {k: ex.submit(subprocess.run, v, capture_output=True, text=True) for k, v in jobs.items()}
-        return {k: f.result() for k, f in futures.items()}
+        futures = {
+            k: ex.submit(compile_unit, tmp_path_factory, t, cublas, u, x) for k, (t, u, x) in jobs.items()
+        }
+        return {k: f.result()[1] for k, f in futures.items()}
 
 
 @pytest.mark.slow

@@ -342,32 +342,24 @@ def test_rules_for_candidates_the_build_lacks_are_dropped(tree: Path, tmp_path: 
 
 @pytest.fixture(scope="module")
 def nvcc_objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
-    """nvcc -c of the hooked mmvq.cu with one candidate for one type (the full set takes minutes: see
-    docs/mmvq-configs.md) and of the hooked mmvf.cu, for sm_90, in parallel."""
+    """nvcc -c of the hooked mmvq.cu with one candidate for one type (MMVQ_ONE: 8x1, q4_K; the full set
+    takes minutes: see docs/mmvq-configs.md) and of the hooked mmvf.cu, for sm_90 with the tree's flags, in
+    parallel: one compile each for this file and tests/test_compat_matrix.py's pinned tree
+    (tests/native_shared.py)."""
     import native_shared
-    from test_native_build import NVCC, NVCC_FLAGS, _includes
+    from test_native_build import MMVQ_ONE, NVCC, compile_unit
 
     if NVCC is None:
         pytest.skip("nvcc is not installed on this machine")
+    assert MMVQ_ONE == ['-DGGML_DISPATCH_MMVQ_CONFIGS="8x1"', '-DGGML_DISPATCH_MMVQ_TYPES="q4_K"']
     tree = native_shared.patched_tree(tmp_path_factory)
-    inc = _includes(tree, fetch.cublas_headers())
-    jobs = {
-        "mmvq": [
-            *NVCC_FLAGS,
-            *inc,
-            '-DGGML_DISPATCH_MMVQ_CONFIGS="8x1"',
-            '-DGGML_DISPATCH_MMVQ_TYPES="q4_K"',
-            "-c",
-            str(tree / CUDA / "mmvq.cu"),
-        ],
-        "mmvf": [*NVCC_FLAGS, *inc, "-c", str(tree / CUDA / "mmvf.cu")],
-    }
+    cublas = fetch.cublas_headers()
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as ex:
         futures = {
-            k: ex.submit(native_shared.compiled, tmp_path_factory, NVCC, args, f"{k}.o")
-            for k, args in jobs.items()
+            "mmvq": ex.submit(compile_unit, tmp_path_factory, tree, cublas, "mmvq.cu", MMVQ_ONE),
+            "mmvf": ex.submit(compile_unit, tmp_path_factory, tree, cublas, "mmvf.cu"),
         }
         return {k: f.result() for k, f in futures.items()}
 

@@ -19,6 +19,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,49 @@ NVCC_FLAGS = [
     "-x",
     "cu",
 ]
+
+# GGML_CUDA_FA_<K>_<V> and GGML_CUDA_FA_QUANTS as the tree's CMake (ggml_cuda_fattn_vec_instances, default
+# GGML_CUDA_FA_QUANTS) adds them to every unit
+_FA_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "f16")
+_FA_DEFAULT = {"q4_0-q4_0", "q8_0-q8_0", "f16-f16", "bf16-bf16"}
+FA_DEFINES = [
+    f"-DGGML_CUDA_FA_{k.upper()}_{v.upper()}={int(f'{k}-{v}' in _FA_DEFAULT)}"
+    for k in _FA_TYPES
+    for v in _FA_TYPES
+]
+FA_QUANTS_DEFINE = '-DGGML_CUDA_FA_QUANTS="q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16"'
+# one mmvq candidate pair for one type (a compile definition wins over the build header's list): the full
+# default set of the hooked mmvq.cu takes minutes (docs/mmvq-configs.md)
+MMVQ_ONE = ['-DGGML_DISPATCH_MMVQ_CONFIGS="8x1"', '-DGGML_DISPATCH_MMVQ_TYPES="q4_K"']
+
+
+def tree_flags(tree: Path) -> list[str]:
+    """NVCC_FLAGS, and the FlashAttention defines where the tree's CMake adds them to every unit."""
+    fa = "ggml_cuda_fattn_vec_instances" in (tree / CUDA / "CMakeLists.txt").read_text()
+    return [*NVCC_FLAGS, *FA_DEFINES, FA_QUANTS_DEFINE] if fa else list(NVCC_FLAGS)
+
+
+def unit_args(tree: Path, cublas: Path, unit: str, extra: Sequence[str] = ()) -> list[str]:
+    """nvcc's arguments (no -o) for one unit of ggml-cuda (``unit`` relative to it) with the tree's flags:
+    the same words in every test file, so that native_shared.compiled(..., tree=) compiles it once."""
+    return [*tree_flags(tree), *_includes(tree, cublas), *extra, "-c", str(tree / CUDA / unit)]
+
+
+def compile_unit(
+    tmp_path_factory: pytest.TempPathFactory,
+    tree: Path,
+    cublas: Path,
+    unit: str,
+    extra: Sequence[str] = (),
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """nvcc -c of one unit with unit_args, once per session for trees of the same bytes
+    (tests/native_shared.py): (the object, nvcc's result)."""
+    assert NVCC is not None
+    output = Path(unit).with_suffix(".o").name
+    return native_shared.compiled(
+        tmp_path_factory, NVCC, unit_args(tree, cublas, unit, extra), output, tree=tree
+    )
+
 
 # Functions taken verbatim out of the tree (file -> name patterns): the tree's own hard+soft checks.
 TREE_FUNCTIONS = {
@@ -138,46 +182,37 @@ def cuda_objects(
     patched_tree: Path, cublas_include: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, subprocess.CompletedProcess[str]]:
     """nvcc -c of the patched ggml-cuda.cu, ggml-dispatch.cu, an mmq instance (the patched mmq.cuh) and
-    convert.cu (the converters the eligibility check asks for, linked into the programs below)."""
+    convert.cu (the converters the eligibility check asks for, linked into the programs below). The first
+    two with the tree's flags (tree_flags), compiled once for this file and tests/test_compat_matrix.py's
+    pinned tree (ggml-dispatch.cu for tests/test_native_fattn.py too): tests/native_shared.py."""
     if NVCC is None:
         pytest.skip("nvcc is not installed on this machine")
     out = tmp_path_factory.mktemp("objs")
     inc = _includes(patched_tree, cublas_include)
-    jobs = {
-        "ggml-cuda": [
-            *NVCC_FLAGS,
-            *inc,
-            "-c",
-            str(patched_tree / CUDA / "ggml-cuda.cu"),
-            "-o",
-            "ggml-cuda.o",
-        ],
-        "ggml-dispatch": [
-            *NVCC_FLAGS,
-            *inc,
-            "-c",
-            str(patched_tree / CUDA / "ggml-dispatch.cu"),
-            "-o",
-            "ggml-dispatch.o",
-        ],
-        "mmq-q4_k": [
-            *NVCC_FLAGS,
-            *inc,
-            "-c",
-            str(patched_tree / CUDA / "template-instances" / "mmq-instance-q4_k.cu"),
-            "-o",
-            "mmq-q4_k.o",
-        ],
-    }
+    mmq = [
+        *NVCC_FLAGS,
+        *inc,
+        "-c",
+        str(patched_tree / CUDA / "template-instances" / "mmq-instance-q4_k.cu"),
+        "-o",
+        "mmq-q4_k.o",
+    ]
     # convert.cu: the same command line as tests/test_native_volta.py's, compiled once for both
     convert = [*NVCC_FLAGS, *inc, "-c", str(patched_tree / CUDA / "convert.cu")]
     with ThreadPoolExecutor(2) as ex:
-        futures = {k: ex.submit(_nvcc, v, out) for k, v in jobs.items()}
-        shared_convert = ex.submit(native_shared.compiled, tmp_path_factory, str(NVCC), convert, "convert.o")
-        results = {k: f.result() for k, f in futures.items()}
-        convert_obj, results["convert"] = shared_convert.result()
-    if results["convert"].returncode == 0:
-        shutil.copy2(convert_obj, out / "convert.o")
+        shared = {
+            k: ex.submit(compile_unit, tmp_path_factory, patched_tree, cublas_include, f"{k}.cu")
+            for k in ("ggml-cuda", "ggml-dispatch")
+        }
+        own = ex.submit(_nvcc, mmq, out)
+        shared["convert"] = ex.submit(
+            native_shared.compiled, tmp_path_factory, str(NVCC), convert, "convert.o"
+        )
+        results = {"mmq-q4_k": own.result()}
+        for k, f in shared.items():
+            obj, results[k] = f.result()
+            if results[k].returncode == 0:
+                shutil.copy2(obj, out / f"{k}.o")
     results["dir"] = subprocess.CompletedProcess([], 0, str(out), "")
     return results
 
@@ -276,7 +311,7 @@ def table_object(
     # the copy's own directory comes first for its includes (the table header), the tree's after
     res = _nvcc(
         [
-            *NVCC_FLAGS,
+            *tree_flags(patched_tree),  # as ggml-dispatch.o without a table (cuda_objects)
             f"-I{patched_tree / CUDA}",
             *_includes(patched_tree, cublas_include),
             "-c",

@@ -22,7 +22,7 @@ from typing import Any
 
 import native_shared
 import pytest
-from test_native_build import NVCC_FLAGS, _hook_warnings, _includes, _nvcc
+from test_native_build import FA_DEFINES, NVCC_FLAGS, _hook_warnings, _includes, _nvcc, compile_unit
 
 from ggml_dispatch import fetch, registry
 from ggml_dispatch.hook import install as inst
@@ -33,14 +33,6 @@ NATIVE_TESTS = Path(__file__).parent / "native"
 CUDA = Path("ggml/src/ggml-cuda")
 NVCC = shutil.which("nvcc")
 
-# GGML_CUDA_FA_<K>_<V> as the tree's CMake defines them for its default GGML_CUDA_FA_QUANTS
-_FA_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16", "f16")
-_FA_DEFAULT = {"q4_0-q4_0", "q8_0-q8_0", "f16-f16", "bf16-bf16"}
-FA_DEFINES = [
-    f"-DGGML_CUDA_FA_{k.upper()}_{v.upper()}={int(f'{k}-{v}' in _FA_DEFAULT)}"
-    for k in _FA_TYPES
-    for v in _FA_TYPES
-]
 VEC_INSTANCES = ("q8_0-q8_0", "f16-f16")  # the pairs the driver's cases use
 # ggml_cuda_flash_attn_ext_mma_f16_case<DKQ, DV, ncols1, ncols2>(ggml_backend_cuda_context &, ggml_tensor *)
 MMA_CASE = re.compile(
@@ -102,7 +94,6 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     flags = [*NVCC_FLAGS, *FA_DEFINES]
     jobs = {
         "glue": [*flags, f"-I{tree / CUDA}", *inc, "-c", str(NATIVE_TESTS / "fattn_glue.cu"), "-o", "glue.o"],
-        "dispatch": [*flags, *inc, "-c", str(tree / CUDA / "ggml-dispatch.cu"), "-o", "dispatch.o"],
         "dispatch_table": [
             *[*flags, f"-I{ttree / CUDA}", f"-I{tree / CUDA}", *inc],
             *["-c", str(ttree / CUDA / "ggml-dispatch.cu"), "-o", "dispatch_table.o"],
@@ -122,12 +113,17 @@ def drivers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     with ThreadPoolExecutor(1) as ex:
         futures = {k: ex.submit(_nvcc, v, work) for k, v in jobs.items()}
+        # ggml-dispatch.cu without a table, with the tree's flags (FA_DEFINES and GGML_CUDA_FA_QUANTS): one
+        # compile for this file, tests/test_native_build.py and the compatibility matrix's pinned tree
+        dispatch = ex.submit(compile_unit, tmp_path_factory, tree, cub, "ggml-dispatch.cu")
         base = ex.submit(ggml_base)
         results = {k: f.result() for k, f in futures.items()}
+        dispatch_obj, results["dispatch"] = dispatch.result()
         build, base_res = base.result()
     for k, r in results.items():
         assert r.returncode == 0, f"{k}: {r.stderr[-4000:]}"
         assert _hook_warnings(r.stderr) == [], k
+    shutil.copy2(dispatch_obj, work / "dispatch.o")
     assert base_res.returncode == 0, base_res.stdout[-3000:] + base_res.stderr[-3000:]
     libs = sorted(build.rglob("libggml-base.so"))
     assert libs, "no libggml-base.so"

@@ -33,8 +33,7 @@ from typing import Any
 
 import native_shared
 import pytest
-from test_native_build import CUDA, NVCC_FLAGS, _hook_warnings
-from test_native_fattn import FA_DEFINES
+from test_native_build import CUDA, FA_DEFINES, FA_QUANTS_DEFINE, NVCC_FLAGS, _hook_warnings
 
 from ggml_dispatch import registry
 
@@ -50,8 +49,6 @@ UNITS = {
     "mmq-q4_0": "template-instances/mmq-instance-q4_0.cu",
 }
 SM70 = "--generate-code=arch=compute_70,code=[compute_70,sm_70]"
-# what the tree's CMake (ggml_cuda_fattn_vec_instances, default GGML_CUDA_FA_QUANTS) adds to every unit
-FA_QUANTS_DEFINE = '-DGGML_CUDA_FA_QUANTS="q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16"'
 
 
 def _release(tool: Path, env: dict[str, str] | None = None) -> str | None:
