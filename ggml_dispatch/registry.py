@@ -771,6 +771,25 @@ class Config:
         """No parameter set: the route as stock runs it."""
         return not self.params
 
+    def has(self, name: str, value: str) -> bool:
+        """Does the configuration set parameter ``name`` to ``value``?"""
+        return (name, value) in self.params
+
+    @property
+    def measured(self) -> Config:
+        """The configuration its evidence was timed as: ``kv=reuse`` runs exactly ``kv=shadow`` where a
+        shadow exists, and a sweep times only the latter."""
+        return self.with_param("kv", "shadow") if self.has("kv", "reuse") else self
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Sort key of configs: route code, then config code (a plain route sorts first)."""
+        return (ROUTES[self.route].code, self.code)
+
+    def fields(self) -> dict[str, str]:
+        """A rule's or refusal's ``config`` (canonical text) and ``route`` fields."""
+        return {"config": str(self), "route": self.route.value}
+
     def __str__(self) -> str:
         if not self.params:
             return self.route.value
@@ -866,16 +885,13 @@ def canonical_config(text: str) -> str:
 
 
 def measured_config(text: str) -> str:
-    """The configuration a rule's evidence was timed as: ``kv=reuse`` runs exactly ``kv=shadow`` where a
-    shadow exists, and a sweep times only the latter."""
-    c = Config.parse(text)
-    return str(c.with_param("kv", "shadow") if ("kv", "reuse") in c.params else c)
+    """``Config.measured`` of a config string, as text."""
+    return str(Config.parse(text).measured)
 
 
 def config_fields(text: str) -> dict[str, str]:
-    """A rule's or refusal's ``config`` (canonical) and ``route`` fields, from one parse."""
-    c = Config.parse(text)
-    return {"config": str(c), "route": c.route.value}
+    """``Config.fields`` of a config string."""
+    return Config.parse(text).fields()
 
 
 def config_route(text: str) -> str:
@@ -884,9 +900,8 @@ def config_route(text: str) -> str:
 
 
 def config_order(text: str) -> tuple[int, int]:
-    """Sort key of configs: route code, then config code (a plain route sorts first)."""
-    c = Config.parse(text)
-    return (ROUTES[c.route].code, c.code)
+    """``Config.order`` of a config string."""
+    return Config.parse(text).order
 
 
 # --------------------------------------------------------------------------------------------
@@ -1201,9 +1216,9 @@ def shape_key(row: Mapping[str, Any]) -> Any:
     return key_class(str(row["op"])).of(row)
 
 
-def route_allowed(op: Op | str, config: str) -> bool:
+def route_allowed(op: Op | str, config: Config | str) -> bool:
     """May nodes of ``op`` run this configuration: its route, and each parameter it sets?"""
-    c = Config.parse(config)
+    c = config if isinstance(config, Config) else Config.parse(config)
     spec = ROUTES[c.route]
     if Op(op) not in spec.ops:
         return False

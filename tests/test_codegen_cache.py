@@ -67,7 +67,7 @@ def _chosen(plan: vram.VramPlan) -> list[int]:
 
 
 def _configs(d: decide.Decisions, N: int) -> list[tuple[int, int, str]]:
-    return [(r.M_lo, r.M_hi, r.route) for r in d.rules if r.key.N == N]
+    return [(r.M_lo, r.M_hi, str(r.route)) for r in d.rules if r.key.N == N]
 
 
 def test_greedy_by_saving_per_mib_never_over_budget_and_monotone() -> None:
@@ -130,7 +130,7 @@ def test_without_a_census_the_cache_is_left_out_and_said_so() -> None:
     d, plan = _with_cache(_tuning(), None, 1000)
     without, _ = _with_cache(_tuning(), None, None)
     assert plan.cache_unweighed and plan.admitted == ()
-    assert [(r.key, r.route) for r in d.rules] == [(r.key, r.route) for r in without.rules]
+    assert [(r.key, str(r.route)) for r in d.rules] == [(r.key, str(r.route)) for r in without.rules]
 
 
 def test_the_table_records_the_plan_and_refuses_one_over_budget() -> None:
@@ -202,7 +202,7 @@ def test_the_header_falls_back_to_the_table_without_the_cache(tmp_path: Path) ->
             want_main = registry.Config.parse(main_cfg).code if main_cfg else 0
             want_fb = registry.Config.parse(plain).code if plain else 0
             line = f"k[0] = {N}; ok &= ggml_dispatch_table_lookup(0, 0, 12, 0, k, {M}) == {want_main};"
-            if main_cfg is not None and cache.is_cached(main_cfg):
+            if main_cfg is not None and cache.is_cached(registry.Config.parse(main_cfg)):
                 checked += 1
                 line += f" ok &= ggml_dispatch_table_cache_fallback(0, 0, 12, 0, k, {M}) == {want_fb};"
             lines.append(line)
@@ -248,7 +248,7 @@ def test_merge_takes_the_chosen_shapes_rules_and_fills_their_gaps_from_the_uncac
         dataclasses.replace(base, rules=full_rules, refusals=[]),
         {a},
     )
-    got = sorted((r.key.N, r.M_lo, r.M_hi, r.route, r.measured_M) for r in merged.rules)
+    got = sorted((r.key.N, r.M_lo, r.M_hi, str(r.route), r.measured_M) for r in merged.rules)
     assert got == [
         (0, 9, 64, "mmq", (16, 32)),
         (4096, 128, 255, "cublas", (128,)),
@@ -275,7 +275,7 @@ def test_the_committed_cache_tables_fallback_is_the_table_without_the_cache(tmp_
             main_cfg, plain = tbl.lookup_key(t, gpu, key, M), tbl.lookup_key(t0, gpu, key, M)
             want = registry.Config.parse(plain).code if plain else 0
             call = "ggml_dispatch_table_lookup"
-            if main_cfg is not None and cache.is_cached(main_cfg):
+            if main_cfg is not None and cache.is_cached(registry.Config.parse(main_cfg)):
                 cached += 1
                 call = "ggml_dispatch_table_cache_fallback"
             lines.append(f"k[0] = {key.N}; k[1] = {key.K}; ok &= {call}(0, 0, {type0}, 0, k, {M}) == {want};")

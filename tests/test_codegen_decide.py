@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_codegen_support import H200, frame, trials, tuning_row
 
-from ggml_dispatch import schema
+from ggml_dispatch import registry, schema
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
@@ -15,7 +15,7 @@ KEY = decide.ShapeKey("MUL_MAT", "weight", "q4_K", "f32", 4096, 4096, 1)
 
 
 def _rules(d: decide.Decisions) -> list[tuple[int, int, int, int, str]]:
-    return [(r.key.N, r.key.K, r.M_lo, r.M_hi, r.route) for r in d.rules]
+    return [(r.key.N, r.key.K, r.M_lo, r.M_hi, str(r.route)) for r in d.rules]
 
 
 def test_rule_covers_consecutive_passing_measured_M_only() -> None:
@@ -28,7 +28,7 @@ def test_rule_covers_consecutive_passing_measured_M_only() -> None:
     assert _rules(d) == [(4096, 4096, 8, 32, "mmq")]
     r = d.rules[0]
     assert r.measured_M == (8, 16, 32) and r.min_ratio == pytest.approx(1.5, rel=0.03)
-    refused = {(f.route, f.M) for f in d.refusals}
+    refused = {(str(f.route), f.M) for f in d.refusals}
     assert ("mmq", 4) in refused and ("mmvq", 8) in refused and ("cublas", 64) in refused
 
 
@@ -38,7 +38,7 @@ def test_a_failing_measured_point_splits_the_interval() -> None:
     rows += trials(speed={"mmvq": 1.0, "mmq": 1.5}, M=16)
     d = decide.decide(frame(rows), P)
     assert _rules(d) == [(4096, 4096, 8, 8, "mmq"), (4096, 4096, 16, 16, "mmq")]
-    (why,) = [f.reason for f in d.refusals if f.route == "mmq" and f.M == 12]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == "mmq" and f.M == 12]
     assert "below 1.030x" in why
 
 
@@ -61,12 +61,12 @@ def test_ci_must_clear_one() -> None:
         for t, r in enumerate(ratios)
     ]
     d = decide.decide(frame(rows), P)
-    ev = d.evals[KEY][512]["cublas"]
+    ev = d.evals[KEY][512][registry.Config.parse("cublas")]
     assert ev.ratio == pytest.approx(1.06)
     assert ev.ci_low is not None and ev.ci_high is not None
     assert ev.ci_low <= 1.0 < 1.06 <= ev.ci_high
     assert d.rules == []
-    (why,) = [f.reason for f in d.refusals if f.route == "cublas"]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == "cublas"]
     assert "CI low end" in why
     # the same median with tight trials passes
     tight = [tuning_row(route="cublas", M=512, us=100.0 / 1.06, anchor_us=100.0, trial=t) for t in range(5)]
@@ -78,7 +78,7 @@ def test_only_ok_trials_count() -> None:
     rows += trials(speed={"mmq": 1.0, "cublas": 3.0}, M=1024, status={"cublas": "drifted"})
     d = decide.decide(frame(rows), P)
     assert d.rules == []
-    reasons = {f.M: f.reason for f in d.refusals if f.route == "cublas"}
+    reasons = {f.M: f.reason for f in d.refusals if str(f.route) == "cublas"}
     assert reasons[512] == "no ok trial (failed:illegal address x5)"
     assert reasons[1024] == "no ok trial (drifted x5)"
 
@@ -90,7 +90,7 @@ def test_a_trial_counts_only_if_the_route_really_ran() -> None:
             r["route_ran"] = "mmq"  # e.g. a replayed CUDA graph ran the old route
     d = decide.decide(frame(rows), P)
     assert d.rules == []
-    assert [f.reason for f in d.refusals if f.route == "cublas"] == ["no ok trial (ok but mmq ran x5)"]
+    assert [f.reason for f in d.refusals if str(f.route) == "cublas"] == ["no ok trial (ok but mmq ran x5)"]
 
 
 def test_too_few_trials_and_missing_anchor() -> None:
@@ -107,7 +107,7 @@ def test_too_few_trials_and_missing_anchor() -> None:
 def test_only_the_fastest_route_may_replace_stock() -> None:
     d = decide.decide(frame(trials(speed={"mmvq": 1.0, "mmq": 1.4, "cublas": 1.2}, M=8)), P)
     assert _rules(d) == [(4096, 4096, 8, 8, "mmq")]
-    (why,) = [f.reason for f in d.refusals if f.route == "cublas"]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == "cublas"]
     assert why.startswith("not the fastest: mmq")
 
 
@@ -139,7 +139,7 @@ def _three_shapes(extra: list[dict[str, object]] | None = None) -> list[dict[str
 def test_type_default_under_min_max_regret() -> None:
     d = decide.decide(frame(_three_shapes()), P)
     defaults = [r for r in d.rules if r.key.is_default]
-    assert [(r.M_lo, r.M_hi, r.route) for r in defaults] == [(256, 512, "cublas")]
+    assert [(r.M_lo, r.M_hi, str(r.route)) for r in defaults] == [(256, 512, "cublas")]
     assert set(defaults[0].shapes) == {(4096, 4096), (1024, 4096), (14336, 4096)}
     t = tbl.build_table(d, tuning_sha256="0" * 64)
     # an unseen (N, K) of the type gets the default; another type does not
@@ -152,7 +152,7 @@ def test_type_default_refused_where_one_shape_is_harmed() -> None:
     harmed = trials(speed={"mmq": 1.0, "cublas": 0.8}, M=256, N=17408, K=5120)
     harmed += trials(speed={"mmq": 1.0, "cublas": 1.4}, M=512, N=17408, K=5120)
     d = decide.decide(frame(_three_shapes(harmed)), P)
-    defaults = [(r.M_lo, r.M_hi, r.route) for r in d.rules if r.key.is_default]
+    defaults = [(r.M_lo, r.M_hi, str(r.route)) for r in d.rules if r.key.is_default]
     assert defaults == [(512, 512, "cublas")]
     (why,) = [f.reason for f in d.refusals if f.kind == "default" and f.M == 256]
     assert "N=17408 K=5120" in why
@@ -182,8 +182,8 @@ def test_decisions_are_deterministic_and_order_free() -> None:
     assert a == b
     # a point's CI does not depend on which other points are in the file
     alone = decide.decide(frame(trials(speed={"mmvq": 1.0, "mmq": 1.3}, M=8, noise=0.05)), P)
-    ev_alone = alone.evals[next(iter(alone.evals))][8]["mmq"]
-    ev_all = decide.decide(frame(rows), P).evals[KEY][8]["mmq"]
+    ev_alone = alone.evals[next(iter(alone.evals))][8][registry.Config.parse("mmq")]
+    ev_all = decide.decide(frame(rows), P).evals[KEY][8][registry.Config.parse("mmq")]
     assert (ev_alone.ci_low, ev_alone.ci_high) == (ev_all.ci_low, ev_all.ci_high)
 
 
@@ -215,7 +215,7 @@ def test_reference_rows_need_a_declared_margin() -> None:
     assert _rules(d) == [(4096, 4096, 512, 512, "cublas")]  # 1.25x >= 1.10x
     d = decide.decide(frame(rows), decide.Params(reference_margin=0.30))
     assert d.rules == [] and any("below 1.300x" in f.reason for f in d.refusals)
-    assert any("stock's own route" in f.reason for f in d.refusals if f.route == "mmq")
+    assert any("stock's own route" in f.reason for f in d.refusals if str(f.route) == "mmq")
     mixed = [*rows, *trials(speed={"mmq": 1.0, "cublas": 2.0}, M=1024)]
     with pytest.raises(InputError, match="mix source"):
         decide.decide(frame(mixed), decide.Params(reference_margin=0.1))
@@ -267,10 +267,10 @@ def test_a_raced_out_route_never_wins_on_its_early_median() -> None:
         )
     d = decide.decide(frame(rows), P)
     assert _rules(d) == [(4096, 4096, 32, 32, "cublas")]
-    assert decide.winner(d.evals[KEY][32]) == "cublas"
+    assert str(decide.winner(d.evals[KEY][32])) == "cublas"
     # without the race's verdict (no pruned rows) the lower median wins as before
     plain = [r for r in rows if r["status"] == "ok"]
-    assert decide.winner(decide.decide(frame(plain), P).evals[KEY][32]) == "mmq"
+    assert str(decide.winner(decide.decide(frame(plain), P).evals[KEY][32])) == "mmq"
 
 
 def test_a_route_wrong_in_any_trial_is_never_chosen() -> None:
@@ -284,5 +284,5 @@ def test_a_route_wrong_in_any_trial_is_never_chosen() -> None:
         )
     d = decide.decide(frame(rows), P)
     assert _rules(d) == [(4096, 4096, 32, 32, "cublas")]
-    (why,) = [f.reason for f in d.refusals if f.route == "mmq"]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == "mmq"]
     assert why.startswith("wrong in 3 trial(s)")

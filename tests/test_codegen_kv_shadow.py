@@ -27,7 +27,7 @@ def _codegen(out: Path, *extra: str) -> tuple[str, dict]:
 
 
 def _shadow_rules(table: dict) -> list[dict]:
-    return [r for r in table["rules"] if kv_shadow.is_shadow(r["config"])]
+    return [r for r in table["rules"] if kv_shadow.is_shadow(registry.Config.parse(r["config"]))]
 
 
 def test_without_a_budget_the_shadow_is_left_out_and_said_so(tmp_path: Path) -> None:
@@ -128,4 +128,4 @@ def test_reuse_is_never_swept_and_stands_for_the_shadow_it_measured() -> None:
     assert registry.Config.from_code(c.code) == c  # a code the header and the hook share
     assert registry.measured_config(str(c)) == "fa_mma/ncols1=4,ncols2=2,kv=shadow"
     assert registry.measured_config("fa_tile") == "fa_tile"
-    assert kv_shadow.is_shadow(str(c))
+    assert kv_shadow.is_shadow(c)

@@ -69,7 +69,7 @@ def test_a_config_passing_in_every_bucket_gets_a_routing_0_rule() -> None:
     d = decide.decide(frame(all_pass(512)), P)
     (r,) = moe_rules(d)
     assert r.key.routing == 0 and (r.key.N, r.key.K, r.key.E, r.key.U) == (768, 2048, 128, 1)
-    assert (r.M_lo, r.M_hi, r.route) == (512, 512, J64)
+    assert (r.M_lo, r.M_hi, str(r.route)) == (512, 512, J64)
     assert [b for b, _ in r.buckets] == ["spread", "skewed", "concentrated"]
     assert all(ratio == pytest.approx(1.3, rel=0.03) for _, ratio in r.buckets)
     t = tbl.build_table(d, tuning_sha256="ab" * 32)
@@ -86,11 +86,15 @@ def test_winning_in_buckets_1_and_2_but_losing_in_3_gives_no_rule() -> None:
     speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.3}, 3: {"mmq": 1.0, J64: 0.8}}
     d = decide.decide(frame(moe_rows(speed, 256)), P)
     assert moe_rules(d) == []
-    (why,) = [f.reason for f in d.refusals if f.route == J64 and f.key.op == "MUL_MAT_ID"]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == J64 and f.key.op == "MUL_MAT_ID"]
     assert "slower than stock beyond noise in bucket concentrated" in why
     (point,) = d.routing_buckets
     # the per-bucket winners stay as evidence: J64 in spread and skewed, stock's plain mmq in concentrated
-    assert [(b, w, p) for b, w, p, _ in point.winners] == [(1, J64, True), (2, J64, True), (3, "mmq", False)]
+    assert [(b, str(w), p) for b, w, p, _ in point.winners] == [
+        (1, J64, True),
+        (2, J64, True),
+        (3, "mmq", False),
+    ]
     assert point.routing0 is None
 
 
@@ -108,7 +112,7 @@ def test_a_config_the_race_stopped_or_found_wrong_in_one_bucket_gets_no_rule(sta
                 r["us"] = None
     d = decide.decide(frame(rows), P)
     assert moe_rules(d) == []
-    (why,) = [f.reason for f in d.refusals if f.route == J64 and f.key.op == "MUL_MAT_ID"]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == J64 and f.key.op == "MUL_MAT_ID"]
     if status == "pruned":
         assert why == "not shown harmless in bucket concentrated: 1 paired ok trials (< 3), raced out"
     else:
@@ -122,7 +126,7 @@ def test_a_config_that_ties_in_one_bucket_and_passes_in_the_others_gets_a_rule()
     speed = {1: {"mmq": 1.0, J64: 1.4}, 2: {"mmq": 1.0, J64: 1.0}, 3: {"mmq": 1.0, J64: 1.3}}
     d = decide.decide(frame(moe_rows(speed, 256)), P)
     (r,) = moe_rules(d)
-    assert (r.M_lo, r.M_hi, r.route) == (256, 256, J64)
+    assert (r.M_lo, r.M_hi, str(r.route)) == (256, 256, J64)
     assert r.min_ratio == pytest.approx(1.0, rel=0.03)
 
 
@@ -130,7 +134,7 @@ def test_a_config_that_passes_in_no_bucket_gets_no_rule() -> None:
     speed = {b: {"mmq": 1.0, J64: 1.01} for b in (1, 2, 3)}
     d = decide.decide(frame(moe_rows(speed, 256)), P)
     assert moe_rules(d) == []
-    (why,) = [f.reason for f in d.refusals if f.route == J64 and f.key.op == "MUL_MAT_ID"]
+    (why,) = [f.reason for f in d.refusals if str(f.route) == J64 and f.key.op == "MUL_MAT_ID"]
     assert why.startswith("passes in no bucket (bucket spread:")
 
 
@@ -196,7 +200,7 @@ def test_a_decode_point_needs_only_the_buckets_it_can_meet() -> None:
     rows = [r | {"used": 8} for r in moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 1, U=8)]
     d = decide.decide(frame(rows), P)
     (r,) = moe_rules(d)
-    assert (r.M_lo, r.M_hi, r.route, [b for b, _ in r.buckets]) == (1, 1, J64, ["spread"])
+    assert (r.M_lo, r.M_hi, str(r.route), [b for b, _ in r.buckets]) == (1, 1, J64, ["spread"])
     # M = 4 can also be skewed: spread alone is not enough there
     rows4 = [r | {"used": 8} for r in moe_rows({1: {"mmvq": 1.0, J64: 1.3}}, 4, U=8)]
     d4 = decide.decide(frame(rows4), P)
@@ -318,8 +322,8 @@ def test_the_smallest_total_regret_over_the_buckets_is_taken() -> None:
     }
     d = decide.decide(frame(moe_rows(speed, 512)), P)
     (r,) = moe_rules(d)
-    assert r.route == fit
-    assert any(f.route == j32 and "smaller total regret" in f.reason for f in d.refusals)
+    assert str(r.route) == fit
+    assert any(str(f.route) == j32 and "smaller total regret" in f.reason for f in d.refusals)
 
 
 def test_the_per_expert_fallback_is_never_a_rule_even_where_its_node_is_fastest() -> None:
@@ -328,8 +332,8 @@ def test_the_per_expert_fallback_is_never_a_rule_even_where_its_node_is_fastest(
     speed = {b: {"mmq": 1.0, "id_sorted": 2.0, J64: 1.3} for b in (1, 2, 3)}
     d = decide.decide(frame(moe_rows(speed, 512)), P)
     (r,) = moe_rules(d)
-    assert r.route == J64
-    (why,) = [f.reason for f in d.refusals if f.route == "id_sorted"]
+    assert str(r.route) == J64
+    (why,) = [f.reason for f in d.refusals if str(f.route) == "id_sorted"]
     assert why.startswith("breaks CUDA graphs")
     # with nothing else qualifying there is no rule at all
     alone = {b: {"mmq": 1.0, "id_sorted": 2.0} for b in (1, 2, 3)}
@@ -369,12 +373,12 @@ def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
     first, refused = _moe_decisions(archive.path("evidence/h200-2026-12-04-s17/moe-tuning.parquet"))
     assert first == []
     assert any(
-        f.route == "mmq/j=32,stream_k=off" and "not shown harmless in bucket concentrated" in f.reason
+        str(f.route) == "mmq/j=32,stream_k=off" and "not shown harmless in bucket concentrated" in f.reason
         for f in refused
     )
     table_dir = archive.path("tables/cuda-sm90-nvidia-h200-moe-scaled")
     rules, _ = _moe_decisions(table_dir / "tuning.parquet")
-    got = sorted((r.key.src0_type, r.key.N, r.M_lo, r.route) for r in rules)
+    got = sorted((r.key.src0_type, r.key.N, r.M_lo, str(r.route)) for r in rules)
     assert got == [
         ("q4_K", 768, 128, "mmq/j=64,stream_k=off,split=2j"),
         ("q4_K", 768, 512, "mmq/j=112,stream_k=off"),
@@ -385,7 +389,7 @@ def test_the_h200_sweeps_of_the_scaled_moe_model_decide_as_committed() -> None:
 
 
 def _rule_spans(rules: list[decide.Rule]) -> list[tuple[Any, ...]]:
-    return sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, r.route) for r in rules)
+    return sorted((r.key.src0_type, r.key.N, r.M_lo, r.M_hi, str(r.route)) for r in rules)
 
 
 def _in_sample_text(df: pd.DataFrame) -> str:
@@ -489,7 +493,7 @@ def test_the_fourth_h100_sweep_decides_split_fit_and_reports_the_fallback_pruned
     assert set(sorted_rows.route_ran) == {"id_sorted"} and sorted_rows.nmse.max() < 5e-4  # the NMSE threshold
     why = _fallback_reasons(tuning)
     assert len(why) == 28 and all(w.startswith("breaks CUDA graphs: its graph ran directly") for w in why)
-    assert not any(r.route == "id_sorted" for r in rules)
+    assert not any(str(r.route) == "id_sorted" for r in rules)
     text = _in_sample_text(df)
     assert "bucket spread: 7 points, table/per-point best 1.001 (within 2%)" in text
     assert "bucket concentrated: 6 points, table/per-point best 1.027 (BEYOND 2%)" in text

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_codegen_support import H200, frame, tuning_row
 
+from ggml_dispatch import registry
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
 
@@ -63,8 +64,8 @@ def tuning_sets(draw: st.DrawFn) -> tuple[list[dict[str, Any]], decide.Params]:
     return rows, params
 
 
-def _passes(d: decide.Decisions, key: decide.ShapeKey, M: int, route: str) -> bool:
-    ev = d.evals[key][M].get(route)
+def _passes(d: decide.Decisions, key: decide.ShapeKey, M: int, route: registry.Config | str) -> bool:
+    ev = d.evals[key][M].get(route if isinstance(route, registry.Config) else registry.Config.parse(route))
     return bool(
         ev is not None
         and ev.n_ok > 0

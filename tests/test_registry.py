@@ -88,7 +88,7 @@ def test_config_text_and_code_round_trip() -> None:
     assert len({c.code for c in configs}) == len(configs)  # one code per configuration
     for c in configs:
         assert registry.Config.parse(str(c)) == c and registry.Config.from_code(c.code) == c
-        assert c.code & registry.ROUTE_CODE_MASK == registry.ROUTES[c.route].code
+        assert c.code & registry.ROUTE_CODE_MASK == registry.ROUTES[str(c.route)].code
     assert str(registry.Config.parse("cublas/compute=f16,out=f32")) == "cublas/out=f32,compute=f16"
     assert registry.Config.parse("cublas").is_plain and registry.Config.parse("cublas").code == 5
     assert registry.canonical_config("mmq/stream_k=off,j=128") == "mmq/j=128,stream_k=off"
@@ -275,7 +275,7 @@ def test_codes_header_compiles_and_agrees_with_python(
     assert build.returncode == 0, build.stderr
     configs = _all_configs()
     shuffled = [
-        str(registry.Config.of(c.route, dict(reversed(c.params)))) for c in configs
+        str(registry.Config.of(str(c.route), dict(reversed(c.params)))) for c in configs
     ]  # any order parses
     lines = [str(c) for c in configs] + shuffled + BAD
     out: dict[str, Any] = json.loads(
@@ -376,7 +376,7 @@ def test_decide_keys_points_by_op_and_names_what_a_row_of_another_op_lacks() -> 
         pd.concat([df.assign(routing=b) for b in (1, 2, 3)], ignore_index=True), decide.Params()
     )
     assert {k.routing for k in d.evals} == {1, 2, 3}
-    assert [(r.route, r.M_lo, r.M_hi, r.key.routing) for r in d.rules] == [("mmvq", 4, 4, 0)]
+    assert [(str(r.route), r.M_lo, r.M_hi, r.key.routing) for r in d.rules] == [("mmvq", 4, 4, 0)]
     # a matmul route on FLASH_ATTN_EXT rows is refused, naming the row
     fa = trials(speed={"mmq": 1.0}, M=1, op="FLASH_ATTN_EXT", layout="attention")
     with pytest.raises(InputError, match="row 0: route: route 'mmq' does not serve FLASH_ATTN_EXT"):
@@ -393,7 +393,7 @@ def test_decide_times_configurations_and_refuses_one_of_another_route() -> None:
     df["config"] = df["route"].map({"mmq": "mmq/stream_k=off,j=16", "mmvq": None})
     d = decide.decide(df, decide.Params())
     # the config column names the candidate (canonical spelling), a row without one is its plain route
-    assert set(d.evals[next(iter(d.evals))][4]) == {"mmq/j=16,stream_k=off", "mmvq"}
+    assert set(map(str, d.evals[next(iter(d.evals))][4])) == {"mmq/j=16,stream_k=off", "mmvq"}
     bad = df.assign(config=df["route"].map({"mmq": "cublas/out=f32", "mmvq": None}))
     with pytest.raises(InputError, match="row 0: config: config 'cublas/out=f32' is not a configuration of"):
         decide.decide(bad, decide.Params())

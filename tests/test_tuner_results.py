@@ -195,7 +195,7 @@ def test_codegen_accepts_the_rows_and_decides_on_them(tmp_path: Path) -> None:
     assert ident.gpu == schema.GpuId("NVIDIA H200", 900, 132)
     d = decide.decide(df, params, out)
     exact = [r for r in d.rules if r.kind == "measured"]
-    assert [(r.route, r.M_lo, r.M_hi) for r in exact] == [("mmq", 4, 16)]
+    assert [(str(r.route), r.M_lo, r.M_hi) for r in exact] == [("mmq", 4, 16)]
 
 
 def test_merge_refuses_duplicates_and_mixed_gpus(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def test_rows_carry_E_U_the_kind_and_the_measured_bucket(tmp_path: Path) -> None
     # and codegen decides on the file: one routing-0 rule from the three buckets (trace and uniform pooled)
     d = decide.decide(t.frame(), decide.Params())
     (rule,) = d.rules
-    assert rule.key.routing == 0 and rule.route == "mmq/j=64,stream_k=off"
+    assert rule.key.routing == 0 and str(rule.route) == "mmq/j=64,stream_k=off"
     assert [b for b, _ in rule.buckets] == ["spread", "skewed", "concentrated"]
 
 

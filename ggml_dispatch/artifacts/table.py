@@ -146,15 +146,20 @@ def key_codes(rule: Mapping[str, Any]) -> tuple[int, ...]:
     return codes
 
 
+def rule_typed_config(rule: Mapping[str, Any]) -> registry.Config:
+    """The configuration of a rule or refusal dict (``config``, else its plain ``route``), parsed."""
+    c = rule.get("config")
+    return registry.Config.parse(str(c if c is not None else rule["route"]))
+
+
 def rule_config(rule: Mapping[str, Any]) -> str:
     """The configuration of a rule or refusal (``config``, else its plain ``route``), canonical."""
-    c = rule.get("config")
-    return registry.canonical_config(str(c if c is not None else rule["route"]))
+    return str(rule_typed_config(rule))
 
 
 def _config_order(text: Any) -> tuple[int, int]:
     try:
-        return registry.config_order(str(text))
+        return registry.Config.parse(str(text)).order
     except registry.ConfigError:
         return (99, 0)
 
@@ -589,7 +594,9 @@ def gpu_matches(table: Mapping[str, Any], gpu: schema.GpuId) -> bool:
     return bool(gpu.name == g["name"] and gpu.cc == g["cc"] and gpu.sm_count == g["sm_count"])
 
 
-def _find(rules: Sequence[Mapping[str, Any]], key: Any, M: int, size: int | None = None) -> str | None:
+def _find(
+    rules: Sequence[Mapping[str, Any]], key: Any, M: int, size: int | None = None
+) -> registry.Config | None:
     """``size`` None: a rule without a size class; else a size-class rule whose N*K range holds it."""
     fields = key.fields()
     want = tuple(getattr(key, f) for f in fields)
@@ -599,13 +606,13 @@ def _find(rules: Sequence[Mapping[str, Any]], key: Any, M: int, size: int | None
         if tuple(r[f] for f in fields) != want or not r["M_lo"] <= M <= r["M_hi"]:
             continue
         if size is None and not is_class(r):
-            return rule_config(r)
+            return rule_typed_config(r)
         if size is not None and is_class(r) and r["NK_lo"] <= size <= r["NK_hi"]:
-            return rule_config(r)
+            return rule_typed_config(r)
     return None
 
 
-def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> str | None:
+def lookup_config(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> registry.Config | None:
     """The configuration the table picks for a shape key of any op at M, or None for stock."""
     if not gpu_matches(table, gpu):
         return None
@@ -618,10 +625,24 @@ def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) ->
     return config
 
 
+def lookup_key(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> str | None:
+    """:func:`lookup_config` as canonical text."""
+    config = lookup_config(table, gpu, key, M)
+    return None if config is None else str(config)
+
+
+def lookup_measured_config(
+    table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int
+) -> registry.Config | None:
+    """What the table picks, as its measurements were taken (``registry.Config.measured``)."""
+    config = lookup_config(table, gpu, key, M)
+    return None if config is None else config.measured
+
+
 def lookup_measured(table: Mapping[str, Any], gpu: schema.GpuId, key: Any, M: int) -> str | None:
-    """What the table picks, spelled as its measurements were taken (``registry.measured_config``)."""
-    config = lookup_key(table, gpu, key, M)
-    return None if config is None else registry.measured_config(config)
+    """:func:`lookup_measured_config` as canonical text."""
+    config = lookup_measured_config(table, gpu, key, M)
+    return None if config is None else str(config)
 
 
 def lookup(

@@ -33,9 +33,9 @@ F16_BYTES: Final = 2
 CACHE_PARAM: Final = ("weight", "cached")
 
 
-def is_cached(config: str) -> bool:
+def is_cached(config: registry.Config) -> bool:
     """Does the configuration read the cached copy of its weight?"""
-    return CACHE_PARAM in registry.Config.parse(config).params
+    return config.has(*CACHE_PARAM)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class CachePlan:
                     **r.key.as_dict(),
                     "M_lo": r.M_lo,
                     "M_hi": r.M_hi,
-                    **registry.config_fields(r.route),
+                    **r.route.fields(),
                     "kind": r.kind,
                 }
             )
@@ -106,7 +106,7 @@ def split_cached(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     """The tuning rows and a mask of those that measured a cached configuration."""
     if not len(df):
         return df, pd.Series([], dtype=bool)
-    mask = df.apply(lambda r: is_cached(decide.config_of(r)), axis=1).astype(bool)
+    mask = decide.configs(df).map(is_cached).astype(bool)
     return df, mask
 
 
@@ -124,7 +124,7 @@ def _weight_rows(census: pd.DataFrame) -> pd.DataFrame:
 def candidate_shapes(
     census: pd.DataFrame,
     base_table: Mapping[str, Any],
-    evals: Mapping[schema.ShapeKey, Mapping[int, Mapping[str, decide.RouteEval]]],
+    evals: Mapping[schema.ShapeKey, Mapping[int, Mapping[registry.Config, decide.RouteEval]]],
     stock_us: Mapping[schema.ShapeKey, Mapping[int, float]],
 ) -> list[CachedShape]:
     """Every census weight shape whose cached configuration saves measured time somewhere."""
@@ -149,7 +149,7 @@ def candidate_shapes(
             ]
             if not cached:
                 continue
-            chosen = tbl.lookup_key(base_table, gpu, key, M) if base_table["rules"] else None
+            chosen = tbl.lookup_config(base_table, gpu, key, M) if base_table["rules"] else None
             ev = point.get(chosen) if chosen is not None else None
             uncached = ev.median_us if ev is not None else stock_us.get(key, {}).get(M)
             if uncached is None or not math.isfinite(uncached):
@@ -220,4 +220,4 @@ def budget_bytes(table: Mapping[str, Any]) -> int:
 
 def cached_rule_keys(table: Mapping[str, Any]) -> set[schema.ShapeKey]:
     """Keys of the rules that pick a cached configuration."""
-    return {schema.ShapeKey.of(r) for r in table["rules"] if is_cached(tbl.rule_config(r))}
+    return {schema.ShapeKey.of(r) for r in table["rules"] if is_cached(tbl.rule_typed_config(r))}

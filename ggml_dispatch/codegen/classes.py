@@ -42,6 +42,7 @@ from ggml_dispatch import registry
 from ggml_dispatch.codegen import crossover
 from ggml_dispatch.codegen.decide import (
     KIND_DEFAULT,
+    Config,
     Params,
     Refusal,
     RouteEval,
@@ -51,7 +52,7 @@ from ggml_dispatch.codegen.decide import (
     grid_labels,
 )
 
-Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
+Evals = Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]]
 
 NK_MAX: Final = 2**62  # "no upper bound" (fits the C header's int64)
 
@@ -102,7 +103,7 @@ def _low(ev: RouteEval, params: Params) -> float:
 def extent(
     evals: Evals,
     shapes: Sequence[ShapeKey],
-    route: str,
+    route: Config,
     run: Sequence[int],
     cell: tuple[int, int],
     params: Params,
@@ -231,7 +232,7 @@ def _one_class(
             counts[m] += 1
     grid = sorted(m for m, n in counts.items() if n >= need and all(m in evals[r] for r in required))
     labels, refusals = grid_labels(evals, group, shapes, grid, label, params)
-    pieces: list[tuple[str, list[int]]] = []
+    pieces: list[tuple[Config, list[int]]] = []
     for route, run in _runs(labels):
         # split a run where the size extent changes, so each piece extends as far as it may
         run = sorted(set(run))
@@ -274,7 +275,7 @@ def _gap_rules(
     shapes: Sequence[ShapeKey],
     grid: Sequence[int],
     spanned: set[tuple[int, int]],
-    at_grid: Mapping[int, str | None],
+    at_grid: Mapping[int, Config | None],
     cell: tuple[int, int],
     label: str,
     params: Params,
@@ -295,8 +296,8 @@ def _gap_rules(
             continue
         if any(a < m < b for sh in shapes for m in evals[sh]):
             continue  # a shape measured inside the gap: its own point decides there, not a line
-        worst: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        fitted: dict[str, list[tuple[int, crossover.Fit]]] = {}
+        worst: dict[Config, tuple[np.ndarray, np.ndarray]] = {}
+        fitted: dict[Config, list[tuple[int, crossover.Fit]]] = {}
         for route in cands:
             fits = []
             for s in at:
@@ -321,7 +322,7 @@ def _gap_rules(
         if not worst:
             continue
         Ms = np.arange(a + 1, b, dtype=np.int64)
-        labels: list[tuple[int, str | None]] = []
+        labels: list[tuple[int, Config | None]] = []
         for i, M in enumerate(Ms):
             best = max(worst, key=lambda r: float(worst[r][0][i]))
             ok = worst[best][0][i] >= need and worst[best][1][i] > 1.0

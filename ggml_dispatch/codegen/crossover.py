@@ -37,6 +37,7 @@ from typing import Final
 import numpy as np
 
 from ggml_dispatch.codegen.decide import (
+    Config,
     Params,
     Refusal,
     RouteEval,
@@ -47,7 +48,7 @@ from ggml_dispatch.codegen.decide import (
     verdict,
 )
 
-Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
+Evals = Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]]
 
 KIND: Final = "interpolated"
 _MAX_GAP_POINTS: Final = 1 << 16  # a gap wider than this is evaluated in chunks
@@ -57,7 +58,7 @@ _MAX_GAP_POINTS: Final = 1 << 16  # a gap wider than this is evaluated in chunks
 class Fit:
     """One route's fitted ratio over one gap's interior."""
 
-    route: str
+    route: Config
     a: int
     b: int
     Ms: np.ndarray  # the interior integers a+1 .. b-1
@@ -69,10 +70,10 @@ class Fit:
     ratio_b: float
 
 
-def stock_route(point: Mapping[str, RouteEval], params: Params) -> str | None:
+def stock_route(point: Mapping[Config, RouteEval], params: Params) -> Config | None:
     """The route stock ran at a measured point: the one whose paired ratio is within tolerance of 1
     (closest wins); None when no route is (stock's own route was not among the candidates, or noise)."""
-    best: tuple[float, str] | None = None
+    best: tuple[float, Config] | None = None
     for route, ev in point.items():
         if ev.ratio is None or ev.n_paired == 0 or ev.reference:
             continue
@@ -153,9 +154,9 @@ def try_fit(
     key: ShapeKey,
     a: int,
     b: int,
-    pa: Mapping[str, RouteEval],
-    pb: Mapping[str, RouteEval],
-    route: str,
+    pa: Mapping[Config, RouteEval],
+    pb: Mapping[Config, RouteEval],
+    route: Config,
     params: Params,
 ) -> Fit | str:
     """The fitted curve of ``route`` over (a, b), or why the evidence does not support one."""
@@ -186,7 +187,7 @@ def _covered_gaps(rules: Sequence[Rule], key: ShapeKey) -> set[tuple[int, int]]:
     return out
 
 
-def _gap_refusal(key: ShapeKey, route: str, a: int, b: int, why: str) -> Refusal:
+def _gap_refusal(key: ShapeKey, route: Config, a: int, b: int, why: str) -> Refusal:
     what = f"interpolation over M={a + 1}..{b - 1} (between measured {a} and {b}): {why}"
     return Refusal(route, key, a + 1, what, refusal_kind=KIND)
 
@@ -251,7 +252,7 @@ def _claim(
     best = np.argmax(ratios, axis=0)  # the fitted winner at each interior M
     Ms = fits[0].Ms.astype(np.int64)
     need = 1.0 + params.theta
-    labels: list[tuple[int, str | None]] = []
+    labels: list[tuple[int, Config | None]] = []
     for i, M in enumerate(Ms):
         f = fits[int(best[i])]
         ok = f.ratio[i] >= need and f.ci_low[i] > 1.0

@@ -73,19 +73,60 @@ RULE_KINDS: Final = (KIND_MEASURED, KIND_INTERPOLATED, KIND_DEFAULT)
 _OPS: Final = frozenset(o.value for o in schema.Op)
 _LAYOUTS: Final = frozenset(lay.value for lay in schema.Layout)
 CONFIG_COLUMN: Final = "config"  # optional tuning column: the configuration timed (else its plain route)
+# the typed candidate of each row (registry.Config), added once by with_configs; never written to a file
+TYPED_COLUMN: Final = "_config"
+
+Config = registry.Config
 
 
-def _order(config: str) -> tuple[int, int]:
+def _order(config: Config) -> tuple[int, int]:
     """Tie-break order of candidates: route code, then configuration code."""
-    return registry.config_order(config)
+    return config.order
 
 
-def config_of(row: Mapping[str, Any]) -> str:
-    """The candidate a tuning row measured: its ``config`` when set, else its plain ``route`` (canonical)."""
+def parse_config(row: Mapping[str, Any]) -> Config:
+    """The candidate a tuning row measured: its ``config`` when set, else its plain ``route``, parsed
+    (ConfigError if it names no configuration)."""
     c = row.get(CONFIG_COLUMN)
     if c is None or (isinstance(c, float) and math.isnan(c)):
         c = row["route"]
-    return registry.canonical_config(str(c))
+    return Config.parse(str(c))
+
+
+def config_of(row: Mapping[str, Any]) -> Config:
+    """A tuning row's candidate: the typed column :func:`with_configs` added, else parsed from the row."""
+    c = row.get(TYPED_COLUMN)
+    return c if isinstance(c, Config) else parse_config(row)
+
+
+def with_configs(df: pd.DataFrame, path: str | Path = "<tuning>") -> pd.DataFrame:
+    """The rows with their candidates parsed once into a typed column (``TYPED_COLUMN``): where tuning
+    rows enter the decision, every later step reads the ``registry.Config`` there. A frame that has
+    the column already is returned as it is. InputError naming the first row whose ``config`` (else
+    ``route``) names no configuration."""
+    if TYPED_COLUMN in df.columns or "route" not in df.columns:  # (a missing column: the row checks say)
+        return df
+    cols = ["route", *([CONFIG_COLUMN] if CONFIG_COLUMN in df.columns else [])]
+    parsed: dict[tuple[Any, ...], Config] = {}  # one parse per distinct spelling
+    out = []
+    for i, rec in enumerate(df[cols].to_dict("records")):
+        row = {str(k): v for k, v in rec.items()}
+        given = row.get(CONFIG_COLUMN)
+        named = isinstance(given, str) or (given is not None and not isinstance(given, float))
+        spelled = (given if named else None, row["route"])
+        if spelled not in parsed:
+            try:
+                parsed[spelled] = parse_config(row)
+            except registry.ConfigError as e:
+                field = f"row {i}: {CONFIG_COLUMN}" if named else f"row {i}: route"
+                raise InputError(path, str(e), field=field) from None
+        out.append(parsed[spelled])
+    return df.assign(**{TYPED_COLUMN: pd.Series(out, index=df.index, dtype=object)})
+
+
+def configs(df: pd.DataFrame, path: str | Path = "<tuning>") -> pd.Series:
+    """Each row's candidate (``registry.Config``), from the typed column where there is one."""
+    return with_configs(df, path)[TYPED_COLUMN]
 
 
 @dataclass(frozen=True)
@@ -113,7 +154,7 @@ ShapeKey = schema.ShapeKey  # MUL_MAT's key; every op's key class has the same i
 class RouteEval:
     """One route at one point."""
 
-    route: str
+    route: Config
     n_rows: int
     n_ok: int
     n_paired: int  # ok trials with a usable stock anchor
@@ -149,7 +190,7 @@ class Rule:
     key: ShapeKey
     M_lo: int
     M_hi: int
-    route: str
+    route: Config
     measured_M: tuple[int, ...]  # measured M values the rule covers
     min_ratio: float  # smallest stock/route ratio at those points (over every shape, for defaults)
     shapes: tuple[tuple[int, int], ...] = ()  # defaults: the measured (N, K) that admitted it
@@ -172,7 +213,7 @@ class Rule:
 
 @dataclass(frozen=True)
 class Refusal:
-    route: str
+    route: Config
     key: ShapeKey  # N = K = 0 for a default candidate
     M: int
     reason: str
@@ -209,7 +250,7 @@ class Decisions:
     params: Params
     rules: list[Rule]
     refusals: list[Refusal]
-    evals: dict[ShapeKey, dict[int, dict[str, RouteEval]]]  # key -> M -> route -> eval
+    evals: dict[ShapeKey, dict[int, dict[Config, RouteEval]]]  # key -> M -> configuration -> eval
     stock_us: dict[ShapeKey, dict[int, float]]  # key -> M -> median stock time over the point's anchors
     n_rows: int
     n_ok: int
@@ -229,18 +270,14 @@ def _check_configs(df: pd.DataFrame, path: str | Path) -> None:
     records: list[dict[str, Any]] = [
         {str(k): v for k, v in rec.items()} for rec in df[cols].to_dict("records")
     ]
-    for i, r in enumerate(records):
+    for i, (r, config) in enumerate(zip(records, configs(df, path), strict=True)):
         where = f"row {i}"
         given = r.get(CONFIG_COLUMN)
         named = isinstance(given, str) or (given is not None and not isinstance(given, float))
         field = f"{where}: {CONFIG_COLUMN}" if named else f"{where}: route"
-        try:
-            config = config_of(r)
-        except registry.ConfigError as e:
-            raise InputError(path, str(e), field=field) from None
-        if registry.config_route(config) != r["route"]:
+        if config.route.value != r["route"]:
             raise InputError(
-                path, f"config {config!r} is not a configuration of route {r['route']!r}", field=field
+                path, f"config {str(config)!r} is not a configuration of route {r['route']!r}", field=field
             )
         if not registry.route_allowed(r["op"], config):
             raise InputError(path, f"route {r['route']!r} does not serve {r['op']}", field=f"{where}: route")
@@ -250,7 +287,13 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
     """Validate tuning rows with the tuning file's own checks (:mod:`ggml_dispatch.artifacts.tuning`),
     then the evidence rules of a decision; return the table's identity. Raises InputError naming the
     row."""
+    return _checked(df, path, params)[0]
+
+
+def _checked(df: pd.DataFrame, path: str | Path, params: Params) -> tuple[Identity, pd.DataFrame]:
+    """:func:`check_rows`, and the rows with their typed configurations (:func:`with_configs`)."""
     table = tuning_artifact.from_frame(df, path)
+    df = with_configs(df, path)
     _check_configs(df, path)
     prov = tuning_artifact.provenance(table, path, allow_mixed=params.allow_mixed)
     sources = set(prov.sources)
@@ -276,7 +319,7 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
             field="gpu_cc",
         )
     # With --allow-mixed the table is stamped with the GPU and commit that contributed most rows.
-    return Identity(
+    identity = Identity(
         gpu=prov.gpu,
         upstream_commit=prov.upstream_commit,
         source=next(iter(sorted(sources))),
@@ -288,13 +331,14 @@ def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:
         cuda_versions=list(prov.cuda_versions),
         cublas_versions=list(prov.cublas_versions),
     )
+    return identity, df
 
 
 # --------------------------------------------------------------------------------------------
 # Per-point statistics
 
 
-def _seed_for(base: int, key: ShapeKey, M: int, route: str) -> int:
+def _seed_for(base: int, key: ShapeKey, M: int, route: Config | str) -> int:
     text = f"{base}|{key.seed_text()}|{M}|{route}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
@@ -310,11 +354,11 @@ def bootstrap_ci(ratios: Sequence[float], params: Params, seed: int) -> tuple[fl
     return float(lo), float(hi)
 
 
-def evaluate_route(key: ShapeKey, M: int, route: str, rows: pd.DataFrame, params: Params) -> RouteEval:
+def evaluate_route(key: ShapeKey, M: int, route: Config, rows: pd.DataFrame, params: Params) -> RouteEval:
     is_ok = rows["status"] == schema.TrialStatus.OK.value
     # an ok trial counts only if the route that really ran is the one asked for (when recorded)
     ran = rows["route_ran"]
-    ran_other = is_ok & ran.notna() & (ran != registry.config_route(route))
+    ran_other = is_ok & ran.notna() & (ran != route.route.value)
     ok = rows[is_ok & ~ran_other]
     statuses = Counter(str(s) for s in rows.loc[~is_ok, "status"])
     statuses.update(f"ok but {r} ran" for r in rows.loc[ran_other, "route_ran"])
@@ -396,7 +440,7 @@ def slower_beyond_noise(ev: RouteEval, params: Params) -> bool:
     return ev.ci_high is not None and ev.ci_high < 1.0
 
 
-def contenders(evals: Mapping[str, RouteEval]) -> dict[str, RouteEval]:
+def contenders(evals: Mapping[Config, RouteEval]) -> dict[Config, RouteEval]:
     """The routes that may be a point's best: those with ok trials that the race did not stop and that
     were never wrong there.
 
@@ -409,13 +453,13 @@ def contenders(evals: Mapping[str, RouteEval]) -> dict[str, RouteEval]:
     return full or timed
 
 
-def winner(evals: Mapping[str, RouteEval]) -> str | None:
+def winner(evals: Mapping[Config, RouteEval]) -> Config | None:
     """Lowest median among the contenders; ties go to the lower route code."""
     cands = [(ev.median_us, _order(r), r) for r, ev in contenders(evals).items()]
     return min(cands)[2] if cands else None
 
 
-def passing_route(evals: Mapping[str, RouteEval], params: Params) -> str | None:
+def passing_route(evals: Mapping[Config, RouteEval], params: Params) -> Config | None:
     w = winner(evals)
     if w is None or not verdict(evals[w], params).passes:
         return None
@@ -428,12 +472,11 @@ def passing_route(evals: Mapping[str, RouteEval], params: Params) -> str | None:
 
 def evaluate(
     df: pd.DataFrame, params: Params, path: str | Path = "<tuning>"
-) -> tuple[dict[ShapeKey, dict[int, dict[str, RouteEval]]], dict[ShapeKey, dict[int, float]]]:
-    """Per point and route statistics, plus each point's median stock time."""
-    evals: dict[ShapeKey, dict[int, dict[str, RouteEval]]] = defaultdict(dict)
+) -> tuple[dict[ShapeKey, dict[int, dict[Config, RouteEval]]], dict[ShapeKey, dict[int, float]]]:
+    """Per point and configuration statistics, plus each point's median stock time."""
+    evals: dict[ShapeKey, dict[int, dict[Config, RouteEval]]] = defaultdict(dict)
     stock: dict[ShapeKey, dict[int, float]] = defaultdict(dict)
-    configs = df.apply(config_of, axis=1) if len(df) else pd.Series([], dtype=object)
-    df = df.assign(_config=configs)
+    df = with_configs(df)
     for op, op_rows in df.groupby("op", sort=True):
         key_cls = registry.key_class(str(op))
         cols = [*key_cls.fields(), "M"]
@@ -448,9 +491,10 @@ def evaluate(
             # annotated as MUL_MAT's ShapeKey: every op's key class has its interface
             key = cast(ShapeKey, key_cls.of(dict(zip(cols, values, strict=True))))
             M = int(values[-1])  # type: ignore[call-overload]
-            per_route: dict[str, RouteEval] = {}
-            for config, rrows in point_rows.groupby("_config", sort=True):
-                per_route[str(config)] = evaluate_route(key, M, str(config), rrows, params)
+            per_route: dict[Config, RouteEval] = {}
+            for config, rrows in point_rows.groupby(TYPED_COLUMN, sort=True):
+                assert isinstance(config, Config)
+                per_route[config] = evaluate_route(key, M, config, rrows, params)
             evals[key][M] = per_route
             ok = point_rows[point_rows["status"] == schema.TrialStatus.OK.value]
             anchors = ok["anchor_us"].astype(float).to_numpy()
@@ -460,7 +504,9 @@ def evaluate(
     return dict(evals), dict(stock)
 
 
-def _point_refusals(key: ShapeKey, M: int, point: Mapping[str, RouteEval], params: Params) -> list[Refusal]:
+def _point_refusals(
+    key: ShapeKey, M: int, point: Mapping[Config, RouteEval], params: Params
+) -> list[Refusal]:
     w = winner(point)
     chosen = passing_route(point, params)
     out = []
@@ -481,10 +527,10 @@ def _point_refusals(key: ShapeKey, M: int, point: Mapping[str, RouteEval], param
     return out
 
 
-def _runs(labels: Sequence[tuple[int, str | None]]) -> list[tuple[str, list[int]]]:
+def _runs(labels: Sequence[tuple[int, Config | None]]) -> list[tuple[Config, list[int]]]:
     """Maximal runs of consecutive entries with the same non-None label."""
-    runs: list[tuple[str, list[int]]] = []
-    prev: str | None = None
+    runs: list[tuple[Config, list[int]]] = []
+    prev: Config | None = None
     for M, label in labels:
         if label is not None and label == prev:
             runs[-1][1].append(M)
@@ -495,7 +541,7 @@ def _runs(labels: Sequence[tuple[int, str | None]]) -> list[tuple[str, list[int]
 
 
 def _exact_rules(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], params: Params
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]], params: Params
 ) -> tuple[list[Rule], list[Refusal]]:
     rules: list[Rule] = []
     refusals: list[Refusal] = []
@@ -512,9 +558,9 @@ def _exact_rules(
 
 
 def _fails_somewhere(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]],
     shapes: Sequence[ShapeKey],
-    route: str,
+    route: Config,
     lo: int,
     hi: int,
     params: Params,
@@ -533,17 +579,17 @@ def _fails_somewhere(
 
 
 def grid_labels(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]],
     group: ShapeKey,
     shapes: Sequence[ShapeKey],
     grid: Sequence[int],
     what: str,
     params: Params,
-) -> tuple[list[tuple[int, str | None]], list[Refusal]]:
+) -> tuple[list[tuple[int, Config | None]], list[Refusal]]:
     """A default's route at each grid M (None: stock) and its refusals: the min-max regret choice over
     the shapes measured at M, admitted only where it passes at every one of them; a run of one route may
     only grow over a gap where it passes at every measured point of every shape (else it restarts)."""
-    labels: list[tuple[int, str | None]] = []
+    labels: list[tuple[int, Config | None]] = []
     refusals: list[Refusal] = []
     for M in grid:
         at = [s for s in shapes if M in evals[s]]
@@ -566,10 +612,10 @@ def grid_labels(
 
 
 def _min_max_regret(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], shapes: Sequence[ShapeKey], M: int
-) -> str | None:
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]], shapes: Sequence[ShapeKey], M: int
+) -> Config | None:
     """The route with ok trials at every shape whose worst regret over the shapes is smallest."""
-    medians: dict[ShapeKey, dict[str, float]] = {
+    medians: dict[ShapeKey, dict[Config, float]] = {
         s: {r: ev.median_us for r, ev in evals[s][M].items() if ev.median_us is not None} for s in shapes
     }
     routes = set.intersection(*(set(m) for m in medians.values()))
@@ -581,7 +627,7 @@ def _min_max_regret(
 
 
 def _default_rules(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], params: Params
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]], params: Params
 ) -> tuple[list[Rule], list[Refusal]]:
     groups: dict[ShapeKey, list[ShapeKey]] = defaultdict(list)
     for key in evals:
@@ -621,7 +667,9 @@ def _default_rules(
 
 
 def carried_rules(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]], measured: Sequence[Rule], params: Params
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]],
+    measured: Sequence[Rule],
+    params: Params,
 ) -> tuple[list[Rule], list[Refusal]]:
     """The rules that reach past the measured points: interpolated gaps and size-class defaults."""
     from ggml_dispatch.codegen import classes, crossover  # they build on this module's statistics
@@ -640,7 +688,7 @@ def carried_rules(
 
 
 def rules_of(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]],
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[Config, RouteEval]]],
     params: Params,
     moe_used: Mapping[tuple[Any, int], int] | None = None,
 ) -> tuple[list[Rule], list[Refusal], list[Any]]:
@@ -691,7 +739,7 @@ def decide(df: pd.DataFrame, params: Params, path: str | Path = "<tuning>") -> D
             f"reference margin must be in (0, 1), got {params.reference_margin}",
             field="--reference-margin",
         )
-    identity = check_rows(df, path, params)
+    identity, df = _checked(df, path, params)
     from ggml_dispatch.codegen import moe
 
     evals, stock = evaluate(df, params, path)

@@ -27,14 +27,13 @@ SHADOW_PARAM: Final = ("kv", "shadow")
 REUSE_PARAM: Final = ("kv", "reuse")
 
 
-def is_shadow(config: str) -> bool:
+def is_shadow(config: registry.Config) -> bool:
     """Does the configuration read the KV cache's f16 shadow (making it, or where one was made)?"""
-    params = registry.Config.parse(config).params
-    return SHADOW_PARAM in params or REUSE_PARAM in params
+    return config.has(*SHADOW_PARAM) or config.has(*REUSE_PARAM)
 
 
-def _makes_shadow(config: str) -> bool:
-    return SHADOW_PARAM in registry.Config.parse(config).params
+def _makes_shadow(config: registry.Config) -> bool:
+    return config.has(*SHADOW_PARAM)
 
 
 def _attention_kind(rule: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -58,7 +57,7 @@ def reuse_below_makers(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     a q8_0 cache ran 3-7% below stock.)"""
     buckets: dict[tuple[Any, ...], set[int]] = {}
     for r in rules:
-        if r.get("op") == registry.Op.FLASH_ATTN_EXT.value and _makes_shadow(tbl.rule_config(r)):
+        if r.get("op") == registry.Op.FLASH_ATTN_EXT.value and _makes_shadow(tbl.rule_typed_config(r)):
             buckets.setdefault(_attention_kind(r), set()).add(int(r["kv"]))
     floor: dict[tuple[Any, ...], int] = {}
     for kind, kvs in buckets.items():
@@ -74,9 +73,9 @@ def reuse_below_makers(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
             is_attention
             and kind in floor
             and int(r["kv"]) < floor[kind]
-            and _makes_shadow(tbl.rule_config(r))
+            and _makes_shadow(tbl.rule_typed_config(r))
         ):
-            r = {**r, "config": str(registry.Config.parse(tbl.rule_config(r)).with_param(*REUSE_PARAM))}
+            r = {**r, "config": str(tbl.rule_typed_config(r).with_param(*REUSE_PARAM))}
         out.append(r)
     return out
 
@@ -85,7 +84,7 @@ def shadow_rows(df: pd.DataFrame) -> pd.Series:
     """A mask of the tuning rows that measured a shadow configuration."""
     if not len(df):
         return pd.Series([], dtype=bool)
-    return df.apply(lambda r: is_shadow(decide.config_of(r)), axis=1).astype(bool)
+    return decide.configs(df).map(is_shadow).astype(bool)
 
 
 def faster_points(rows: pd.DataFrame) -> int:
@@ -93,9 +92,7 @@ def faster_points(rows: pd.DataFrame) -> int:
     if not len(rows):
         return 0
     point = [*registry.key_class("FLASH_ATTN_EXT").fields(), "M"]
-    ratios = rows[point].assign(
-        config=rows.apply(decide.config_of, axis=1), ratio=rows["anchor_us"] / rows["us"]
-    )
+    ratios = rows[point].assign(config=decide.configs(rows), ratio=rows["anchor_us"] / rows["us"])
     medians = ratios.groupby([*point, "config"], dropna=False)["ratio"].median()
     return int((medians.groupby(level=list(range(len(point))), dropna=False).max() > 1.0).sum())
 
@@ -108,7 +105,7 @@ def section(budget_mib: int) -> dict[str, Any]:
 def attach(table: dict[str, Any], budget_mib: int | None) -> dict[str, Any]:
     """The table with its ``kv_shadow`` section where a rule reads a shadow, the shallow shadow rules
     reading only a shadow made deeper (``reuse_below_makers``); validated again."""
-    if not budget_mib or not any(is_shadow(tbl.rule_config(r)) for r in table["rules"]):
+    if not budget_mib or not any(is_shadow(tbl.rule_typed_config(r)) for r in table["rules"]):
         return table
     rules = reuse_below_makers(list(table["rules"]))
     return tbl.validate(tbl.canonicalize({**table, "rules": rules, "kv_shadow": section(budget_mib)}))

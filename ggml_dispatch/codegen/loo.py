@@ -53,7 +53,7 @@ class Held:
     via: str  # the kind of rule that answered, or "stock"
 
 
-def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> str:
+def _via(table: dict[str, object], key: ShapeKey, M: int, route: registry.Config | None) -> str:
     if route is None:
         return "stock"
     rules = table["rules"]
@@ -61,11 +61,7 @@ def _via(table: dict[str, object], key: ShapeKey, M: int, route: str | None) -> 
     key = registry.runtime_key(key)  # a MUL_MAT_ID point of any bucket: its routing-0 key
     fields = key.fields()
     for r in rules:
-        if (
-            r["op"] != key.op
-            or registry.measured_config(tbl.rule_config(r)) != route
-            or not r["M_lo"] <= M <= r["M_hi"]
-        ):
+        if r["op"] != key.op or tbl.rule_typed_config(r).measured != route or not r["M_lo"] <= M <= r["M_hi"]:
             continue
         rule_key = registry.shape_key(r)
         if tuple(getattr(rule_key, f) for f in fields) == tuple(getattr(key, f) for f in fields) or (
@@ -82,7 +78,7 @@ def _score(
 ) -> Held:
     gpu = full.identity.gpu
     # a MUL_MAT_ID point of any bucket gets what the runtime looks up: the routing-0 rule
-    route = tbl.lookup_measured(table, gpu, registry.runtime_key(key), M)
+    route = tbl.lookup_measured_config(table, gpu, registry.runtime_key(key), M)
     point = full.evals[key][M]
     stock_us = full.stock_us[key][M]
     medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}
@@ -99,9 +95,9 @@ def _score(
         check,
         key,
         M,
-        route,
-        decide.passing_route(point, params),
-        oracle,
+        _text(route),
+        _text(decide.passing_route(point, params)),
+        _text(oracle),
         pred_us,
         oracle_us,
         stock_us,
@@ -110,8 +106,12 @@ def _score(
     )
 
 
+def _text(config: registry.Config | None) -> str | None:
+    return None if config is None else str(config)
+
+
 def _table(
-    evals: Mapping[ShapeKey, Mapping[int, Mapping[str, decide.RouteEval]]],
+    evals: Mapping[ShapeKey, Mapping[int, Mapping[registry.Config, decide.RouteEval]]],
     full: decide.Decisions,
     params: decide.Params,
 ) -> dict[str, object]:

@@ -45,6 +45,8 @@ import pandas as pd
 
 from ggml_dispatch import registry
 
+Config = registry.Config
+
 BUCKETS: Final[tuple[int, ...]] = tuple(sorted(registry.ROUTING_BUCKETS))
 KIND_MEASURED: Final = "measured"
 
@@ -56,8 +58,8 @@ class BucketPoint:
 
     key: Any  # registry.MulMatIdKey with routing 0
     M: int
-    winners: tuple[tuple[int, str | None, bool, float | None], ...]  # (bucket, winner, passes, ratio)
-    routing0: str | None
+    winners: tuple[tuple[int, Config | None, bool, float | None], ...]  # (bucket, winner, passes, ratio)
+    routing0: Config | None
     reason: str  # why there is no routing-0 configuration ("" when there is one)
 
     def as_dict(self) -> dict[str, Any]:
@@ -65,12 +67,16 @@ class BucketPoint:
             **self.key.as_dict(),
             "M": self.M,
             "buckets": {
-                registry.ROUTING_BUCKETS[b]: {"winner": w, "passes": p, "ratio": r}
+                registry.ROUTING_BUCKETS[b]: {"winner": _text(w), "passes": p, "ratio": r}
                 for b, w, p, r in self.winners
             },
-            "config": self.routing0,
+            "config": _text(self.routing0),
             "reason": self.reason,
         }
+
+
+def _text(config: Config | None) -> str | None:
+    return None if config is None else str(config)
 
 
 def used_per_point(df: pd.DataFrame) -> dict[tuple[Any, int], int]:
@@ -96,11 +102,11 @@ def required_buckets(key0: Any, M: int, used: Mapping[tuple[Any, int], int]) -> 
 
 
 def _why_not(
-    config: str, by_bucket: Mapping[int, Mapping[str, Any]], params: Any, verdict: Any, slower: Any
+    config: Config, by_bucket: Mapping[int, Mapping[Config, Any]], params: Any, verdict: Any, slower: Any
 ) -> str:
     """Empty when ``config`` is shown harmless in every measured bucket (never wrong, at least the minimum
     of paired trials where it ran, not slower than stock beyond noise) and passes in at least one."""
-    if registry.Config.parse(config).route in registry.GRAPH_BREAKING_ROUTES:
+    if config.route in registry.GRAPH_BREAKING_ROUTES:
         return (
             "breaks CUDA graphs: its node synchronizes, so the whole graph it is in runs without capture,"
             " a cost beyond the node that the harness' per-node time does not hold"
@@ -129,7 +135,7 @@ def _why_not(
     return ""
 
 
-def _regret(by_bucket: Mapping[int, Mapping[str, Any]], config: str) -> float:
+def _regret(by_bucket: Mapping[int, Mapping[Config, Any]], config: Config) -> float:
     """Total regret of ``config`` over the buckets: the sum of its median / the bucket's best median - 1."""
     total = 0.0
     for b in sorted(by_bucket):
@@ -139,7 +145,7 @@ def _regret(by_bucket: Mapping[int, Mapping[str, Any]], config: str) -> float:
 
 
 def _point(
-    key0: Any, M: int, by_bucket: Mapping[int, Mapping[str, Any]], params: Any, required: tuple[int, ...]
+    key0: Any, M: int, by_bucket: Mapping[int, Mapping[Config, Any]], params: Any, required: tuple[int, ...]
 ) -> tuple[BucketPoint, list[Any]]:
     """One point's evidence and its refusals."""
     from ggml_dispatch.codegen import decide
@@ -177,7 +183,7 @@ def _point(
 
 
 def moe_rules(
-    evals: Mapping[Any, Mapping[int, Mapping[str, Any]]],
+    evals: Mapping[Any, Mapping[int, Mapping[Config, Any]]],
     params: Any,
     used: Mapping[tuple[Any, int], int] | None = None,
 ) -> tuple[list[Any], list[Any], list[BucketPoint]]:
@@ -186,7 +192,7 @@ def moe_rules(
     ``used``: :func:`used_per_point` (without it every point needs all three buckets)."""
     from ggml_dispatch.codegen import decide  # decide calls this module
 
-    by_point: dict[Any, dict[int, dict[int, Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    by_point: dict[Any, dict[int, dict[int, Mapping[Config, Any]]]] = defaultdict(lambda: defaultdict(dict))
     refusals: list[Any] = []
     for key, by_m in evals.items():
         if key.op != registry.Op.MUL_MAT_ID.value:
@@ -200,7 +206,7 @@ def moe_rules(
     rules: list[Any] = []
     evidence: list[BucketPoint] = []
     for key0 in sorted(by_point, key=lambda k: k.codes()):
-        labels: list[tuple[int, str | None]] = []
+        labels: list[tuple[int, Config | None]] = []
         for M in sorted(by_point[key0]):
             required = required_buckets(key0, M, used or {})
             ev, refused = _point(key0, M, by_point[key0][M], params, required)

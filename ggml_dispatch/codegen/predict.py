@@ -33,9 +33,10 @@ from ggml_dispatch import registry, schema
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.codegen.decide import RouteEval, ShapeKey
 
-Evals = Mapping[ShapeKey, Mapping[int, Mapping[str, RouteEval]]]
+Evals = Mapping[ShapeKey, Mapping[int, Mapping[registry.Config, RouteEval]]]
 StockUs = Mapping[ShapeKey, Mapping[int, float]]  # key -> M -> median stock time of one op (us)
-RouteOf = Callable[[Mapping[str, Any], schema.GpuId], str | None]  # census row -> route (None: stock)
+# census row -> configuration (None: stock)
+RouteOf = Callable[[Mapping[str, Any], schema.GpuId], registry.Config | None]
 
 BASELINE_MEASURED: Final = "measured stock"
 BASELINE_ESTIMATE: Final = "est_us"
@@ -106,7 +107,9 @@ class Prediction:
         return self.measured_us / total if total > 0 else 0.0
 
 
-def _neighbour_ratio(by_m: Mapping[int, Mapping[str, RouteEval]], route: str, M: int) -> float | None:
+def _neighbour_ratio(
+    by_m: Mapping[int, Mapping[registry.Config, RouteEval]], route: registry.Config, M: int
+) -> float | None:
     lo = [m for m, p in by_m.items() if m < M and route in p and p[route].ratio is not None]
     hi = [m for m, p in by_m.items() if m > M and route in p and p[route].ratio is not None]
     if not lo or not hi:
@@ -116,7 +119,9 @@ def _neighbour_ratio(by_m: Mapping[int, Mapping[str, RouteEval]], route: str, M:
     return min(r_lo, r_hi)
 
 
-def route_factor(route: str | None, key: ShapeKey, M: int, evals: Evals) -> tuple[float, str] | None:
+def route_factor(
+    route: registry.Config | None, key: ShapeKey, M: int, evals: Evals
+) -> tuple[float, str] | None:
     """Time of ``route`` (None = stock) relative to stock at a census point and its basis, or None."""
     if route is None:
         return 1.0, "stock"
@@ -170,8 +175,8 @@ def _row(
     key: ShapeKey,
     M: int,
     calls: int,
-    route_a: str | None,
-    route_b: str | None,
+    route_a: registry.Config | None,
+    route_b: registry.Config | None,
     us_a: float | None,
     us_b: float | None,
     basis: str,
@@ -192,8 +197,8 @@ def _row(
         B=int(getattr(key, "B", 1)),
         shape=key,
         calls=calls,
-        route_a=route_a,
-        route_b=route_b,
+        route_a=None if route_a is None else str(route_a),
+        route_b=None if route_b is None else str(route_b),
         us_a=us_a,
         us_b=us_b,
         delta_us=None if us_a is None or us_b is None else us_b - us_a,
@@ -297,9 +302,9 @@ def census_key(rec: Mapping[str, Any]) -> ShapeKey:
 
 
 def _table_route(table: Mapping[str, Any]) -> RouteOf:
-    def route(rec: Mapping[str, Any], gpu: schema.GpuId) -> str | None:
+    def route(rec: Mapping[str, Any], gpu: schema.GpuId) -> registry.Config | None:
         # MUL_MAT_ID: the routing-0 rule is what runs for a call of any bucket
-        return tbl.lookup_measured(table, gpu, registry.runtime_key(census_key(rec)), int(rec["M"]))
+        return tbl.lookup_measured_config(table, gpu, registry.runtime_key(census_key(rec)), int(rec["M"]))
 
     return route
 

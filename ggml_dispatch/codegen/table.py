@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from ggml_dispatch import registry, schema
+from ggml_dispatch import schema
 from ggml_dispatch.artifacts.table import (
     CLASS_FIELDS,
     DECISION_PARAMS,
@@ -43,8 +43,10 @@ from ggml_dispatch.artifacts.table import (
     load_typed,
     loads,
     lookup,
+    lookup_config,
     lookup_key,
     lookup_measured,
+    lookup_measured_config,
     parse_rule,
     parse_table,
     refusal_sort_key,
@@ -53,6 +55,7 @@ from ggml_dispatch.artifacts.table import (
     rule_kind,
     rule_label,
     rule_sort_key,
+    rule_typed_config,
     table_gpu,
     table_hash,
     upgrade,
@@ -94,8 +97,10 @@ __all__ = [
     "load_typed",
     "loads",
     "lookup",
+    "lookup_config",
     "lookup_key",
     "lookup_measured",
+    "lookup_measured_config",
     "parse_rule",
     "parse_table",
     "refusal_sort_key",
@@ -104,6 +109,7 @@ __all__ = [
     "rule_kind",
     "rule_label",
     "rule_sort_key",
+    "rule_typed_config",
     "table_gpu",
     "table_hash",
     "upgrade",
@@ -165,7 +171,7 @@ def build_table(
             **r.key.as_dict(),
             "M_lo": r.M_lo,
             "M_hi": r.M_hi,
-            **registry.config_fields(r.route),
+            **r.route.fields(),
             "kind": r.kind,
             "measured_M": list(r.measured_M),
             "min_ratio": r.min_ratio,
@@ -187,7 +193,7 @@ def build_table(
         {
             **f.key.as_dict(),
             "M": f.M,
-            **registry.config_fields(f.route),
+            **f.route.fields(),
             "kind": f.kind,
             "reason": f.reason,
         }

@@ -26,7 +26,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from ggml_dispatch import fileio, options, schema
+from ggml_dispatch import fileio, options, registry, schema
 from ggml_dispatch.codegen import decide
 from ggml_dispatch.codegen import table as tbl
 from ggml_dispatch.errors import InputError
@@ -287,9 +287,7 @@ def summarize(
     for (key, M), rows in sorted(groups.items(), key=lambda kv: (kv[0][0].codes(), kv[0][1])):
         point = evals.get(key, {}).get(M, {})
         s_us = stock.get(key, {}).get(M)
-        route = tbl.lookup(
-            table, gpu, key.op, key.layout, key.src0_type, key.src1_type, M, key.N, key.K, key.B
-        )
+        route = tbl.lookup_config(table, gpu, key, M)
         medians = {r: ev.median_us for r, ev in point.items() if ev.median_us is not None}
         note = ""
         if route is None:
@@ -298,7 +296,7 @@ def summarize(
             t_us = medians.get(route)
             if t_us is None:
                 note = f"the table's route {route} has no ok trial here"
-        cands = dict(medians)
+        cands: dict[registry.Config | str, float] = {r: us for r, us in medians.items()}
         if s_us is not None:
             cands["stock"] = s_us
         best = min(cands, key=lambda r: cands[r]) if cands else None
@@ -307,7 +305,11 @@ def summarize(
         beyond = False
         if best is not None and best != "stock" and best != route and t_us is not None:
             ci = _paired_ci(
-                rows, route, best, params, decide._seed_for(params.seed, key, M, f"{route}>{best}")
+                rows,
+                _text(route),
+                str(best),
+                params,
+                decide._seed_for(params.seed, key, M, f"{route}>{best}"),
             )
             beyond = ci is not None and ci[0] >= 1.0 + params.theta and ci[1] > 1.0
         elif best == "stock" and route is not None and t_us is not None:
@@ -317,8 +319,8 @@ def summarize(
                 key=key,
                 M=M,
                 weight=(weights or {}).get((key, M), 1.0),
-                table_route=route,
-                best_route=None if best == "stock" else best,
+                table_route=_text(route),
+                best_route=None if best == "stock" or best is None else str(best),
                 stock_us=s_us,
                 table_us=t_us,
                 oracle_us=o_us,
@@ -328,6 +330,10 @@ def summarize(
             )
         )
     return summary
+
+
+def _text(config: registry.Config | None) -> str | None:
+    return None if config is None else str(config)
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:

@@ -200,7 +200,7 @@ def shadow_candidates(
     df: pd.DataFrame,
     with_shadow: decide.Decisions,
     base_table: Mapping[str, Any],
-    evals: Mapping[Any, Mapping[int, Mapping[str, decide.RouteEval]]],
+    evals: Mapping[Any, Mapping[int, Mapping[registry.Config, decide.RouteEval]]],
     stock_us: Mapping[Any, Mapping[int, float]],
 ) -> list[Candidate]:
     """Every attention key whose decision with the shadow picks a shadow configuration somewhere."""
@@ -215,7 +215,7 @@ def shadow_candidates(
             ev = point.get(rule.route)
             if ev is None or ev.median_us is None:
                 continue
-            chosen = tbl.lookup_key(base_table, gpu, rule.key, M) if gpu is not None else None
+            chosen = tbl.lookup_config(base_table, gpu, rule.key, M) if gpu is not None else None
             base_ev = point.get(chosen) if chosen is not None else None
             base_us = base_ev.median_us if base_ev is not None else stock_us.get(rule.key, {}).get(M)
             if base_us is None or not math.isfinite(base_us):
@@ -249,6 +249,7 @@ def decide_with_budget(
     """The decisions under one VRAM budget, the plan (None: no budget asked), and at how many attention
     points a shadow configuration left out (no positive budget) was measured faster than stock."""
     budget_mib = check_budget(budget_mib, path)
+    df = decide.with_configs(df, path)  # each row's configuration parsed once, for every step below
     cached = cache.split_cached(df)[1] if len(df) else pd.Series([], dtype=bool)
     shadow = kv_shadow.shadow_rows(df)
     memory = cached | shadow if len(df) else cached

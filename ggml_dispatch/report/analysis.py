@@ -24,7 +24,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -236,11 +236,15 @@ class TuningAnalysis:
     evals: predict_mod.Evals
     stock_us: predict_mod.StockUs  # key -> M -> median anchor_us of the point's ok rows
     gpu: schema.GpuId  # of the first row (a tuning file holds one GPU unless merged --allow-mixed)
+    # (key, M) -> the configuration the decision rule picks there (typed; Point.chosen is its text)
+    chosen: Mapping[tuple[ShapeKey, int], registry.Config] = field(default_factory=dict)
 
 
 def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> TuningAnalysis:
     """Every measured point with its routes' statistics and verdicts."""
+    df = decide.with_configs(df)  # each row's configuration parsed once
     evals, stock = decide.evaluate(df, params)
+    chosen: dict[tuple[ShapeKey, int], registry.Config] = {}
     rows_at: dict[tuple[ShapeKey, int], list[dict[str, Any]]] = defaultdict(list)
     for row in records(df):
         rows_at[(registry.shape_key(row), int(row["M"]))].append(row)
@@ -252,13 +256,13 @@ def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> TuningAnalysis:
             anchors = [float(r["anchor_us"]) for r in ok if _good(r["anchor_us"])]
             stock_trials = len({int(r["trial"]) for r in ok if _good(r["anchor_us"])})
             routes: list[RouteAtPoint] = []
-            for route in sorted(evals[key][M], key=route_key):
-                ev = evals[key][M][route]
-                rrows = [r for r in prow if decide.config_of(r) == route]
+            for config in sorted(evals[key][M], key=lambda c: route_key(str(c))):
+                ev = evals[key][M][config]
+                rrows = [r for r in prow if decide.config_of(r) == config]
                 counts = Counter(status_kind(str(r["status"])) or "failed" for r in rrows)
                 routes.append(
                     RouteAtPoint(
-                        route=route,
+                        route=str(config),
                         ev=ev,
                         counts={k: counts.get(k, 0) for k in STATUS_KINDS},
                         times=spread([float(r["us"]) for r in rrows if r["status"] == "ok"]),
@@ -266,6 +270,9 @@ def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> TuningAnalysis:
                         slower=decide.slower_beyond_noise(ev, params),
                     )
                 )
+            pick = decide.passing_route(evals[key][M], params)
+            if pick is not None:
+                chosen[(key, M)] = pick
             points.append(
                 Point(
                     shape=key,
@@ -273,13 +280,17 @@ def analyse_tuning(df: pd.DataFrame, params: decide.Params) -> TuningAnalysis:
                     stock=spread(anchors),
                     stock_trials=stock_trials,
                     routes=tuple(routes),
-                    winner=decide.winner(evals[key][M]),
-                    chosen=decide.passing_route(evals[key][M], params),
+                    winner=_text(decide.winner(evals[key][M])),
+                    chosen=_text(pick),
                 )
             )
     first = df.iloc[0]
     gpu = schema.GpuId(str(first["gpu_name"]), int(first["gpu_cc"]), int(first["gpu_sm_count"]))
-    return TuningAnalysis(points, evals, stock, gpu)
+    return TuningAnalysis(points, evals, stock, gpu, chosen)
+
+
+def _text(config: registry.Config | None) -> str | None:
+    return None if config is None else str(config)
 
 
 def failure_messages(df: pd.DataFrame) -> list[tuple[str, int, str]]:
@@ -387,10 +398,10 @@ class GainModel:
         self._census = census
         self._tuning = tuning
         self._table = table
-        self._chosen = {(p.shape, p.M): p.chosen for p in tuning.points if p.chosen is not None}
+        self._chosen = tuning.chosen
         self._cache: dict[int | None, Gains | None] = {}
 
-    def _chosen_route(self, rec: Mapping[str, Any], _gpu: schema.GpuId) -> str | None:
+    def _chosen_route(self, rec: Mapping[str, Any], _gpu: schema.GpuId) -> registry.Config | None:
         return self._chosen.get((registry.shape_key(rec), int(rec["M"])))
 
     def whole(self) -> Gains | None:
