@@ -78,8 +78,9 @@ def test_no_harm_at_every_measured_point() -> None:
         for M, point in by_m.items():
             route = _look(t, key, M)
             if route is not None:
-                assert decide.verdict(point[route], P).passes, (key, M, route)
-                assert not decide.slower_beyond_noise(point[route], P)
+                ev = {str(c): e for c, e in point.items()}[route]  # the table's text, the decision's Config
+                assert decide.verdict(ev, P).passes, (key, M, route)
+                assert not decide.slower_beyond_noise(ev, P)
 
 
 def test_the_committed_tables_measured_decisions_are_unchanged() -> None:
@@ -117,7 +118,7 @@ def test_synthetic_crossover_between_a_losing_and_a_winning_point() -> None:
     d = decide.decide(frame(_losing_then_winning()), P)
     (r,) = [r for r in d.rules if r.kind == "interpolated"]
     # fitted ratio 0.8^(1-w) 1.5^w, w = log2(M/4): 0.98 at 5, 1.15 at 6, 1.33 at 7
-    assert (r.M_lo, r.M_hi, r.route, r.between) == (6, 7, "mmq", (4, 8))
+    assert (r.M_lo, r.M_hi, str(r.route), r.between) == (6, 7, "mmq", (4, 8))
     assert (
         r.crossover is not None
         and 5 < r.crossover[0] < 6
