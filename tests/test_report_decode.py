@@ -75,4 +75,36 @@ def test_without_a_table_the_fastest_candidate_is_shown(
 ) -> None:
     tuning, _ = h200
     md = decode.section(tuning.points, None, tuning.gpu.name)
-    assert "| best |" in md[4] and "fastest measured candidate" in md[2]
+    header = next(ln for ln in md if ln.startswith("| shape"))
+    assert "| best |" in header and "fastest measured candidate" in md[2]
+
+
+def test_a_point_below_the_bar_says_whether_its_size_or_its_kernel_stops_it() -> None:
+    peak = 4.8
+    big = schema.ShapeKey("MUL_MAT", "weight", "q8_0", "f32", 5120, 6144, 1)  # 33.4 MB: 7.0 us at peak
+    tiny = schema.ShapeKey("MUL_MAT", "weight", "q8_0", "f32", 5120, 1024, 1)  # 5.6 MB: 1.2 us at peak
+    assert decode.why_below(big, 1, 8.0, peak, 2.7) == ""  # 4.2 TB/s: above 70% of 4.8
+    assert decode.why_below(big, 1, 15.0, peak, 2.7) == "kernel: 72% attainable"  # 7.0 / (7.0 + 2.7)
+    small = decode.why_below(tiny, 1, 4.7, peak, 2.7)
+    assert small.startswith("small: at most 30% (1.2 µs at peak + 2.7 µs fixed)")
+    assert decode.why_below(big, 1, 15.0, peak, None) == "kernel"
+
+
+def test_the_section_counts_the_points_below_the_bar(
+    h200: tuple[analysis.TuningAnalysis, inputs.TableView],
+) -> None:
+    tuning, table = h200
+    md = decode.section(tuning.points, table, tuning.gpu.name)
+    rows = [ln for ln in md if ln.startswith("| ") and not ln.startswith("| shape")]
+    whys = [ln.strip("|").split("|")[-1].strip() for ln in rows]
+    small = sum(w.startswith("small") for w in whys)
+    kernel = sum(w.startswith("kernel") for w in whys)
+    # the committed H200 dense sweep: no decode point reaches 70% of 4.8 TB/s
+    assert small + kernel == len(rows) and small > 0 and kernel > 0
+    fixed = decode.fixed_cost_us([p for p in tuning.points if decode.is_decode_point(p)])
+    assert fixed is not None and 1.0 < fixed < 10.0
+    summary = next(ln for ln in md if "decode points reach" in ln)
+    assert summary == (
+        f"0 of {len(rows)} decode points reach 70% of peak; below it: kernel {kernel}, small {small}; "
+        f"fixed cost {fixed:.1f} µs."
+    )

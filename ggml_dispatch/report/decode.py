@@ -18,6 +18,7 @@ from ggml_dispatch.report.analysis import Point
 from ggml_dispatch.report.inputs import TableView
 
 DECODE_M_MAX = registry.MMVQ_MAX_COLS
+TARGET_FRACTION = 0.70  # of peak bandwidth, where the weights dominate (issue #51's bar)
 
 # Datasheet peak memory bandwidth (TB/s) by GPU model, most specific name first: (words the name holds,
 # words it must not hold, TB/s, model).
@@ -59,6 +60,35 @@ def is_decode_point(p: Point) -> bool:
     return k.op == schema.Op.MUL_MAT.value and k.layout == schema.Layout.WEIGHT.value and p.M <= DECODE_M_MAX
 
 
+def fixed_cost_us(points: Sequence[Point]) -> float | None:
+    """The fastest decode node measured (any candidate, stock included): what a node costs that moves
+    almost nothing (launch, the first wave, the tail), measured on this GPU in this file."""
+    times = [
+        t
+        for p in points
+        for t in (p.stock.median, *(rp.times.median for rp in p.routes))
+        if t is not None and math.isfinite(t) and t > 0
+    ]
+    return min(times) if times else None
+
+
+def why_below(key: schema.ShapeKey, M: int, us: float | None, peak_tbs: float, fixed_us: float | None) -> str:
+    """Why a node stays under TARGET_FRACTION of peak, from the file's own numbers: ``small`` when even
+    the fixed cost plus the bytes at peak bandwidth cannot reach it (the most any kernel could attain at
+    that size is given), else ``kernel`` (attainable, not reached). Empty where the node reaches it."""
+    got = achieved_tbs(key, M, us)
+    if got is None or got >= TARGET_FRACTION * peak_tbs:
+        return ""
+    at_peak_us = decode_bytes(key, M) / (peak_tbs * 1e12) * 1e6
+    if fixed_us is None:
+        return "kernel"
+    attainable = at_peak_us / (at_peak_us + fixed_us)
+    if attainable < TARGET_FRACTION:
+        pct = math.floor(100 * attainable)  # never rounded up to the target it misses
+        return f"small: at most {pct}% ({at_peak_us:.1f} µs at peak + {fixed_us:.1f} µs fixed)"
+    return f"kernel: {math.floor(100 * attainable)}% attainable"
+
+
 def _fmt_tbs(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -95,10 +125,17 @@ def section(points: Sequence[Point], table: TableView | None, gpu_name: str) -> 
             else "the fastest measured candidate (no table given)."
         ),
         "",
+        f"`below {TARGET_FRACTION:.0%}`: why the faster of the two stays under {TARGET_FRACTION:.0%} of"
+        " peak. `small`: the node's bytes at peak bandwidth plus the fixed cost of a node (the fastest decode"
+        " node measured here, which moves almost nothing) cannot reach it; `kernel`: they could, so the"
+        " kernel's launch configuration or access pattern is what stops it.",
+        "",
         f"| shape | M | MB read | stock µs | stock TB/s | stock % peak | {other} | {other} µs | {other} TB/s"
-        f" | {other} % peak |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f" | {other} % peak | below {TARGET_FRACTION:.0%} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    fixed = fixed_cost_us(decode)
+    reasons: dict[str, int] = {}
     for p in decode:
         stock_us = p.stock.median
         if table is not None:
@@ -114,12 +151,24 @@ def section(points: Sequence[Point], table: TableView | None, gpu_name: str) -> 
         s = achieved_tbs(p.shape, p.M, stock_us)
         t = achieved_tbs(p.shape, p.M, us)
         label = f"{p.shape.src0_type} N={p.shape.N} K={p.shape.K}"
+        best = min((x for x in (stock_us, us) if x is not None and math.isfinite(x)), default=None)
+        why = why_below(p.shape, p.M, best, tbs, fixed)
+        if why:
+            reasons[why.split(":")[0]] = reasons.get(why.split(":")[0], 0) + 1
         md.append(
             f"| {md_escape(label)} | {p.M} | {decode_bytes(p.shape, p.M) / 1e6:.1f} | {_fmt_us(stock_us)}"
             f" | {_fmt_tbs(s)} | {_fmt_frac(s, tbs)} | {md_escape(name)} | {_fmt_us(us)} | {_fmt_tbs(t)}"
-            f" | {_fmt_frac(t, tbs)} |"
+            f" | {_fmt_frac(t, tbs)} | {md_escape(why)} |"
         )
-    md.append("")
+    below = sum(reasons.values())
+    why = ", ".join(f"{k} {n}" for k, n in sorted(reasons.items()))
+    fixed_words = f"; fixed cost {fixed:.1f} µs" if fixed is not None else ""
+    md += [
+        "",
+        f"{len(decode) - below} of {len(decode)} decode points reach {TARGET_FRACTION:.0%} of peak"
+        + (f"; below it: {why}{fixed_words}." if reasons else "."),
+        "",
+    ]
     return md
 
 
