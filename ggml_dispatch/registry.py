@@ -889,11 +889,6 @@ def measured_config(text: str) -> str:
     return str(Config.parse(text).measured)
 
 
-def config_fields(text: str) -> dict[str, str]:
-    """``Config.fields`` of a config string."""
-    return Config.parse(text).fields()
-
-
 def config_route(text: str) -> str:
     """The route name of a config string."""
     return Config.parse(text).route.value

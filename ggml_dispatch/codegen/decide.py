@@ -99,6 +99,17 @@ def config_of(row: Mapping[str, Any]) -> Config:
     return c if isinstance(c, Config) else parse_config(row)
 
 
+def _named(row: Mapping[str, Any]) -> bool:
+    """Whether a row names its candidate in ``config`` (else its plain ``route`` is the candidate)."""
+    given = row.get(CONFIG_COLUMN)
+    return isinstance(given, str) or (given is not None and not isinstance(given, float))
+
+
+def _config_field(row: Mapping[str, Any], i: int) -> str:
+    """The field an error about row ``i``'s candidate names."""
+    return f"row {i}: {CONFIG_COLUMN}" if _named(row) else f"row {i}: route"
+
+
 def with_configs(df: pd.DataFrame, path: str | Path = "<tuning>") -> pd.DataFrame:
     """The rows with their candidates parsed once into a typed column (``TYPED_COLUMN``): where tuning
     rows enter the decision, every later step reads the ``registry.Config`` there. A frame that has
@@ -111,15 +122,12 @@ def with_configs(df: pd.DataFrame, path: str | Path = "<tuning>") -> pd.DataFram
     out = []
     for i, rec in enumerate(df[cols].to_dict("records")):
         row = {str(k): v for k, v in rec.items()}
-        given = row.get(CONFIG_COLUMN)
-        named = isinstance(given, str) or (given is not None and not isinstance(given, float))
-        spelled = (given if named else None, row["route"])
+        spelled = (row.get(CONFIG_COLUMN) if _named(row) else None, row["route"])
         if spelled not in parsed:
             try:
                 parsed[spelled] = parse_config(row)
             except registry.ConfigError as e:
-                field = f"row {i}: {CONFIG_COLUMN}" if named else f"row {i}: route"
-                raise InputError(path, str(e), field=field) from None
+                raise InputError(path, str(e), field=_config_field(row, i)) from None
         out.append(parsed[spelled])
     return df.assign(**{TYPED_COLUMN: pd.Series(out, index=df.index, dtype=object)})
 
@@ -271,16 +279,14 @@ def _check_configs(df: pd.DataFrame, path: str | Path) -> None:
         {str(k): v for k, v in rec.items()} for rec in df[cols].to_dict("records")
     ]
     for i, (r, config) in enumerate(zip(records, configs(df, path), strict=True)):
-        where = f"row {i}"
-        given = r.get(CONFIG_COLUMN)
-        named = isinstance(given, str) or (given is not None and not isinstance(given, float))
-        field = f"{where}: {CONFIG_COLUMN}" if named else f"{where}: route"
         if config.route.value != r["route"]:
             raise InputError(
-                path, f"config {str(config)!r} is not a configuration of route {r['route']!r}", field=field
+                path,
+                f"config {str(config)!r} is not a configuration of route {r['route']!r}",
+                field=_config_field(r, i),
             )
         if not registry.route_allowed(r["op"], config):
-            raise InputError(path, f"route {r['route']!r} does not serve {r['op']}", field=f"{where}: route")
+            raise InputError(path, f"route {r['route']!r} does not serve {r['op']}", field=f"row {i}: route")
 
 
 def check_rows(df: pd.DataFrame, path: str | Path, params: Params) -> Identity:

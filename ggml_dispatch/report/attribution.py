@@ -20,9 +20,7 @@ phase is 1 / (1 - tunable), reached only if those kernels took no time at all.
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -195,34 +193,11 @@ class Phase:
         return listed / self.total if self.total else 0.0
 
 
-def _files(path: Path) -> dict[str, tuple[Path, str]]:
-    """The text files of a profile folder or archive by name (the reader ``--profile`` uses)."""
-    files: dict[str, tuple[Path, str]] = {}
-    if path.is_dir():
-        for f in sorted(path.iterdir()):
-            if f.is_file():
-                files[f.name] = (f, f.read_text(encoding="utf-8", errors="replace"))
-        return files
-    if not path.is_file():
-        raise InputError(path, "no such profile folder or archive")
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar.getmembers():
-                fh = tar.extractfile(member) if member.isfile() else None
-                if fh is not None:
-                    name = member.name.removeprefix("./")
-                    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace").read()
-                    files[name] = (Path(f"{path}:{name}"), text)
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise InputError(path, f"not a profile archive: {e}") from None
-    return files
-
-
 def load(path: Path, modes: Sequence[str] | None = None) -> list[Phase]:
     """The phases of a server profile (a folder or archive of ``<mode>.ktl`` + ``phases-<mode>.jsonl``, what
     ``lab/serve_ab.py profile`` writes), mode by mode (default: each mode the profile lists phases of, in
     ``MODES`` order); InputError naming the file on any mismatch."""
-    files = _files(path)
+    files = tl.profile_files(path)
     if modes is None:
         modes = [m for m in MODES if f"phases-{m}.jsonl" in files]
         if not modes:

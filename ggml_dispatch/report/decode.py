@@ -154,7 +154,8 @@ def section(points: Sequence[Point], table: TableView | None, gpu_name: str) -> 
         best = min((x for x in (stock_us, us) if x is not None and math.isfinite(x)), default=None)
         why = why_below(p.shape, p.M, best, tbs, fixed)
         if why:
-            reasons[why.split(":")[0]] = reasons.get(why.split(":")[0], 0) + 1
+            kind = why.split(":")[0]
+            reasons[kind] = reasons.get(kind, 0) + 1
         md.append(
             f"| {md_escape(label)} | {p.M} | {decode_bytes(p.shape, p.M) / 1e6:.1f} | {_fmt_us(stock_us)}"
             f" | {_fmt_tbs(s)} | {_fmt_frac(s, tbs)} | {md_escape(name)} | {_fmt_us(us)} | {_fmt_tbs(t)}"

@@ -291,8 +291,8 @@ def profile_from_files(files: Mapping[str, tuple[Path, str]], source: str) -> Pr
     return Profile(rows, note, source)
 
 
-def load_profile(path: Path) -> Profile:
-    """A profile folder or a ``.tar.gz`` of one (what ``lab/e2e.sh`` packs)."""
+def profile_files(path: Path) -> dict[str, tuple[Path, str]]:
+    """The text files of a profile folder or archive by name, each with the path an error names."""
     files: dict[str, tuple[Path, str]] = {}
     if path.is_dir():
         for f in sorted(path.iterdir()):
@@ -313,4 +313,9 @@ def load_profile(path: Path) -> Profile:
             raise InputError(path, f"not a profile archive: {e}") from None
     else:
         raise InputError(path, "no such profile folder or archive")
-    return profile_from_files(files, str(path))
+    return files
+
+
+def load_profile(path: Path) -> Profile:
+    """A profile folder or a ``.tar.gz`` of one (what ``lab/e2e.sh`` packs)."""
+    return profile_from_files(profile_files(path), str(path))
