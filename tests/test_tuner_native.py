@@ -152,6 +152,13 @@ def test_info_header_on_cpu(harness: Path) -> None:
     assert h["gpu_cc"] == 0 and h["gpu_name"]
 
 
+def test_harness_exports_its_symbols(harness: Path) -> None:
+    """ENABLE_EXPORTS: ggml libraries that carry a static libstdc++ (the GPU machines' g++) bind to the
+    executable's copy; without it the H100 run aborted with free(): invalid pointer before main."""
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(harness)], capture_output=True, text=True, check=True)
+    assert " main" in syms.stdout, "the harness exports no symbols of its own (ENABLE_EXPORTS lost?)"
+
+
 def test_stock_measured_routes_reported_and_rotation(harness: Path, tmp_path: Path) -> None:
     cases = [
         case("w", M=8),
