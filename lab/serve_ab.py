@@ -155,6 +155,7 @@ class Server:
     env: dict[str, str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    _line: tuple[Any] | None = None  # dispatch_line's answer, once found (None inside: no line anywhere)
 
     def command(self) -> list[str]:
         cmd = [str(self.binary), "-m", str(self.model), *SEED_FLAGS, "--host", "127.0.0.1", "--port"]
@@ -182,6 +183,24 @@ class Server:
                 pass
             time.sleep(1.0)
         raise RuntimeError(f"llama-server not ready in {timeout_s:.0f} s: see {self.log}")
+
+    def dispatch_line(self) -> Any:  # ggml_dispatch.artifacts.ab.DispatchLine | None
+        """The hook's start-up line: from this server's log, else from a start of the same binary under the
+        same environment with ``-lv 4 --list-devices``. Newer llama-server trees pass ggml's INFO lines to
+        their log only at verbosity 4 and above, so the timed server's own log may not hold the line; the
+        list command initialises the CUDA backend, where the hook prints it, and exits."""
+        from ggml_dispatch.artifacts import ab as ab_format
+
+        if self._line is None:
+            line = ab_format.find_dispatch_line(self.log.read_text(errors="replace"))
+            if line is None:
+                res = subprocess.run(
+                    [str(self.binary), "-lv", "4", "--list-devices"], capture_output=True, text=True,
+                    env={**os.environ, **self.env}, timeout=300, check=False,
+                )  # fmt: skip
+                line = ab_format.find_dispatch_line(res.stdout + res.stderr)
+            self._line = (line,)
+        return self._line[0]
 
     def complete(self, body: Mapping[str, Any], timeout_s: float = 900.0) -> dict[str, Any]:
         req = urllib.request.Request(
@@ -329,7 +348,7 @@ def group_records(
     """The two A/B records (prefill, generation) of one request group, with the server's provenance."""
     from ggml_dispatch.artifacts import ab as ab_format
 
-    line = ab_format.find_dispatch_line(s.log.read_text(errors="replace"))
+    line = s.dispatch_line()
     prov = ab_format.Provenance(
         command=tuple(s.command()),
         env=tuple(sorted(s.env.items())),

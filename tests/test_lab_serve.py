@@ -256,3 +256,38 @@ def test_the_pruned_sweep_of_lab_qwen35_sh_plans_the_verify_widths_with_compiled
     patterns = [pruned[i + 1] for i, a in enumerate(pruned) if a == "--only"]
     routes = {r for c in cases for r in c["routes"]}
     assert all(any(fnmatch.fnmatchcase(r, p) for r in routes) for p in patterns)  # no pattern matches nothing
+
+
+def test_the_dispatch_line_comes_from_a_listing_start_when_the_servers_log_hides_it(tmp_path: Path) -> None:
+    """A stand-in for a hooked CUDA llama-server (none runs on this machine): like the 0.3.36 tree's, it
+    prints ggml's INFO lines only at -lv 4, so the timed server's log has no hook line (the H100 run's
+    records came back with an empty dispatch_line)."""
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-lv" ] && [ "$2" = "4" ] && [ "$3" = "--list-devices" ]; then\n'
+        '  echo "ggml_cuda_init: found 1 CUDA devices"\n'
+        '  if [ "$GGML_CUDA_DISPATCH" = "off" ]; then\n'
+        '    echo "ggml_cuda_dispatch: GGML_CUDA_DISPATCH=off: stock dispatch"\n'
+        "  else\n"
+        '    echo "ggml_cuda_dispatch: table 92ddcc7e9392 (NVIDIA H100 80GB HBM3, cc 900, 132 SMs, 20 rules):'
+        ' applied on CUDA0"\n'
+        "  fi\n"
+        "  exit 0\n"
+        "fi\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    log = tmp_path / "server.log"
+    log.write_text("0.00.015 I srv  llama_server: initializing ...\n")
+    table = serve_ab.Server(fake, tmp_path / "m.gguf", 8190, "plain", {"GGML_CUDA_DISPATCH": "table"}, log)
+    line = table.dispatch_line()
+    assert line is not None and line.mode == "table" and line.table_hash == "92ddcc7e9392" and line.applied
+    stock = serve_ab.Server(fake, tmp_path / "m.gguf", 8190, "plain", {"GGML_CUDA_DISPATCH": "off"}, log)
+    assert stock.dispatch_line().mode == "off"
+    log.write_text("ggml_cuda_dispatch: GGML_CUDA_DISPATCH=off: stock dispatch\n")  # the log's own line wins
+    assert serve_ab.Server(fake, tmp_path / "m.gguf", 8190, "plain", {}, log).dispatch_line().mode == "off"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert serve_ab.Server(fake, tmp_path / "m.gguf", 8190, "plain", {}, empty).dispatch_line() is None
