@@ -96,7 +96,7 @@ clean:
 
 # ---- report: REPORT.md + plots for a measured table folder (tuning.parquet, or tuning/*.parquet merged
 # into one file first; census.parquet, table.json; ab*.jsonl beside table.json (the A/Bs of that table:
-# the component tables' A/Bs under ab/ are not), profile.tar.gz and NOTES.md are used when present).
+# the component tables' A/Bs under ab/ are not), profile.tar.xz and NOTES.md are used when present).
 TABLE_DIR ?= tables/cuda-sm90-nvidia-h200
 REPORT_OUT ?= $(TABLE_DIR)
 REPORT_TUNING = $(if $(wildcard $(TABLE_DIR)/tuning.parquet),$(TABLE_DIR)/tuning.parquet,$(OUT)/report-tuning/tuning-merged.parquet)
@@ -109,7 +109,7 @@ report: venv  ## REPORT.md + PNG plots in TABLE_DIR from its Parquet files (TABL
 		$(if $(wildcard $(TABLE_DIR)/census.parquet),--census $(TABLE_DIR)/census.parquet) \
 		$(if $(wildcard $(TABLE_DIR)/table.json),--table $(TABLE_DIR)/table.json) \
 		$(foreach f,$(sort $(wildcard $(TABLE_DIR)/ab*.jsonl)),--ab $(f)) \
-		$(if $(wildcard $(TABLE_DIR)/profile.tar.gz),--profile $(TABLE_DIR)/profile.tar.gz) \
+		$(if $(wildcard $(TABLE_DIR)/profile.tar.xz),--profile $(TABLE_DIR)/profile.tar.xz) \
 		$(if $(wildcard $(TABLE_DIR)/NOTES.md),--notes $(TABLE_DIR)/NOTES.md) \
 		-o $(REPORT_OUT)
 

@@ -20,9 +20,9 @@ from ggml_dispatch.cli import main
 from ggml_dispatch.errors import InputError
 from ggml_dispatch.report import attribution
 from ggml_dispatch.report import timeline as tl
-from lab import qwen35, qwen35_attrib, serve_ab
+from lab import qwen35, qwen35_attrib, serve_ab, serve_summary
 
-PROFILE = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.gz"
+PROFILE = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.xz"
 
 
 def _ktl(name: str) -> list[str]:
@@ -291,3 +291,28 @@ def test_the_dispatch_line_comes_from_a_listing_start_when_the_servers_log_hides
     empty = tmp_path / "empty.log"
     empty.write_text("")
     assert serve_ab.Server(fake, tmp_path / "m.gguf", 8190, "plain", {}, empty).dispatch_line() is None
+
+
+H100_QWEN35 = Path(__file__).resolve().parents[1] / "evidence" / "h100-2026-12-07-s35-qwen35"
+
+
+def test_the_h100_seed_workload_summary_pools_both_calls(capsys: pytest.CaptureFixture[str]) -> None:
+    """The committed H100 A/B of the qwen35 table (two calls, 3 + 4 pairs): the numbers its README quotes."""
+    files = [str(H100_QWEN35 / c / "ab-qwen35-27b-L16-serve.jsonl") for c in ("ab1", "ab2")]
+    assert serve_summary.main(files) == 0
+    out = capsys.readouterr().out
+    assert "| plain | pp1024 d48000 s1 | 7 | **1.625** | [1.595, 1.628] |" in out
+    assert "| mtp | mtp2 tg128 d48000 s1 | 7 | **1.019** | [1.007, 1.033] |" in out
+    assert "| plain | tg128 d48000 s1 | 7 | **1.005** | [0.993, 1.059] |" in out
+    assert "112 of 112 records have no hook start-up line" in out
+
+
+def test_the_summary_refuses_what_is_not_an_ab_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "ab.jsonl"
+    bad.write_text('{"test": "pp1024 d1 s1", "arm": "stock"}\n')
+    assert serve_summary.main([str(bad)]) == 2
+    assert f"{bad}:1: not an A/B record" in capsys.readouterr().err
+    assert serve_summary.main([str(tmp_path / "none.jsonl")]) == 2
+    assert "none.jsonl" in capsys.readouterr().err

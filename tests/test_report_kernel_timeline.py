@@ -105,7 +105,7 @@ def test_the_real_profile_was_written_in_this_format() -> None:
     import tarfile
 
     counts = {k: len(re.findall(r"%(?:llu|zu|u|d|s)", v)) for k, v in writer_formats().items() if k != "#"}
-    with tarfile.open(REPO / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.gz") as tar:
+    with tarfile.open(REPO / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.xz") as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("table.512.ktl"))
         fh = tar.extractfile(member)
         assert fh is not None

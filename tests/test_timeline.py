@@ -22,7 +22,7 @@ from ggml_dispatch.report import timeline
 REPO = Path(__file__).resolve().parent.parent
 # the dense-route sweep, its census, table and A/Bs
 TABLE_DIR = archive.path("tables/cuda-sm90-nvidia-h200-routes")
-PROFILE = REPO / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.gz"
+PROFILE = REPO / "tables" / "cuda-sm90-nvidia-h200" / "profile.tar.xz"
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_report_profile_section(tmp_path: Path) -> None:
     assert "| pp2048 ub512 | table |" in section and "| tg128 | crude |" in section
     assert "(model llama8b-L16 reps 3)" in section
     assert (out / "plots" / "profile.png").read_bytes()[:4] == b"\x89PNG"
-    assert "- **profile** `profile.tar.gz` (sha256 `" in md.split("## Data provenance")[1].split("\n## ")[0]
+    assert "- **profile** `profile.tar.xz` (sha256 `" in md.split("## Data provenance")[1].split("\n## ")[0]
 
 
 def test_report_refuses_a_bad_profile(tmp_path: Path) -> None:
