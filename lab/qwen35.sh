@@ -15,7 +15,7 @@
 #   tbo      test-backend-ops -o MUL_MAT at M <= 8 with each forced mmvq / mmvf configuration (issue #51)
 #   tune     ggml-dispatch tune run on the census (--max-seconds TUNE_SECONDS, journal resumes), pruned to
 #            the candidates below unless TUNE_ARGS replaces them
-#   table    codegen -> table; install it into the tree; rebuild llama-server
+#   table    codegen -> table (or TABLE=path/table.json as it is); install it into the tree; rebuild llama-server
 #   ab       lab.serve_ab ab: stock (GGML_CUDA_DISPATCH=off) vs table, AB_PAIRS pairs, both modes
 # A part skips itself (with a line in the log) when less than its expected seconds are left of DEADLINE_S.
 set -uo pipefail
@@ -131,10 +131,14 @@ if has_part tune && fits tune 90; then
 fi
 
 if has_part table && fits table 60; then
-    TUNING=${TUNING:-$WORK/tuning.parquet}
-    [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
-    dispatch codegen "$TUNING" --census "$CENSUS" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
-        { log "codegen failed"; tail -20 "$LOG"; exit 1; }
+    if [ -n "${TABLE:-}" ]; then  # a committed table (tables/<gpu>/table.json) instead of this run's sweep
+        mkdir -p "$OUT/table" && cp "$TABLE" "$OUT/table/table.json"
+    else
+        TUNING=${TUNING:-$WORK/tuning.parquet}
+        [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
+        dispatch codegen "$TUNING" --census "$CENSUS" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
+            { log "codegen failed"; tail -20 "$LOG"; exit 1; }
+    fi
     dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
         { log "install failed"; tail -20 "$LOG"; exit 1; }
     cmake --build "$BUILD" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 || { log "rebuild failed"; exit 1; }

@@ -293,12 +293,12 @@ def test_the_dispatch_line_comes_from_a_listing_start_when_the_servers_log_hides
     assert serve_ab.Server(fake, tmp_path / "m.gguf", 8190, "plain", {}, empty).dispatch_line() is None
 
 
-H100_QWEN35 = Path(__file__).resolve().parents[1] / "evidence" / "h100-2026-12-07-s35-qwen35"
+H100_AB = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h100" / "ab"
 
 
 def test_the_h100_seed_workload_summary_pools_both_calls(capsys: pytest.CaptureFixture[str]) -> None:
     """The committed H100 A/B of the qwen35 table (two calls, 3 + 4 pairs): the numbers its README quotes."""
-    files = [str(H100_QWEN35 / c / "ab-qwen35-27b-L16-serve.jsonl") for c in ("ab1", "ab2")]
+    files = [str(H100_AB / f"qwen35-27b-L16-serve-call{c}.jsonl") for c in (1, 2)]
     assert serve_summary.main(files) == 0
     out = capsys.readouterr().out
     assert "| plain | pp1024 d48000 s1 | 7 | **1.625** | [1.595, 1.628] |" in out

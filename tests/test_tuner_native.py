@@ -155,7 +155,9 @@ def test_info_header_on_cpu(harness: Path) -> None:
 def test_harness_exports_its_symbols(harness: Path) -> None:
     """ENABLE_EXPORTS: ggml libraries that carry a static libstdc++ (the GPU machines' g++) bind to the
     executable's copy; without it the H100 run aborted with free(): invalid pointer before main."""
-    syms = subprocess.run(["nm", "-D", "--defined-only", str(harness)], capture_output=True, text=True, check=True)
+    syms = subprocess.run(
+        ["nm", "-D", "--defined-only", str(harness)], capture_output=True, text=True, check=True
+    )
     assert " main" in syms.stdout, "the harness exports no symbols of its own (ENABLE_EXPORTS lost?)"
 
 

@@ -21,15 +21,15 @@
 #include <string.h>
 
 #define GGML_DISPATCH_TABLE_LAYOUT_VERSION 3
-#define GGML_DISPATCH_TABLE_RULE_COUNT 3
-#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 3
-#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 0
+#define GGML_DISPATCH_TABLE_RULE_COUNT 23
+#define GGML_DISPATCH_TABLE_KEY_RULE_COUNT 20
+#define GGML_DISPATCH_TABLE_CLASS_RULE_COUNT 3
 #define GGML_DISPATCH_TABLE_GPU_CC 900
 #define GGML_DISPATCH_TABLE_GPU_SM_COUNT 132
 #define GGML_DISPATCH_TABLE_SCHEMA "ggml-dispatch-table/1"
 #define GGML_DISPATCH_TABLE_SOURCE "measured"
 #define GGML_DISPATCH_TABLE_TOOL_VERSION "0.1.0"
-#define GGML_DISPATCH_TABLE_TUNING_SHA256 "f8e3f13369d6e95fa6554c9f81fab5a48dad8baef545cc124f628bdef593ae13"
+#define GGML_DISPATCH_TABLE_TUNING_SHA256 "c718ea15421a07dbccc8cf9b3b85cc185c0e7c5c995ffff95e46676ffab3815b"
 /* the one VRAM budget the table's memory-for-time rules were admitted under (table.json "vram"); the two
  * caps below are its split: the weight cache's admitted copies, the KV shadow the rest */
 #define GGML_DISPATCH_TABLE_VRAM_BUDGET_BYTES 17179869184
@@ -46,7 +46,7 @@
 #endif
 
 static const char ggml_dispatch_table_gpu_name[] = "NVIDIA H100 80GB HBM3";
-static const char ggml_dispatch_table_hash[] = "822063103288d6681d5fafd654fb63c0d9809cd7487d0964e4f3de67b23f302b";
+static const char ggml_dispatch_table_hash[] = "a625a682c82b52d4f59deed8c489d95e8631e5ba7aaf1682eda8ada7ae1ecd78";
 static const char ggml_dispatch_table_upstream_commit[] = "0c1e57098bba43ac29e6e3b677cdceebdd22334f";
 
 #define GGML_DISPATCH_TABLE_KEY_SLOTS 5
@@ -68,6 +68,23 @@ struct ggml_dispatch_table_rule {
 /* Sorted by (op, layout, type0, type1, k[0..], M_lo); M ranges of one key never overlap. */
 static const struct ggml_dispatch_table_rule ggml_dispatch_table_rules[GGML_DISPATCH_TABLE_KEY_RULE_COUNT] = {
     /* op, layout, type0, type1, { k }, M_lo, M_hi, config */
+    { 0, 0, 8, 0, { 48, 5120, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 8, 0, { 5120, 6144, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 8, 0, { 248320, 5120, 1, 0, 0 }, 1, 1, 4867 }, /* measured */
+    { 0, 0, 8, 0, { 248320, 5120, 1, 0, 0 }, 8, 8, 16644 }, /* measured */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 512, 2048, 1541 }, /* default */
+    { 0, 0, 13, 0, { 6144, 5120, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 13, 0, { 12288, 5120, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 8, 8, 8452 }, /* measured */
+    { 0, 0, 13, 0, { 17408, 5120, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 512, 2048, 1541 }, /* default */
+    { 0, 0, 14, 0, { 5120, 6144, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 6, 7, 8452 }, /* interpolated */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 8, 8, 8452 }, /* measured */
+    { 0, 0, 14, 0, { 5120, 17408, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
+    { 0, 0, 14, 0, { 10240, 5120, 1, 0, 0 }, 1, 1, 2563 }, /* measured */
+    { 0, 0, 14, 0, { 10240, 5120, 1, 0, 0 }, 8, 8, 8452 }, /* measured */
+    { 0, 0, 14, 0, { 10240, 5120, 1, 0, 0 }, 512, 2048, 1541 }, /* measured */
     { 1, 2, 12, 0, { 768, 2048, 128, 1, 0 }, 128, 512, 147460 }, /* measured */
     { 1, 2, 12, 0, { 2048, 768, 128, 8, 0 }, 128, 512, 147460 }, /* measured */
     { 1, 2, 14, 0, { 2048, 768, 128, 8, 0 }, 128, 512, 147460 }, /* measured */
@@ -123,6 +140,9 @@ struct ggml_dispatch_table_class_rule {
 /* Size-class defaults: (default key, N*K range, M range) boxes that never overlap; a short linear scan. */
 static const struct ggml_dispatch_table_class_rule ggml_dispatch_table_class_rules[GGML_DISPATCH_TABLE_CLASS_RULE_COUNT] = {
     /* op, layout, type0, type1, { k }, NK_lo, NK_hi, M_lo, M_hi, config */
+    { 0, 0, 13, 0, { 0, 0, 1, 0, 0 }, 7864320, 356515840, 512, 2048, 1541 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 7864320, 356515840, 512, 2048, 1541 }, /* default */
+    { 0, 0, 14, 0, { 0, 0, 1, 0, 0 }, 52428800, 356515840, 8, 8, 8452 }, /* default */
 };
 
 /* kd: the query's per-type default key; NK: the product of the default slots of the query's key. */
