@@ -15,7 +15,9 @@
 #   tbo      test-backend-ops -o MUL_MAT at M <= 8 with each forced mmvq / mmvf configuration (issue #51)
 #   tune     ggml-dispatch tune run on the census (--max-seconds TUNE_SECONDS, journal resumes), pruned to
 #            the candidates below unless TUNE_ARGS replaces them
-#   table    codegen -> table (or TABLE=path/table.json as it is); install it into the tree; rebuild llama-server
+#   tune-attn  the same on the attention census (CENSUS_ATTN), FLASH_ATTN_EXT pruned to TUNE_ATTN_PRUNED below
+#   table    codegen of the sweeps (VRAM_BUDGET_MIB, default 2048, for KV shadows) -> table (or
+#            TABLE=path/table.json as it is); install it into the tree; rebuild llama-server
 #   ab       lab.serve_ab ab: stock (GGML_CUDA_DISPATCH=off) vs table, AB_PAIRS pairs, both modes
 # A part skips itself (with a line in the log) when less than its expected seconds are left of DEADLINE_S.
 set -uo pipefail
@@ -23,7 +25,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 OUT=${OUT:-$REPO/out/qwen35}
 WORK=${WORK:-/tmp/ggml-dispatch-qwen35}
-PARTS=${PARTS:-build model trace profile tune table ab tbo}
+PARTS=${PARTS:-build model trace profile tune tune-attn table ab tbo}
 JOBS=${JOBS:-$(nproc)}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-570} ))
 LAYERS=${Q35_LAYERS:-32}
@@ -82,6 +84,8 @@ if has_part trace && fits trace 90; then
     dispatch census ingest "$WORK"/trace/trace-*.jsonl --gguf "$MODEL" -o "$OUT/census.parquet" >>"$LOG" 2>&1 ||
         log "census failed"
     dispatch census show "$OUT/census.parquet" >"$OUT/census.txt" 2>&1
+    dispatch census attention "$WORK"/trace/trace-*.jsonl -o "$OUT/census-attention.parquet" >>"$LOG" 2>&1 &&
+        cp "$OUT/census-attention.parquet" "$WORK/" || log "attention census failed"
     tar -czf "$OUT/trace.tar.gz" -C "$WORK/trace" . 2>/dev/null
     cp "$OUT/census.parquet" "$WORK/census.parquet" && done_part trace
 fi
@@ -112,22 +116,41 @@ TUNE_PRUNED=(--coverage 0.9 --trials 5 --routes mmvf,mmvq,mmq,cublas --only 'mmv
     --only 'cublas/out=f16,compute=f16')
 if [ -n "${TUNE_ARGS:-}" ]; then read -ra TUNE_CANDIDATES <<<"$TUNE_ARGS"; else TUNE_CANDIDATES=("${TUNE_PRUNED[@]}"); fi
 
-if has_part tune && fits tune 90; then
+# FLASH_ATTN_EXT at the seed's D 256 / GQA 6 over the Q8_0 cache (the MTP layer's f16 cache too), from the
+# attention census of the same traces (`ggml-dispatch census attention`; CENSUS_ATTN, else the carried
+# .carry/census-attention.parquet): decode, verify (M 3, 4, 12) and the depth fill's ubatches up to
+# --coverage 0.6 (27 cases of about 37 candidates): each kernel plain, from an f16 KV shadow and reused,
+# and the MMA column splits with stream-k, with and without the shadow (kv=reuse is not timed: codegen
+# derives it from kv=shadow).
+TUNE_ATTN_PRUNED=(--coverage 0.6 --trials 5 --only 'fa_vec' --only 'fa_vec/kv=shadow' --only 'fa_tile'
+    --only 'fa_tile/kv=shadow' --only 'fa_mma/kv=shadow' --only 'fa_mma/ncols1=*,sparse=off,stream_k=on'
+    --only 'fa_mma/ncols1=*,sparse=off,stream_k=on,kv=shadow')
+if [ -n "${TUNE_ATTN_ARGS:-}" ]; then read -ra TUNE_ATTN_CANDIDATES <<<"$TUNE_ATTN_ARGS"
+else TUNE_ATTN_CANDIDATES=("${TUNE_ATTN_PRUNED[@]}"); fi
+CENSUS_ATTN=${CENSUS_ATTN:-$WORK/census-attention.parquet}
+[ -f "$CENSUS_ATTN" ] || CENSUS_ATTN=$REPO/.carry/census-attention.parquet
+
+sweep() {  # $1 = part, $2 = census, $3 = output stem, then the candidate arguments
+    local part=$1 census=$2 stem=$3
+    shift 3
     # the sweep resumes from its journal in $WORK across calls; it is done when a call finishes it in time
-    left=$(( DEADLINE - $(date +%s) - 45 ))
+    local left=$(( DEADLINE - $(date +%s) - 45 ))
     [ -n "${TUNE_SECONDS:-}" ] && [ "$TUNE_SECONDS" -lt "$left" ] && left=$TUNE_SECONDS
-    dispatch tune run "$CENSUS" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/tuning.parquet" \
-        --journal "$WORK/tuning.journal.jsonl" --max-seconds "$left" --case-timeout 90 \
-        "${TUNE_CANDIDATES[@]}" >>"$LOG" 2>&1
-    rc=$?
-    cp "$WORK/tuning.parquet" "$WORK/tuning.journal.jsonl" "$OUT/" 2>/dev/null
+    dispatch tune run "$census" --llama-cpp "$SRC" --build-dir "$BUILD" -o "$WORK/$stem.parquet" \
+        --journal "$WORK/$stem.journal.jsonl" --max-seconds "$left" --case-timeout 90 "$@" >>"$LOG" 2>&1
+    local rc=$?
+    cp "$WORK/$stem.parquet" "$WORK/$stem.journal.jsonl" "$OUT/" 2>/dev/null
     if tail -5 "$LOG" | grep -q "stopped by --max-seconds"; then
-        log "tune: time limit, resumes next call"
+        log "$part: time limit, resumes next call"
     elif [ "$rc" = 0 ]; then
-        done_part tune
+        done_part "$part"
     else
-        log "tune failed (rc $rc)"; tail -20 "$LOG"
+        log "$part failed (rc $rc)"; tail -20 "$LOG"
     fi
+}
+if has_part tune && fits tune 90; then sweep tune "$CENSUS" tuning "${TUNE_CANDIDATES[@]}"; fi
+if has_part tune-attn && fits tune-attn 90; then
+    sweep tune-attn "$CENSUS_ATTN" tuning-attention "${TUNE_ATTN_CANDIDATES[@]}"
 fi
 
 if has_part table && fits table 60; then
@@ -136,8 +159,14 @@ if has_part table && fits table 60; then
     else
         TUNING=${TUNING:-$WORK/tuning.parquet}
         [ -f "$TUNING" ] || TUNING=$REPO/.carry/tuning.parquet
-        dispatch codegen "$TUNING" --census "$CENSUS" -o "$OUT/table" ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 ||
-            { log "codegen failed"; tail -20 "$LOG"; exit 1; }
+        inputs=("$TUNING" --census "$CENSUS")
+        if [ -f "$WORK/tuning-attention.parquet" ]; then  # the attention sweep's rules join the matmul ones
+            inputs=("$TUNING" "$WORK/tuning-attention.parquet" --census "$CENSUS" --census "$CENSUS_ATTN")
+        fi
+        # the KV shadow's budget: what one of the seed's 16 GB cards has left beside its quarter of the
+        # model (about 4.7 GB), of the Q8_0 cache (0.4 GB) and compute buffers
+        dispatch codegen "${inputs[@]}" --vram-budget "${VRAM_BUDGET_MIB:-2048}" -o "$OUT/table" \
+            ${CODEGEN_ARGS:-} >>"$LOG" 2>&1 || { log "codegen failed"; tail -20 "$LOG"; exit 1; }
     fi
     dispatch install --llama-cpp "$SRC" --table "$OUT/table/table.json" >>"$LOG" 2>&1 ||
         { log "install failed"; tail -20 "$LOG"; exit 1; }

@@ -10,6 +10,7 @@ import json
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -232,30 +233,51 @@ def test_the_command_line_refuses_a_model_without_mtp_with_one_message(
     assert "none.gguf" in capsys.readouterr().err
 
 
+def _planned(array: str, census: Path, tmp_path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """The candidate arguments lab/qwen35.sh passes to `tune run` (a bash array of the script, read by
+    bash) and the cases `tune run --dry-run` plans with them on a committed census."""
+    script = Path(__file__).resolve().parents[1] / "lab" / "qwen35.sh"
+    read = f'eval "$(sed -n "/^{array}=(/,/)$/p" {script})"; printf "%s\\n" "${{{array}[@]}}"'
+    out = subprocess.run(["bash", "-c", read], capture_output=True, text=True, check=True).stdout
+    args = [a for a in out.split("\n") if a]
+    assert "--only" in args and len(args) > 10
+    cmd = ["tune", "run", str(census), "--llama-cpp", str(tmp_path), "-o", str(tmp_path / "t.parquet")]
+    res = CliRunner().invoke(main, [*cmd, "--dry-run", *args])
+    assert res.exit_code == 0, res.output
+    cases = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+    patterns = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
+    routes = {r for c in cases for r in c["routes"]}
+    assert all(any(fnmatch.fnmatchcase(r, p) for r in routes) for p in patterns)  # no pattern matches nothing
+    return args, cases
+
+
 def test_the_pruned_sweep_of_lab_qwen35_sh_plans_the_verify_widths_with_compiled_candidates(
     tmp_path: Path,
 ) -> None:
-    # the candidate list lab/qwen35.sh passes to `tune run` (TUNE_PRUNED), read from the script by bash,
-    # planned on the committed census: every pattern names candidates the sweep has, and the decode /
-    # verify widths the seed workload runs stay in it
-    script = Path(__file__).resolve().parents[1] / "lab" / "qwen35.sh"
-    read = f'eval "$(sed -n "/^TUNE_PRUNED=(/,/)$/p" {script})"; printf "%s\\n" "${{TUNE_PRUNED[@]}}"'
-    pruned = subprocess.run(["bash", "-c", read], capture_output=True, text=True, check=True).stdout.split(
-        "\n"
-    )
-    pruned = [a for a in pruned if a]
-    assert "--only" in pruned and len(pruned) > 10
-    args = ["tune", "run", str(EVIDENCE / "census.parquet"), "--llama-cpp", str(tmp_path)]
-    res = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "t.parquet"), "--dry-run", *pruned])
-    assert res.exit_code == 0, res.output
-    cases = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+    # the decode / verify widths the seed workload runs stay in the pruned matmul sweep, with the build's
+    # compiled mmvq pairs and no other
+    _, cases = _planned("TUNE_PRUNED", EVIDENCE / "census.parquet", tmp_path)
     assert {1, 3, 4, 12, 1024} <= {c["M"] for c in cases}
     compiled = {f"mmvq/nwarps={w},rows={r}" for w, r in registry.MMVQ_DEFAULT_CONFIGS}
     small = next(c for c in cases if c["M"] == 3)
-    assert {r for r in small["routes"] if r.startswith("mmvq/")} == compiled  # the build's pairs, no other
-    patterns = [pruned[i + 1] for i, a in enumerate(pruned) if a == "--only"]
-    routes = {r for c in cases for r in c["routes"]}
-    assert all(any(fnmatch.fnmatchcase(r, p) for r in routes) for p in patterns)  # no pattern matches nothing
+    assert {r for r in small["routes"] if r.startswith("mmvq/")} == compiled
+
+
+def test_the_pruned_attention_sweep_plans_decode_verify_and_the_depth_fill(tmp_path: Path) -> None:
+    # FLASH_ATTN_EXT of the committed attention census (the s33 traces): the seed's D 256 / GQA 6 over the
+    # Q8_0 cache at one-slot decode and verify (M 1, 3), four slots (4, 12) and the depth fill (1024),
+    # with shadowed and reused KV candidates, within one call's device time
+    args, cases = _planned("TUNE_ATTN_PRUNED", EVIDENCE / "census-attention.parquet", tmp_path)
+    assert {c["op"] for c in cases} == {"FLASH_ATTN_EXT"}
+    q8 = [c for c in cases if c["k_type"] == "q8_0"]
+    assert {(c["D_K"], c["gqa"]) for c in q8} == {(256, 6)}
+    assert {1, 3, 4, 12, 1024} <= {c["M"] for c in q8}
+    assert 20 <= len(cases) <= 40
+    patterns = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
+    timed = {r for c in cases for r in c["routes"] if any(fnmatch.fnmatchcase(r, p) for p in patterns)}
+    assert {"fa_mma/kv=shadow", "fa_vec/kv=shadow", "fa_tile/kv=shadow"} <= timed
+    assert not any("sparse=on" in r or "stream_k=off" in r for r in timed)
+    assert 25 <= len(timed) <= 45  # about 37 candidates a case
 
 
 def test_the_dispatch_line_comes_from_a_listing_start_when_the_servers_log_hides_it(tmp_path: Path) -> None:
