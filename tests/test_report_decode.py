@@ -4,6 +4,7 @@ the GPU's datasheet peak, for stock and for what the table runs, on the committe
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -101,10 +102,28 @@ def test_the_section_counts_the_points_below_the_bar(
     kernel = sum(w.startswith("kernel") for w in whys)
     # the committed H200 dense sweep: no decode point reaches 70% of 4.8 TB/s
     assert small + kernel == len(rows) and small > 0 and kernel > 0
-    fixed = decode.fixed_cost_us([p for p in tuning.points if decode.is_decode_point(p)])
+    fixed = decode.fixed_cost_us([p for p in tuning.points if decode.is_decode_point(p)], 4.8)
     assert fixed is not None and 1.0 < fixed < 10.0
     summary = next(ln for ln in md if "decode points reach" in ln)
     assert summary == (
         f"0 of {len(rows)} decode points reach 70% of peak; below it: kernel {kernel}, small {small}; "
         f"fixed cost {fixed:.1f} µs."
     )
+
+
+def test_the_fixed_cost_leaves_out_the_transfer_of_a_sweep_of_large_nodes() -> None:
+    """The H100 sweep of the seed workload's projections has no small node: its fastest (q6_K 10240 x 5120
+    at M = 1, 43 MB, 23.4 µs) spends 12.8 µs moving its bytes at 3.35 TB/s, so the fixed cost is what it
+    spends beyond that, not all 23.4 µs (which called every point of the file `small`)."""
+    h100 = Path(__file__).resolve().parents[1] / "tables" / "cuda-sm90-nvidia-h100"
+    table, _ = inputs.load_table(h100 / "table.json")
+    params = inputs.params_from_table(table)
+    df, _ = inputs.load_tuning(h100 / "tuning" / "qwen35.parquet", params)
+    points = [p for p in analysis.analyse_tuning(df, params).points if decode.is_decode_point(p)]
+    times = [t for p in points for t in (p.stock.median, *(r.times.median for r in p.routes))]
+    fastest = min(t for t in times if t is not None and t > 0)
+    fixed = decode.fixed_cost_us(points, 3.35)
+    assert fixed is not None and 20.0 < fastest < 25.0 and 8.0 < fixed < fastest - 10.0
+    md = decode.section(points, table, "NVIDIA H100 80GB HBM3")
+    verify = next(ln for ln in md if ln.startswith("| q5_K N=17408 K=5120 | 3 |"))
+    assert "small: at most 6" in verify  # 18.3 µs at peak against 18.3 + 10.6: headroom above stock's 45%

@@ -60,16 +60,18 @@ def is_decode_point(p: Point) -> bool:
     return k.op == schema.Op.MUL_MAT.value and k.layout == schema.Layout.WEIGHT.value and p.M <= DECODE_M_MAX
 
 
-def fixed_cost_us(points: Sequence[Point]) -> float | None:
-    """The fastest decode node measured (any candidate, stock included): what a node costs that moves
-    almost nothing (launch, the first wave, the tail), measured on this GPU in this file."""
-    times = [
-        t
+def fixed_cost_us(points: Sequence[Point], peak_tbs: float) -> float | None:
+    """The least time any decode node measured here (any candidate, stock included) spent beyond moving
+    its bytes at peak bandwidth: launch, the first wave, the tail. Where the fastest node moves almost
+    nothing this is its time; where every node measured is large (a sweep of one model's projections),
+    its transfer at peak is not counted as a fixed cost."""
+    over = [
+        t - decode_bytes(p.shape, p.M) / (peak_tbs * 1e12) * 1e6
         for p in points
         for t in (p.stock.median, *(rp.times.median for rp in p.routes))
         if t is not None and math.isfinite(t) and t > 0
     ]
-    return min(times) if times else None
+    return max(0.0, min(over)) if over else None
 
 
 def why_below(key: schema.ShapeKey, M: int, us: float | None, peak_tbs: float, fixed_us: float | None) -> str:
@@ -126,15 +128,15 @@ def section(points: Sequence[Point], table: TableView | None, gpu_name: str) -> 
         ),
         "",
         f"`below {TARGET_FRACTION:.0%}`: why the faster of the two stays under {TARGET_FRACTION:.0%} of"
-        " peak. `small`: the node's bytes at peak bandwidth plus the fixed cost of a node (the fastest decode"
-        " node measured here, which moves almost nothing) cannot reach it; `kernel`: they could, so the"
-        " kernel's launch configuration or access pattern is what stops it.",
+        " peak. `small`: the node's bytes at peak bandwidth plus the fixed cost of a node (the least time any"
+        " decode node measured here spent beyond its bytes at peak) cannot reach it; `kernel`: they could, so"
+        " the kernel's launch configuration or access pattern is what stops it.",
         "",
         f"| shape | M | MB read | stock µs | stock TB/s | stock % peak | {other} | {other} µs | {other} TB/s"
         f" | {other} % peak | below {TARGET_FRACTION:.0%} |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    fixed = fixed_cost_us(decode)
+    fixed = fixed_cost_us(decode, tbs)
     reasons: dict[str, int] = {}
     for p in decode:
         stock_us = p.stock.median
