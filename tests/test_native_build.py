@@ -793,6 +793,7 @@ def test_glue_table_applies_only_on_its_gpu(glue: dict[str, Path], tmp_path: Pat
     # rule: q4_0, N = K = 4096, M 2..64 -> mmq; M = 512 is outside it
     assert out["cases"]["q4_0 M=8"] == "mmq" and out["cases"]["q4_0 M=512"] == "stock"
     assert "applied on CUDA0" in log and "3 rules" in log
+    assert "[I] ggml_cuda_dispatch: table " in log  # the normal start-up line: INFO
     recs = [json.loads(ln) for ln in trace.read_text().splitlines()]
     assert recs[0]["table_hash"] and recs[0]["dispatch"]["table_applied"] == [True]
     table_rows = [r for r in recs[1:-1] if r["reason"] == "table"]
@@ -804,8 +805,13 @@ def test_glue_table_applies_only_on_its_gpu(glue: dict[str, Path], tmp_path: Pat
     out, log = run_glue(glue["table"], {"GLUE_GPU_NAME": "NVIDIA H100 80GB HBM3"})
     assert set(out["cases"].values()) == {"stock"}
     assert "refused on CUDA0" in log and "GPU mismatch" in log
+    # a refused table is a warning: llama-server shows ggml's INFO lines only at -lv 4
+    assert "[W] ggml_cuda_dispatch: table " in log
     out, _ = run_glue(glue["table"], {"GGML_CUDA_DISPATCH": "off"})
     assert set(out["cases"].values()) == {"stock"}
+    out, log = run_glue(glue["table"], {"GGML_CUDA_DISPATCH": "tabel"})  # a value not understood: a warning
+    assert set(out["cases"].values()) == {"stock"}
+    assert "[W] ggml_cuda_dispatch: GGML_CUDA_DISPATCH=tabel is not one of table, off" in log
 
 
 @needs_nvcc

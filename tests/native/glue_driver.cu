@@ -71,7 +71,16 @@ static void print_case(const char * name, int run) {
     std::printf("{\"case\":\"%s\",\"run\":\"%s\"}\n", name, run ? route_name(run) : "stock");
 }
 
+// each log line tagged with its level ([I] info, [W] warning, [E] error, [-] other), so a test tells the
+// hook's warnings from its INFO start-up line
+static void tagged_log(enum ggml_log_level level, const char * text, void *) {
+    const char * tag = level == GGML_LOG_LEVEL_INFO ? "I" : level == GGML_LOG_LEVEL_WARN ? "W" :
+                       level == GGML_LOG_LEVEL_ERROR ? "E" : "-";
+    std::fprintf(stderr, "[%s] %s", tag, text);
+}
+
 int main() {
+    ggml_log_set(tagged_log, nullptr);
     g_info.device_count                    = 1;
     g_info.physical_device_count           = 1;
     g_info.devices[0].cc                   = 900;

@@ -279,6 +279,10 @@ static void init_once() {
     }
 
     std::string line;
+    // a line the user must see: a GGML_CUDA_DISPATCH value that was not understood, or a compiled-in table
+    // refused on a device. llama-server (and any tool with common's logger) prints ggml's INFO lines only
+    // at -lv 4, so these go out as warnings; the normal start-up line stays INFO.
+    bool must_see = !choice.error.empty();
     if (!choice.error.empty()) {
         line = choice.error;
     } else if (st.m == MODE_OFF) {
@@ -299,6 +303,7 @@ static void init_once() {
             line += std::string(i ? "; " : ": ") + (st.table_applies[i] ? "applied on " : "refused on ") +
                     GGML_CUDA_NAME + std::to_string(i);
             if (!st.table_applies[i]) {
+                must_see = true;
                 line += " (" + idents[i].name + ", cc " + std::to_string(d.cc) + ", " + std::to_string(d.nsm) +
                         " SMs: GPU mismatch, stock dispatch)";
             }
@@ -341,7 +346,11 @@ static void init_once() {
             line += std::string("; cannot open route trace ") + trace_path + ": " + std::strerror(errno);
         }
     }
-    GGML_LOG_INFO("ggml_cuda_dispatch: %s\n", line.c_str());
+    if (must_see) {
+        GGML_LOG_WARN("ggml_cuda_dispatch: %s\n", line.c_str());
+    } else {
+        GGML_LOG_INFO("ggml_cuda_dispatch: %s\n", line.c_str());
+    }
 
     ggml_cuda_dispatch_active = st.m != MODE_OFF || st.rec.trace_on();
 }
