@@ -1,12 +1,15 @@
 """The paired table/stock summary of one or more ``serve_ab ab`` calls, as Markdown.
 
     python -m lab.serve_summary CALL1/ab-NAME-serve.jsonl [CALL2/...] [--arms stock,table]
+        [--requests CALL1/requests.jsonl --requests CALL2/requests.jsonl]
 
 Pairs are matched within a call (a file) by pair number; the calls are pooled. Each row: the median of
 the per-pair table/stock ratios of tokens/s with the decision code's bootstrap 95% CI, each arm's
 median tokens/s and peak VRAM. The records are read as written, without `ggml-dispatch report --ab`'s
 provenance checks, so that records whose server hid the hook's start-up line (a llama-server tree that
 logs ggml's INFO lines only at -lv 4) can be summarised too; the summary says how many records lack it.
+With ``--requests`` (serve_ab's per-request file of each call) it adds the MTP drafts and their acceptance
+per arm: the table must not change what the model computes, so the arms' acceptance must be equal.
 """
 
 from __future__ import annotations
@@ -112,12 +115,49 @@ def markdown(rows: Sequence[Row], base: str, cand: str, missing_lines: int, tota
     return "\n".join(out) + "\n"
 
 
+def acceptance(paths: Sequence[Path]) -> str:
+    """Drafted and accepted tokens per (slots, arm) over the MTP requests of the files, as Markdown."""
+    sums: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for p in paths:
+        try:
+            lines = p.read_text().splitlines()
+        except OSError as e:
+            raise SummaryError(f"{p}: {e.strerror or e}") from e
+        for n, text in enumerate(lines, 1):
+            if not text.strip():
+                continue
+            try:
+                r = json.loads(text)
+                if r["mode"] != "mtp":
+                    continue
+                s = sums[(int(r["slots"]), str(r["arm"]))]
+                s[0] += 1
+                for t in r["timings"]:
+                    s[1] += int(t["draft_n"])
+                    s[2] += int(t["draft_accepted"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise SummaryError(f"{p}:{n}: not a serve_ab request record ({e})") from e
+    if not sums:
+        return "No MTP request in the request files.\n"
+    out = ["| slots | arm | request groups | drafted | accepted | acceptance |", "|---|---|---|---|---|---|"]
+    for (slots, arm), (groups, drafted, accepted) in sorted(sums.items()):
+        rate = f"{accepted / drafted:.3f}" if drafted else "-"
+        out.append(f"| {slots} | {arm} | {groups} | {drafted} | {accepted} | {rate} |")
+    rates: dict[int, set[float]] = defaultdict(set)
+    for (slots, _), (_, drafted, accepted) in sums.items():
+        rates[slots].add(accepted / drafted if drafted else -1.0)
+    same = all(len(v) == 1 for v in rates.values())
+    out.append("\nAcceptance " + ("equal across arms." if same else "**differs between arms**."))
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m lab.serve_summary", description=(__doc__ or "").split("\n")[0]
     )
     ap.add_argument("files", nargs="+", type=Path, help="ab-NAME-serve.jsonl of each call")
     ap.add_argument("--arms", default="stock,table", help="BASE,CANDIDATE (default stock,table)")
+    ap.add_argument("--requests", type=Path, action="append", default=[], help="requests.jsonl of a call")
     args = ap.parse_args(argv)
     arms = args.arms.split(",")
     if len(arms) != 2 or not all(arms):
@@ -132,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve_summary: error: no pair of arms {arms[0]} and {arms[1]} in the files", file=sys.stderr)
         return 2
     sys.stdout.write(markdown(rows, arms[0], arms[1], missing, len(records)))
+    if args.requests:
+        try:
+            sys.stdout.write("\n" + acceptance(args.requests))
+        except SummaryError as e:
+            print(f"serve_summary: error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -338,3 +338,25 @@ def test_the_summary_refuses_what_is_not_an_ab_record(
     assert f"{bad}:1: not an A/B record" in capsys.readouterr().err
     assert serve_summary.main([str(tmp_path / "none.jsonl")]) == 2
     assert "none.jsonl" in capsys.readouterr().err
+
+
+def test_the_summary_reports_mtp_acceptance_per_arm(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Both arms of the H100 A/B drafted 251 tokens per 128 generated and accepted none (random weights);
+    a table that changed what the model computes would show as acceptance differing between arms."""
+    files = [str(H100_AB / f"qwen35-27b-L16-serve-call{c}.jsonl") for c in (1, 2)]
+    evidence = Path(__file__).resolve().parents[1] / "evidence" / "h100-2026-12-07-s35-qwen35"
+    reqs = [a for c in ("ab1", "ab2") for a in ("--requests", str(evidence / c / "requests.jsonl"))]
+    assert serve_summary.main([*files, *reqs]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | stock | 7 | 1757 | 0 | 0.000 |" in out and "| 1 | table | 7 | 1757 | 0 | 0.000 |" in out
+    assert "Acceptance equal across arms." in out
+    changed = tmp_path / "requests.jsonl"
+    rows = [json.loads(ln) for ln in (evidence / "ab1" / "requests.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["arm"] == "table" and r["mode"] == "mtp":
+            r["timings"][0]["draft_accepted"] = 1
+    changed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert serve_summary.main([*files, "--requests", str(changed)]) == 0
+    assert "**differs between arms**" in capsys.readouterr().out
