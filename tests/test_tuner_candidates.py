@@ -25,7 +25,26 @@ def test_every_op_has_a_candidate_generator_in_the_tuner() -> None:
     assert set(modules) == set(registry.OPS)
     for op, spec in registry.OPS.items():
         assert candidates.generator(op) is modules[op].candidates, spec.candidates
-    assert set(candidates.READERS) == set(registry.CENSUS_KINDS)  # every census kind can be read
+    for kind in registry.CENSUS_KINDS:  # every census kind is recognised and read by its first op's module
+        reader = candidates.census_reader(kind)
+        module = {registry.CENSUS_MATMUL: select, registry.CENSUS_ATTENTION: tattn}[kind]
+        assert reader.is_census is module.is_census and reader.read is module.read_census
+
+
+def test_a_census_kind_whose_module_cannot_read_it_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = registry.OPS[registry.Op.FLASH_ATTN_EXT]
+    bare = dataclasses.replace(
+        spec, candidates="ggml_dispatch.tuner.mul_mat_id"
+    )  # has candidates(), no reader
+    monkeypatch.setitem(registry.OPS, registry.Op.FLASH_ATTN_EXT, bare)
+    candidates.census_reader.cache_clear()
+    try:
+        with pytest.raises(
+            ValueError, match=r"attention census: ggml_dispatch\.tuner\.mul_mat_id has no is_census"
+        ):
+            candidates.census_reader(registry.CENSUS_ATTENTION)
+    finally:
+        candidates.census_reader.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -59,7 +78,9 @@ def _matmul_rows() -> list[dict[str, Any]]:
 def test_a_matmul_census_is_mul_mat_then_mul_mat_id(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = _matmul_rows()
     table = pa.Table.from_pylist(rows)
-    monkeypatch.setitem(candidates.READERS, registry.CENSUS_MATMUL, lambda p: table)
+    monkeypatch.setattr(
+        candidates, "census_reader", lambda kind: candidates.CensusReader(lambda p: True, lambda p: table)
+    )
     monkeypatch.setattr(candidates, "census_kind", lambda p: registry.CENSUS_MATMUL)
     sel = candidates.select(Path("c.parquet"), SETTINGS)
     base = select.select_cases(rows, coverage=1.0, routes=SETTINGS.routes, trials=3, nmse_max=1e-3)

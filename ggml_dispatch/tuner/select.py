@@ -349,6 +349,18 @@ def select_cases(
     )
 
 
+def is_census(path: Path) -> bool:
+    """Any file that no other census kind claims is read as a matmul census (tuner.candidates)."""
+    return True
+
+
+def read_census(path: Path) -> pa.Table:
+    """A matmul census' rows (Arrow); one InputError for a file that is not one."""
+    from ggml_dispatch.artifacts import census as census_artifact
+
+    return census_artifact.read(path).table
+
+
 def candidates(
     census: pa.Table,
     wanted: Wanted,
