@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,28 +46,34 @@ class SummaryError(Exception):
     pass
 
 
-def read(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], int]:
-    """Every record of the files, each with its call (the file's index), and how many lack a dispatch line."""
-    out: list[dict[str, Any]] = []
+def _each(paths: Sequence[Path], what: str, take: Callable[[int, dict[str, Any]], None]) -> None:
+    """Hand every JSON line of the files to ``take`` (with the file's index); one SummaryError naming the
+    file and line for a file that cannot be read or a line ``take`` cannot use."""
     for i, p in enumerate(paths):
         try:
             lines = p.read_text().splitlines()
         except OSError as e:
             raise SummaryError(f"{p}: {e.strerror or e}") from e
         for n, text in enumerate(lines, 1):
-            if not text.strip():
-                continue
-            try:
-                r = json.loads(text)
-                rec = {
-                    "call": i, "mode": "mtp" if "draft-mtp" in r.get("command", []) else "plain",
-                    "test": str(r["test"]), "arm": str(r["arm"]), "pair": int(r["pair"]),
-                    "tps": float(r["tps"]),
-                    "vram": r.get("peak_vram_mib"), "line": r.get("dispatch_line") or "",
-                }  # fmt: skip
-            except (ValueError, KeyError, TypeError) as e:
-                raise SummaryError(f"{p}:{n}: not an A/B record ({e})") from e
-            out.append(rec)
+            if text.strip():
+                try:
+                    take(i, json.loads(text))
+                except (ValueError, KeyError, TypeError) as e:
+                    raise SummaryError(f"{p}:{n}: not {what} ({e})") from e
+
+
+def read(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], int]:
+    """Every record of the files, each with its call (the file's index), and how many lack a dispatch line."""
+    out: list[dict[str, Any]] = []
+
+    def take(i: int, r: dict[str, Any]) -> None:
+        out.append({
+            "call": i, "mode": "mtp" if "draft-mtp" in r.get("command", []) else "plain",
+            "test": str(r["test"]), "arm": str(r["arm"]), "pair": int(r["pair"]), "tps": float(r["tps"]),
+            "vram": r.get("peak_vram_mib"), "line": r.get("dispatch_line") or "",
+        })  # fmt: skip
+
+    _each(paths, "an A/B record", take)
     return out, sum(1 for r in out if not r["line"])
 
 
@@ -118,25 +124,17 @@ def markdown(rows: Sequence[Row], base: str, cand: str, missing_lines: int, tota
 def acceptance(paths: Sequence[Path]) -> str:
     """Drafted and accepted tokens per (slots, arm) over the MTP requests of the files, as Markdown."""
     sums: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for p in paths:
-        try:
-            lines = p.read_text().splitlines()
-        except OSError as e:
-            raise SummaryError(f"{p}: {e.strerror or e}") from e
-        for n, text in enumerate(lines, 1):
-            if not text.strip():
-                continue
-            try:
-                r = json.loads(text)
-                if r["mode"] != "mtp":
-                    continue
-                s = sums[(int(r["slots"]), str(r["arm"]))]
-                s[0] += 1
-                for t in r["timings"]:
-                    s[1] += int(t["draft_n"])
-                    s[2] += int(t["draft_accepted"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise SummaryError(f"{p}:{n}: not a serve_ab request record ({e})") from e
+
+    def take(_: int, r: dict[str, Any]) -> None:
+        if r["mode"] != "mtp":
+            return
+        s = sums[(int(r["slots"]), str(r["arm"]))]
+        s[0] += 1
+        for t in r["timings"]:
+            s[1] += int(t["draft_n"])
+            s[2] += int(t["draft_accepted"])
+
+    _each(paths, "a serve_ab request record", take)
     if not sums:
         return "No MTP request in the request files.\n"
     out = ["| slots | arm | request groups | drafted | accepted | acceptance |", "|---|---|---|---|---|---|"]
