@@ -70,7 +70,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tree: Path, smollm2: Path, 
     )
     assert f"GGML_CUDA_ROUTE_TRACE={out}/.autotune/traces/SmolLM2-135M-Instruct.Q4_1.decode.jsonl" in text
     assert f"--gguf {smollm2}" in text and "tune run" in text and "--arm stock=" in text
-    assert " ab --arm stock=" in text and ":off --arm table=" in text and "--pairs 5 --reps 3" in text
+    assert " ab --arm stock=" in text and ":off --arm table=" in text and "--pairs 5 --reps 3 --vram" in text
     assert not out.exists() and not build.exists()
     assert sorted(p.name for p in (tree / inst.CUDA_DIR).iterdir()) == before
 

@@ -453,6 +453,7 @@ def plan(opts: Options, base_env: Mapping[str, str] | None = None) -> list[Stage
         str(opts.pairs),
         "--reps",
         str(opts.reps),
+        "--vram",  # each arm's peak GPU memory: what the table's VRAM budget cost, beside what it saved
         "--log",
         str(work / "ab-runs.log"),
         "--expect-table",
