@@ -19,9 +19,11 @@
 #          peak VRAM per run; skipped with a line when the GPU is not the table's
 #   autotune  `ggml-dispatch autotune` on the model with this tree and build (the product's one command):
 #          trace, census, tune (AT_TUNE_SECONDS, default 300), codegen with --vram-budget AT_VRAM_MIB (16384),
-#          rebuild, A/B (AT_PAIRS 8 pairs of -r 3) and report; AT_SKIP="ab report" stops before the A/B, and
+#          rebuild, A/B (AT_PAIRS 8 pairs of -r 3) and report; AT_SKIP="hook build ab report" stops before the A/B
+#          (the build part built the tree), and
 #          the same call without it resumes there (autotune's state file)
-# Calls of at most 10 minutes: PARTS="build model", then PARTS=autotune AT_SKIP="ab report", then PARTS=autotune.
+# Calls of at most 10 minutes: PARTS="build model", then PARTS=autotune AT_SKIP="hook build ab report", then
+# PARTS=autotune AT_SKIP="hook build" (the same AT_ variables otherwise: a changed one makes autotune redo its stage).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$REPO/out/upstream}
