@@ -131,8 +131,11 @@ def registry_context() -> dict[str, Any]:
         "params": params,
         "mmq_fused_j": list(reg.MMQ_FUSED_J),
         "mmvq_configs": [
-            {"index": i + 1, "nwarps": w, "rows": r} for i, (w, r) in enumerate(reg.MMVQ_CONFIGS)
+            {"index": i + 1, "nwarps": w, "rows": r, "regs": g}
+            for i, (w, r, g) in enumerate(reg.MMVQ_CANDIDATES)
         ],
+        "mmvq_regs": list(reg.MMVQ_REGS),
+        "mmvq_default_regs": ",".join(map(str, reg.MMVQ_DEFAULT_REGS)),
         "mmvq_max_cols": reg.MMVQ_MAX_COLS,
         "mmvq_warp_size": reg.MMVQ_WARP_SIZE,
         "mmvq_types": [{"id": reg.GGML_TYPES[t].id, "name": t} for t in reg.MMVQ_TYPES],

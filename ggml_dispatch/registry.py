@@ -294,6 +294,19 @@ MMVQ_TYPES: Final[tuple[str, ...]] = (
     "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq1_s", "iq1_m", "iq4_nl", "iq4_xs", "iq3_s",
 )  # fmt: skip
 MMVQ_DEFAULT_TYPES: Final[tuple[str, ...]] = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K")
+# Register caps per thread a candidate pair can be compiled with besides the compiler's own choice (the
+# kernel's __launch_bounds__ minimum blocks per SM, 65536 / (regs x threads per block); upstream asks for 1
+# block, which lets the K-quant kernels at ncols_dst 2-4 take 72-95 registers and so 5-6 blocks of 128
+# threads per SM). 64 registers is 1024 resident threads at any block size; docs/mmvq-configs.md has the
+# registers and spills each cap gives. Each cap compiled doubles the candidates' kernels (--mmvq-regs).
+MMVQ_REGS: Final[tuple[int, ...]] = (64,)
+MMVQ_DEFAULT_REGS: Final[tuple[int, ...]] = (64,)
+_MMVQ_REGS_PER_SM: Final = 65536  # 32-bit registers per SM, sm_70 to sm_90
+# Every compiled candidate (nwarps, rows, regs; 0 regs: no cap): each pair uncapped, then each pair under each
+# cap. The position is the instance's index (1-based) in the codes header; the pairs keep theirs.
+MMVQ_CANDIDATES: Final[tuple[tuple[int, int, int], ...]] = tuple(
+    (w, r, g) for g in (0, *MMVQ_REGS) for w, r in MMVQ_CONFIGS
+)
 MMVF_BLOCKS: Final[tuple[int, ...]] = tuple(range(32, 257, 32))  # launch_mul_mat_vec_f_cuda's block sizes
 
 
@@ -321,6 +334,28 @@ def parse_mmvq_configs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(out, key=MMVQ_CONFIGS.index))
 
 
+def parse_mmvq_regs(text: str) -> tuple[int, ...]:
+    """``--mmvq-regs``: "all", "none", or register caps separated by commas, each one of MMVQ_REGS."""
+    if text.strip() == "all":
+        return MMVQ_REGS
+    if text.strip() == "none":
+        return ()
+    out: list[int] = []
+    for item in text.split(","):
+        cap = int(item.strip()) if item.strip().isdigit() else None
+        if cap is None or cap not in MMVQ_REGS:
+            choices = ",".join(map(str, MMVQ_REGS))
+            raise ValueError(f"--mmvq-regs: {item.strip()!r} is not one of {choices} (or all, none)")
+        if cap not in out:
+            out.append(cap)
+    return tuple(sorted(out, key=MMVQ_REGS.index))
+
+
+def mmvq_min_blocks(nwarps: int, regs: int, warp_size: int = MMVQ_WARP_SIZE) -> int:
+    """The launch bounds' minimum blocks per SM a register cap asks for (1: no cap, as upstream)."""
+    return max(1, _MMVQ_REGS_PER_SM // (regs * nwarps * warp_size)) if regs else 1
+
+
 def parse_mmvq_types(text: str) -> tuple[str, ...]:
     """``--mmvq-types``: "all" or ggml type names separated by commas, each one mmvq launches."""
     if text.strip() == "all":
@@ -343,39 +378,51 @@ class MmvqBuild:
 
     configs: tuple[tuple[int, int], ...] = MMVQ_DEFAULT_CONFIGS
     types: tuple[str, ...] = MMVQ_DEFAULT_TYPES
+    regs: tuple[int, ...] = MMVQ_DEFAULT_REGS  # each pair is compiled uncapped and under each of these caps
 
     @classmethod
-    def parse(cls, configs: str | None, types: str | None, previous: MmvqBuild | None = None) -> MmvqBuild:
-        """From ``--mmvq-configs`` / ``--mmvq-types`` (None: the previous install's, else the defaults);
-        ValueError names the option and item that are not understood."""
+    def parse(
+        cls,
+        configs: str | None,
+        types: str | None,
+        previous: MmvqBuild | None = None,
+        regs: str | None = None,
+    ) -> MmvqBuild:
+        """From ``--mmvq-configs`` / ``--mmvq-types`` / ``--mmvq-regs`` (None: the previous install's, else
+        the defaults); ValueError names the option and item that are not understood."""
         base = previous or cls()
         return cls(
             base.configs if configs is None else parse_mmvq_configs(configs),
             base.types if types is None else parse_mmvq_types(types),
+            base.regs if regs is None else parse_mmvq_regs(regs),
         )
 
     @classmethod
     def from_json(cls, d: Any) -> MmvqBuild | None:
-        """An install record's ``mmvq`` entry (None where it has none or one that does not parse)."""
+        """An install record's ``mmvq`` entry (None where it has none or one that does not parse; a record
+        without ``regs`` is of a hook that compiled no capped candidate)."""
         if not isinstance(d, dict):
             return None
         try:
-            return cls.parse(str(d["configs"]) or "none", str(d["types"]))
+            return cls.parse(str(d["configs"]) or "none", str(d["types"]), regs=str(d.get("regs", "none")))
         except (KeyError, ValueError):
             return None
 
     def to_json(self) -> dict[str, str]:
-        return {"configs": self.configs_text(), "types": ",".join(self.types)}
+        return {"configs": self.configs_text(), "types": ",".join(self.types), "regs": self.regs_text()}
 
     def configs_text(self) -> str:
         return ",".join(mmvq_pair_text(p) for p in self.configs) or "none"
 
-    def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool:
-        return src0_type in self.types and pair in self.configs
+    def regs_text(self) -> str:
+        return ",".join(map(str, self.regs)) or "none"
+
+    def compiled(self, src0_type: str, pair: tuple[int, int], regs: int = 0) -> bool:
+        return src0_type in self.types and pair in self.configs and (regs == 0 or regs in self.regs)
 
     def kernels(self) -> int:
         """Kernel instances the candidates add (ncols_dst 1..MMVQ_MAX_COLS each)."""
-        return len(self.configs) * len(self.types) * MMVQ_MAX_COLS
+        return len(self.configs) * len(self.types) * MMVQ_MAX_COLS * (1 + len(self.regs))
 
 
 ROUTES: Final[dict[Route, RouteSpec]] = {
@@ -412,6 +459,15 @@ ROUTES: Final[dict[Route, RouteSpec]] = {
                 "rows",
                 tuple(str(r) for r in _MMVQ_ROWS),
                 "output rows per block (stock: calc_rows_per_block); needs nwarps",
+                ops=(Op.MUL_MAT,),
+                feature="mmvq_params",
+            ),
+            Param(
+                "regs",
+                tuple(str(g) for g in MMVQ_REGS),
+                "registers per thread at most (stock: the compiler's choice under one block per SM): more"
+                " resident warps to keep weight loads in flight; needs nwarps and rows, compiled in (install"
+                " --mmvq-regs)",
                 ops=(Op.MUL_MAT,),
                 feature="mmvq_params",
             ),
@@ -826,9 +882,15 @@ def mmvq_params_pair(values: Mapping[str, str]) -> tuple[int, int] | None:
     return pair if pair in MMVQ_CONFIGS else None
 
 
+def mmvq_params_regs(values: Mapping[str, str]) -> int:
+    """The register cap an mmvq configuration's parameters name (0: none)."""
+    return int(values.get("regs", 0))
+
+
 def mmvq_config_problem(config: Config) -> str | None:
-    """Why an mmvq configuration cannot run anywhere (one parameter without the other, a pair that is not a
-    candidate), else None: the message a forced or table configuration is refused with."""
+    """Why an mmvq configuration cannot run anywhere (one parameter without the other, a register cap without
+    both, a pair that is not a candidate), else None: the message a forced or table configuration is refused
+    with."""
     if config.route is not Route.MMVQ or config.is_plain:
         return None
     values = dict(config.params)
@@ -852,7 +914,7 @@ def config_pairs_compiled(route: Route, params: tuple[tuple[str, str], ...]) -> 
     code, and for an mmvq configuration that does not name a candidate pair of nwarps and rows (a sweep leaves
     them out; the runtime refuses them as ineligible:params)."""
     values = dict(params)
-    if route is Route.MMVQ and ("nwarps" in values or "rows" in values):
+    if route is Route.MMVQ and ("nwarps" in values or "rows" in values or "regs" in values):
         return mmvq_params_pair(values) is not None
     if route is Route.MMQ and values.get("split") in MMQ_FIT_SPLITS:
         return "j" not in values and values.get("stream_k") == "off"

@@ -121,8 +121,9 @@ if has_part tbo; then
             >>"$TSUM"
     }
     modes=(stock off force:mmvq force:mmvf)
-    for p in $($PY -c 'from ggml_dispatch import registry as r; print(" ".join(f"{w},{x}" for w, x in r.MMVQ_CONFIGS))'); do
-        modes+=("force:mmvq/nwarps=${p%,*},rows=${p#*,}")
+    for c in $($PY -c 'from ggml_dispatch import registry as r; print(" ".join(
+            f"mmvq/nwarps={w},rows={x}" + (f",regs={g}" if g else "") for w, x, g in r.MMVQ_CANDIDATES))'); do
+        modes+=("force:$c")
     done
     for b in $($PY -c 'from ggml_dispatch import registry as r; print(" ".join(map(str, r.MMVF_BLOCKS)))'); do
         modes+=("force:mmvf/block=$b")

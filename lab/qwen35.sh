@@ -105,12 +105,13 @@ CENSUS=${CENSUS:-$WORK/census.parquet}
 [ -f "$CENSUS" ] || CENSUS=$REPO/.carry/census.parquet
 
 # The candidates a sweep of this census times within one session's device time (about 50 cases of 30
-# candidates at --coverage 0.9, 5 trials): the compiled mmvq pairs and mmvf blocks (decode, verify),
+# candidates at --coverage 0.9, 5 trials): the compiled mmvq pairs (uncapped and at 64 registers) and mmvf
+# blocks (decode, verify),
 # mmq tile widths a verify batch (M 3-12) or a ubatch of 1024 picks from, cuBLAS with f16 compute; no
 # weight=cached candidate (the seed's 16 GB cards leave no VRAM for weight copies).
 TUNE_PRUNED=(--coverage 0.9 --trials 5 --routes mmvf,mmvq,mmq,cublas --only 'mmvf/*'
     --only 'mmvq/nwarps=1,rows=1' --only 'mmvq/nwarps=2,rows=1' --only 'mmvq/nwarps=4,rows=1'
-    --only 'mmvq/nwarps=4,rows=2' --only 'mmvq/nwarps=8,rows=1' --only 'mmvq/nwarps=8,rows=2'
+    --only 'mmvq/nwarps=4,rows=2' --only 'mmvq/nwarps=8,rows=1' --only 'mmvq/nwarps=8,rows=2' --only 'mmvq/*,regs=64'
     --only 'mmq/j=8,*' --only 'mmq/j=16,*' --only 'mmq/j=32,*' --only 'mmq/j=48,*' --only 'mmq/j=64,*'
     --only 'mmq/j=96,*' --only 'mmq/j=128,*' --only 'cublas/out=f32,compute=f16'
     --only 'cublas/out=f16,compute=f16')
@@ -187,8 +188,11 @@ if has_part tbo && fits tbo 200; then
     mkdir -p "$WORK/tbo"
     printf 'mode\trc\tpassed\tFAIL_lines\tseconds\n' >"$OUT/tbo-summary.tsv"
     modes=(stock off)
-    for p in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(f"{w},{x}" for w, x in r.MMVQ_DEFAULT_CONFIGS))'); do
-        modes+=("force:mmvq/nwarps=${p%,*},rows=${p#*,}")
+    # the candidates a default install compiles: each pair uncapped and under each default register cap
+    for c in $(python3 -c 'from ggml_dispatch import registry as r; b = r.MmvqBuild(); print(" ".join(
+            f"mmvq/nwarps={w},rows={x}" + (f",regs={g}" if g else "") for w, x, g in r.MMVQ_CANDIDATES
+            if (w, x) in b.configs and (g == 0 or g in b.regs)))'); do
+        modes+=("force:$c")
     done
     if [ "${TBO_MMVF:-1}" = 1 ]; then
         for b in $(python3 -c 'from ggml_dispatch import registry as r; print(" ".join(map(str, r.MMVF_BLOCKS)))'); do

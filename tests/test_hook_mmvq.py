@@ -75,8 +75,9 @@ def test_config_strings_parse_in_any_order_and_round_trip_through_codes() -> Non
 
 def test_a_sweep_times_each_candidate_pair_and_each_block_size() -> None:
     mmvq = [str(c) for c in registry.route_configs("mmvq")]
-    assert mmvq[0] == "mmvq" and len(mmvq) == 1 + len(registry.MMVQ_CONFIGS)
+    assert mmvq[0] == "mmvq" and len(mmvq) == 1 + len(registry.MMVQ_CANDIDATES)
     assert all(registry.mmvq_config_problem(registry.Config.parse(c)) is None for c in mmvq)
+    assert "mmvq/nwarps=4,rows=2,regs=64" in mmvq and "mmvq/regs=64" not in mmvq
     mmvf = [str(c) for c in registry.route_configs("mmvf")]
     assert mmvf == ["mmvf", *(f"mmvf/block={b}" for b in range(32, 257, 32))]
 
@@ -94,7 +95,7 @@ def test_values_outside_the_description_are_refused(text: str, message: str) -> 
         registry.Config.parse(text)
 
 
-@pytest.mark.parametrize("text", ["mmvq/nwarps=8", "mmvq/rows=1"])
+@pytest.mark.parametrize("text", ["mmvq/nwarps=8", "mmvq/rows=1", "mmvq/regs=64", "mmvq/nwarps=8,regs=64"])
 def test_half_a_pair_is_a_legal_string_that_names_no_candidate(text: str) -> None:
     c = registry.Config.parse(text)
     assert (
@@ -121,6 +122,27 @@ def test_build_restriction_options_parse_strictly() -> None:
     assert registry.parse_mmvq_types("q6_K,q4_K") == ("q4_K", "q6_K")
     with pytest.raises(ValueError, match="--mmvq-types: 'f16' is not a type mmvq runs"):
         registry.parse_mmvq_types("q4_K,f16")
+    assert registry.parse_mmvq_regs("64,64") == (64,) and registry.parse_mmvq_regs("none") == ()
+    for bad in ("32", "x", "", "64,"):
+        with pytest.raises(ValueError, match=r"--mmvq-regs: .* is not one of 64"):
+            registry.parse_mmvq_regs(bad)
+
+
+def test_a_register_cap_asks_for_as_many_blocks_as_fit_65536_registers() -> None:
+    # 64 registers: 1024 resident threads whatever the block (upstream asks for 1 block, no cap)
+    assert [registry.mmvq_min_blocks(w, 64) for w in (1, 2, 4, 8)] == [32, 16, 8, 4]
+    assert registry.mmvq_min_blocks(4, 0) == 1
+    # each pair uncapped keeps its index; the capped ones follow
+    n = len(registry.MMVQ_CONFIGS)
+    assert registry.MMVQ_CANDIDATES[:n] == tuple((w, r, 0) for w, r in registry.MMVQ_CONFIGS)
+    assert registry.MMVQ_CANDIDATES[n:] == tuple((w, r, 64) for w, r in registry.MMVQ_CONFIGS)
+    assert (
+        registry.MmvqBuild().kernels()
+        == 2 * len(registry.MMVQ_DEFAULT_CONFIGS) * len(registry.MMVQ_DEFAULT_TYPES) * registry.MMVQ_MAX_COLS
+    )
+    old = registry.MmvqBuild.from_json({"configs": "4x2", "types": "q6_K"})  # a record of a hook without caps
+    assert old is not None and old.regs == () and not old.compiled("q6_K", (4, 2), 64)
+    assert old.compiled("q6_K", (4, 2))
 
 
 # ---- the codes header and ggml-dispatch-mmvq.h --------------------------------------------------------
@@ -130,8 +152,10 @@ def test_codes_header_emits_the_generated_candidates() -> None:
     text = codes.render_codes_header()
     listed = re.search(r"#define GGML_DISPATCH_MMVQ_CONFIG_LIST\(X\)(.*)", text)
     assert listed is not None
-    triples = [tuple(int(x) for x in m) for m in re.findall(r"X\((\d+), (\d+), (\d+)\)", listed.group(1))]
-    assert triples == [(i + 1, w, r) for i, (w, r) in enumerate(registry.MMVQ_CONFIGS)]
+    found = re.findall(r"X\((\d+), (\d+), (\d+), (\d+)\)", listed.group(1))
+    quads = [tuple(int(x) for x in m) for m in found]
+    assert quads == [(i + 1, w, r, g) for i, (w, r, g) in enumerate(registry.MMVQ_CANDIDATES)]
+    assert '#define GGML_DISPATCH_MMVQ_DEFAULT_REGS "64"' in text
     types = re.search(r"#define GGML_DISPATCH_MMVQ_TYPE_LIST\(X\)(.*)", text)
     assert types is not None
     assert re.findall(r'X\((\d+), "(\w+)"\)', types.group(1)) == [
@@ -151,8 +175,8 @@ int main() {
 #define T(id, name) \
     for (int cfg = 1; cfg <= GGML_DISPATCH_MMVQ_CONFIG_COUNT; ++cfg) { \
         if (ggml_dispatch_mmvq_compiled(id, cfg)) { \
-            std::printf("%s[\"%s\",%d,%d]", first ? "" : ",", name, ggml_dispatch_mmvq_nwarps_or(cfg, 0), \
-                        ggml_dispatch_mmvq_rows_or(cfg, 0)); \
+            std::printf("%s[\"%s\",%d,%d,%d]", first ? "" : ",", name, ggml_dispatch_mmvq_nwarps_or(cfg, 0), \
+                        ggml_dispatch_mmvq_rows_or(cfg, 0), ggml_dispatch_mmvq_regs_of(cfg)); \
             first = false; \
         } \
     }
@@ -161,6 +185,13 @@ int main() {
     static_assert(ggml_dispatch_mmvq_nwarps_or(0, 7) == 7, "0 = stock");
     static_assert(ggml_dispatch_mmvq_rows_or(0, 3) == 3, "0 = stock");
     static_assert(ggml_dispatch_mmvq_compiled(12, 0), "stock is always compiled");
+    static_assert(ggml_dispatch_mmvq_min_blocks(0, 32) == 1, "stock asks for one block");
+    constexpr int capped_4x2 = ggml_dispatch_mmvq_index(4, 2, 64);
+    constexpr int capped_8x1 = ggml_dispatch_mmvq_index(8, 1, 64);
+    static_assert(ggml_dispatch_mmvq_min_blocks(capped_4x2, 32) == 8, "64 registers x 128 threads");
+    static_assert(ggml_dispatch_mmvq_min_blocks(capped_8x1, 32) == 4, "64 registers x 256 threads");
+    static_assert(ggml_dispatch_mmvq_min_blocks(ggml_dispatch_mmvq_index(4, 2), 32) == 1, "uncapped");
+    static_assert(ggml_dispatch_mmvq_index(4, 2, 48) == 0, "48 is not a cap");
     return ggml_dispatch_config_problem(GGML_DISPATCH_ROUTE_MMVQ) == NULL ? 0 : 1;
 }
 """
@@ -196,28 +227,46 @@ def _probe(tmp_path: Path, *defines: str) -> subprocess.CompletedProcess[str]:
 def test_the_c_side_compiles_the_registry_defaults_without_a_build_header(tmp_path: Path) -> None:
     res = _probe(tmp_path)
     assert res.returncode == 0, res.stderr
-    got = {(t, w, r) for t, w, r in json.loads(res.stdout)}
-    assert got == {(t, w, r) for t in registry.MMVQ_DEFAULT_TYPES for w, r in registry.MMVQ_DEFAULT_CONFIGS}
+    got = {(t, w, r, g) for t, w, r, g in json.loads(res.stdout)}
+    assert got == {
+        (t, w, r, g)
+        for t in registry.MMVQ_DEFAULT_TYPES
+        for w, r in registry.MMVQ_DEFAULT_CONFIGS
+        for g in (0, *registry.MMVQ_DEFAULT_REGS)
+    }
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler")
 def test_a_compile_definition_restricts_the_instances(tmp_path: Path) -> None:
-    res = _probe(tmp_path, '-DGGML_DISPATCH_MMVQ_CONFIGS="8x1;4x2"', '-DGGML_DISPATCH_MMVQ_TYPES="q6_K q4_K"')
+    res = _probe(
+        tmp_path,
+        '-DGGML_DISPATCH_MMVQ_CONFIGS="8x1;4x2"',
+        '-DGGML_DISPATCH_MMVQ_TYPES="q6_K q4_K"',
+        '-DGGML_DISPATCH_MMVQ_REGS="none"',
+    )
     assert res.returncode == 0, res.stderr
     assert sorted(map(tuple, json.loads(res.stdout))) == [
-        ("q4_K", 4, 2),
-        ("q4_K", 8, 1),
-        ("q6_K", 4, 2),
-        ("q6_K", 8, 1),
+        ("q4_K", 4, 2, 0),
+        ("q4_K", 8, 1, 0),
+        ("q6_K", 4, 2, 0),
+        ("q6_K", 8, 1, 0),
     ]
+    res = _probe(tmp_path, '-DGGML_DISPATCH_MMVQ_CONFIGS="4x2"', '-DGGML_DISPATCH_MMVQ_TYPES="q5_K"')
+    assert res.returncode == 0, res.stderr
+    assert sorted(map(tuple, json.loads(res.stdout))) == [("q5_K", 4, 2, 0), ("q5_K", 4, 2, 64)]
     res = _probe(tmp_path, '-DGGML_DISPATCH_MMVQ_CONFIGS="all"', '-DGGML_DISPATCH_MMVQ_TYPES="all"')
     assert res.returncode == 0, res.stderr
-    assert len(json.loads(res.stdout)) == len(registry.MMVQ_CONFIGS) * len(registry.MMVQ_TYPES)
+    assert len(json.loads(res.stdout)) == len(registry.MMVQ_CANDIDATES) * len(registry.MMVQ_TYPES)
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler")
 @pytest.mark.parametrize(
-    "define", ['-DGGML_DISPATCH_MMVQ_CONFIGS="4x3"', '-DGGML_DISPATCH_MMVQ_TYPES="q4_K,f16"']
+    "define",
+    [
+        '-DGGML_DISPATCH_MMVQ_CONFIGS="4x3"',
+        '-DGGML_DISPATCH_MMVQ_TYPES="q4_K,f16"',
+        '-DGGML_DISPATCH_MMVQ_REGS="48"',
+    ],
 )
 def test_a_definition_naming_no_candidate_stops_the_build(tmp_path: Path, define: str) -> None:
     res = _probe(tmp_path, define)
@@ -250,7 +299,9 @@ def test_install_applies_both_features_to_the_pinned_tree(tree: Path) -> None:
             registry.mmvq_pair_text(p) for p in registry.MMVQ_DEFAULT_CONFIGS
         ),
         "GGML_DISPATCH_MMVQ_TYPES": ",".join(registry.MMVQ_DEFAULT_TYPES),
+        "GGML_DISPATCH_MMVQ_REGS": ",".join(map(str, registry.MMVQ_DEFAULT_REGS)),
     }
+    assert "ggml_dispatch_mmvq_min_blocks(dispatch_cfg, ggml_cuda_get_physical_warp_size())" in mmvq
     assert "features core+" in plan.messages[-1]
     inst.uninstall(tree)
     assert {n: (tree / CUDA / n).read_text() for n in ("mmvq.cu", "mmvf.cu")} == before
@@ -274,14 +325,18 @@ def test_a_tree_whose_kernel_differs_skips_the_feature(tree: Path) -> None:
 
 def test_the_restriction_is_written_kept_and_refused_when_bad(tree: Path) -> None:
     runner = CliRunner()
-    res = runner.invoke(
-        main, ["install", "--llama-cpp", str(tree), "--mmvq-configs", "8x1,4x2", "--mmvq-types", "q6_K"]
-    )
+    args = ["--mmvq-configs", "8x1,4x2", "--mmvq-types", "q6_K", "--mmvq-regs", "none"]
+    res = runner.invoke(main, ["install", "--llama-cpp", str(tree), *args])
     assert res.exit_code == 0, res.output
-    assert _defines(tree) == {"GGML_DISPATCH_MMVQ_CONFIGS": "4x2,8x1", "GGML_DISPATCH_MMVQ_TYPES": "q6_K"}
+    assert _defines(tree) == {
+        "GGML_DISPATCH_MMVQ_CONFIGS": "4x2,8x1",
+        "GGML_DISPATCH_MMVQ_TYPES": "q6_K",
+        "GGML_DISPATCH_MMVQ_REGS": "none",
+    }
     res = runner.invoke(main, ["install", "--llama-cpp", str(tree)])  # a later install keeps the choice
     assert res.exit_code == 0, res.output
     assert _defines(tree)["GGML_DISPATCH_MMVQ_CONFIGS"] == "4x2,8x1"
+    assert _defines(tree)["GGML_DISPATCH_MMVQ_REGS"] == "none"
     before = (tree / CUDA / inst.BUILD_HEADER).read_text()
     res = runner.invoke(main, ["install", "--llama-cpp", str(tree), "--mmvq-configs", "8x3"])
     assert res.exit_code == 2
@@ -374,12 +429,15 @@ def test_the_hooked_mmvq_compiles_exactly_the_asked_instances_for_sm90(
     assert res.returncode == 0, res.stderr[-4000:]
     assert _hook_warnings(res.stderr) == []
     nm = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
-    cfg = registry.MMVQ_CONFIGS.index((8, 1)) + 1
+    # the pair uncapped and under each default register cap (GGML_DISPATCH_MMVQ_REGS left at its default)
+    cfgs = [registry.MMVQ_CANDIDATES.index((8, 1, g)) + 1 for g in (0, *registry.MMVQ_DEFAULT_REGS)]
     candidates = set(
         re.findall(r"mul_mat_vec_q<\(ggml_type\)(\d+), (\d), false, false, false, ([1-9]\d*)>", nm)
     )
     q4_k = registry.GGML_TYPES["q4_K"].id
-    assert candidates == {(str(q4_k), str(n), str(cfg)) for n in range(1, registry.MMVQ_MAX_COLS + 1)}
+    assert candidates == {
+        (str(q4_k), str(n), str(cfg)) for n in range(1, registry.MMVQ_MAX_COLS + 1) for cfg in cfgs
+    }
 
 
 @pytest.mark.slow

@@ -258,7 +258,10 @@ def test_the_pruned_sweep_of_lab_qwen35_sh_plans_the_verify_widths_with_compiled
     # compiled mmvq pairs and no other
     _, cases = _planned("TUNE_PRUNED", EVIDENCE / "census.parquet", tmp_path)
     assert {1, 3, 4, 12, 1024} <= {c["M"] for c in cases}
+    # (no hooked tree here, so every capped pair the glob names; a default install compiles the default
+    # pairs' only, which select keeps)
     compiled = {f"mmvq/nwarps={w},rows={r}" for w, r in registry.MMVQ_DEFAULT_CONFIGS}
+    compiled |= {f"mmvq/nwarps={w},rows={r},regs=64" for w, r in registry.MMVQ_CONFIGS}
     small = next(c for c in cases if c["M"] == 3)
     assert {r for r in small["routes"] if r.startswith("mmvq/")} == compiled
 

@@ -40,7 +40,9 @@ def test_decode_shapes_get_every_launch_shape_and_larger_m_none() -> None:
     sel = select.select_cases([row("q4_K", 1), row("q4_K", 3), row("q4_K", 512)], routes=ALL, coverage=1.0)
     by_m = {c.M: c.routes for c in sel.cases}
     assert {1, 2, 3, 4, 256, 512, 1024} <= set(by_m)
-    pairs = {f"mmvq/nwarps={w},rows={r}" for w, r in registry.MMVQ_CONFIGS}
+    pairs = {
+        f"mmvq/nwarps={w},rows={r}" + (f",regs={g}" if g else "") for w, r, g in registry.MMVQ_CANDIDATES
+    }
     blocks = {f"mmvf/block={b}" for b in registry.MMVF_BLOCKS}
     for M in (1, 2, 3, 4):
         assert decode(by_m[M]) == pairs | blocks, M
@@ -51,11 +53,15 @@ def test_decode_shapes_get_every_launch_shape_and_larger_m_none() -> None:
 
 
 def test_mmvq_pairs_follow_what_the_build_compiled() -> None:
-    built = inst.MmvqBuild(((4, 1), (8, 2)), ("q4_K",))
+    built = inst.MmvqBuild(((4, 1), (8, 2)), ("q4_K",), regs=())
     sel = select.select_cases([row("q4_K", 1), row("q6_K", 1)], routes=ALL, coverage=1.0, mmvq=built)
     got = {(c.shape.src0_type, c.M): {r for r in c.routes if r.startswith("mmvq/")} for c in sel.cases}
     assert got[("q4_K", 1)] == {"mmvq/nwarps=4,rows=1", "mmvq/nwarps=8,rows=2"}
     assert got[("q6_K", 1)] == set()
+    capped = inst.MmvqBuild(((4, 1),), ("q4_K",), regs=(64,))  # each pair uncapped and under the cap
+    sel = select.select_cases([row("q4_K", 1)], routes=ALL, coverage=1.0, mmvq=capped)
+    got = {(c.shape.src0_type, c.M): {r for r in c.routes if r.startswith("mmvq/")} for c in sel.cases}
+    assert got[("q4_K", 1)] == {"mmvq/nwarps=4,rows=1", "mmvq/nwarps=4,rows=1,regs=64"}
     assert all(any(r.startswith("mmvf/") for r in c.routes) for c in sel.cases if c.M <= 8)
 
 
@@ -68,6 +74,8 @@ def test_the_sweep_reads_the_trees_install(tmp_path: Path) -> None:
     (tree / "UPSTREAM_COMMIT").write_text(schema.PINNED_UPSTREAM_COMMIT + "\n")
     assert build.tree_mmvq(tree) is None  # no hook: nothing known, nothing left out
     inst.install(tree, mmvq_configs="8x1", mmvq_types="q6_K,q4_K")
-    assert build.tree_mmvq(tree) == inst.MmvqBuild(((8, 1),), ("q4_K", "q6_K"))
+    assert build.tree_mmvq(tree) == inst.MmvqBuild(((8, 1),), ("q4_K", "q6_K"), registry.MMVQ_DEFAULT_REGS)
+    inst.install(tree, mmvq_regs="none")
+    assert build.tree_mmvq(tree) == inst.MmvqBuild(((8, 1),), ("q4_K", "q6_K"), ())
     inst.install(tree, features=frozenset({"core"}))  # the hook without the feature: no pair runs
     assert build.tree_mmvq(tree) == inst.MmvqBuild((), ())

@@ -221,7 +221,7 @@ def test_candidates_are_every_configuration_of_each_route() -> None:
         + (1 + 1 + 2 * 3 * 2)
         + 1
         + len(registry.MMVF_BLOCKS)  # mmvf/block=B
-        + len(registry.MMVQ_CONFIGS)  # mmvq/nwarps=N,rows=R
+        + len(registry.MMVQ_CANDIDATES)  # mmvq/nwarps=N,rows=R[,regs=G]
     )
     cublas = [c for c in every if c.startswith("cublas/")]
     assert sorted(cublas) == sorted(
@@ -269,7 +269,7 @@ def test_mul_mat_cases_leave_out_the_mul_mat_id_split() -> None:
     sel = select_cases([row(M=512, est=10)], coverage=1.0, routes=every)
     routes = sel.cases[0].routes
     assert "mmq/j=48,stream_k=on" in routes and not any("split=" in r for r in routes)
-    decode = len(registry.MMVF_BLOCKS) + len(registry.MMVQ_CONFIGS)  # launch shapes of M <= 8 only
+    decode = len(registry.MMVF_BLOCKS) + len(registry.MMVQ_CANDIDATES)  # launch shapes of M <= 8 only
     assert (
         len(routes) == len(every) - 16 * 2 - 16 - len(registry.MMQ_FUSED_J) - 2 - 1 - decode
     )  # no id_sorted

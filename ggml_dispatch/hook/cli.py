@@ -72,6 +72,15 @@ class _Refused(click.ClickException):
     " previous install's, else " + ",".join(registry.MMVQ_DEFAULT_TYPES) + ".",
 )
 @click.option(
+    "--mmvq-regs",
+    metavar="LIST",
+    help="register caps the mmvq candidates are compiled under besides uncapped ("
+    + ",".join(map(str, registry.MMVQ_REGS))
+    + ", 'all' or 'none'): each doubles the candidates' kernels. Default: the previous install's, else "
+    + (",".join(map(str, registry.MMVQ_DEFAULT_REGS)) or "none")
+    + ".",
+)
+@click.option(
     "--check",
     is_flag=True,
     help="say which features apply and which launches the seam misses; write nothing.",
@@ -87,6 +96,7 @@ def install_cmd(
     features_text: str | None,
     mmvq_configs: str | None,
     mmvq_types: str | None,
+    mmvq_regs: str | None,
     check: bool,
     as_json: bool,
     uninstall: bool,
@@ -123,8 +133,8 @@ def install_cmd(
         raise click.BadParameter(str(e), param_hint="--features") from None
     if as_json and not check:
         raise click.UsageError("--json goes with --check")
-    if (mmvq_configs is not None or mmvq_types is not None) and (check or uninstall):
-        raise click.UsageError("--mmvq-configs and --mmvq-types go with an install")
+    if (mmvq_configs is not None or mmvq_types is not None or mmvq_regs is not None) and (check or uninstall):
+        raise click.UsageError("--mmvq-configs, --mmvq-types and --mmvq-regs go with an install")
     if check:
         if uninstall or table_path is not None:
             raise click.UsageError("--check takes neither --uninstall nor --table")
@@ -148,6 +158,7 @@ def install_cmd(
                 features=wanted,
                 mmvq_configs=mmvq_configs,
                 mmvq_types=mmvq_types,
+                mmvq_regs=mmvq_regs,
             )
     except inst.InstallError as e:
         raise _Refused(printable(e)) from None

@@ -153,8 +153,10 @@ def patch_hash(sources: Mapping[str, bytes], specs: Mapping[str, list[patch.Hunk
 def rule_not_compiled(rule: Rule, mmvq: MmvqBuild) -> bool:
     """Does a rule's mmvq configuration name a candidate this build does not compile for its weight type?"""
     config = rule.config
-    pair = registry.mmvq_params_pair(dict(config.params)) if config.route is registry.Route.MMVQ else None
-    return pair is not None and not mmvq.compiled(str(rule.fields.get("src0_type", "")), pair)
+    values = dict(config.params)
+    pair = registry.mmvq_params_pair(values) if config.route is registry.Route.MMVQ else None
+    src0_type = str(rule.fields.get("src0_type", ""))
+    return pair is not None and not mmvq.compiled(src0_type, pair, registry.mmvq_params_regs(values))
 
 
 def build_header(
@@ -176,12 +178,15 @@ def build_header(
         "/* The hook features applied (GGML_DISPATCH_FEATURE_* bits, ggml-dispatch-codes.h). */\n"
         f"#define GGML_DISPATCH_FEATURES {features}u\n"
         "/* mmvq's candidate instances compiled (feature mmvq_params, ggml-dispatch-mmvq.h; install\n"
-        " * --mmvq-configs, --mmvq-types). A compile definition of the same name wins. */\n"
+        " * --mmvq-configs, --mmvq-types, --mmvq-regs). A compile definition of the same name wins. */\n"
         "#ifndef GGML_DISPATCH_MMVQ_CONFIGS\n"
         f'#define GGML_DISPATCH_MMVQ_CONFIGS "{mmvq.configs_text()}"\n'
         "#endif\n"
         "#ifndef GGML_DISPATCH_MMVQ_TYPES\n"
         f'#define GGML_DISPATCH_MMVQ_TYPES "{",".join(mmvq.types)}"\n'
+        "#endif\n"
+        "#ifndef GGML_DISPATCH_MMVQ_REGS\n"
+        f'#define GGML_DISPATCH_MMVQ_REGS "{mmvq.regs_text()}"\n'
         "#endif\n"
     )
 
@@ -357,10 +362,11 @@ def plan_install(
     native_dir: Path = NATIVE_DIR,
     mmvq_configs: str | None = None,
     mmvq_types: str | None = None,
+    mmvq_regs: str | None = None,
 ) -> Plan:
-    """What install writes. ``mmvq_configs`` / ``mmvq_types`` (the --mmvq-configs / --mmvq-types texts; None:
-    what the tree's previous install compiled, else the registry's defaults) choose mmvq's candidate
-    instances."""
+    """What install writes. ``mmvq_configs`` / ``mmvq_types`` / ``mmvq_regs`` (the --mmvq-configs /
+    --mmvq-types / --mmvq-regs texts; None: what the tree's previous install compiled, else the registry's
+    defaults) choose mmvq's candidate instances."""
     found = fit_tree(tree, upstream_commit=upstream_commit, features=features, native_dir=native_dir)
     tree = found.tree
     core = found.fit.features[registry.CORE_FEATURE]
@@ -381,7 +387,7 @@ def plan_install(
 
     previous = MmvqBuild.from_json(found.manifest.get("mmvq")) if found.manifest is not None else None
     try:
-        mmvq = MmvqBuild.parse(mmvq_configs, mmvq_types, previous)
+        mmvq = MmvqBuild.parse(mmvq_configs, mmvq_types, previous, mmvq_regs)
     except ValueError as e:
         raise InstallError(str(e)) from None
     sources = native_sources(native_dir)

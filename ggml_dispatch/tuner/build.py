@@ -80,7 +80,11 @@ def tree_mmvq(tree: Path) -> MmvqBuild | None:
         return MmvqBuild((), ())
     defs = dict(_DEFINE.findall(text))
     try:
-        return MmvqBuild.parse(defs.get("GGML_DISPATCH_MMVQ_CONFIGS"), defs.get("GGML_DISPATCH_MMVQ_TYPES"))
+        return MmvqBuild.parse(
+            defs.get("GGML_DISPATCH_MMVQ_CONFIGS"),
+            defs.get("GGML_DISPATCH_MMVQ_TYPES"),
+            regs=defs.get("GGML_DISPATCH_MMVQ_REGS", "none"),  # a stamp without it: no capped candidate
+        )
     except ValueError:
         return None
 

@@ -68,7 +68,7 @@ def candidate_configs(routes: Sequence[str], mode: str = "all") -> tuple[str, ..
 class CompiledMmvq(Protocol):
     """Which mmvq candidate instances a build compiles (registry.MmvqBuild)."""
 
-    def compiled(self, src0_type: str, pair: tuple[int, int]) -> bool: ...
+    def compiled(self, src0_type: str, pair: tuple[int, int], regs: int = 0) -> bool: ...
 
 
 class Wanted(Protocol):
@@ -105,8 +105,10 @@ def configs_at(
         if c.route in (registry.Route.MMVQ, registry.Route.MMVF) and c.params:
             if M > registry.MMVQ_MAX_COLS:
                 continue
-            pair = registry.mmvq_params_pair(dict(c.params)) if c.route is registry.Route.MMVQ else None
-            if pair is not None and mmvq is not None and not mmvq.compiled(src0_type, pair):
+            values = dict(c.params)
+            pair = registry.mmvq_params_pair(values) if c.route is registry.Route.MMVQ else None
+            regs = registry.mmvq_params_regs(values)
+            if pair is not None and mmvq is not None and not mmvq.compiled(src0_type, pair, regs):
                 continue
         out.append(text)
     return tuple(out)

@@ -271,6 +271,10 @@ static inline ggml_dispatch_params ggml_dispatch_params_of_config(int config) {
         if (r != 0) {
             p.mmvq_rows = std::atoi(ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_MMVQ_ROWS_INDEX].values[r - 1]);
         }
+        const int g = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMVQ_REGS_INDEX);
+        if (g != 0) {
+            p.mmvq_regs = std::atoi(ggml_dispatch_param_descs[GGML_DISPATCH_PARAM_MMVQ_REGS_INDEX].values[g - 1]);
+        }
     } else if (route == GGML_DISPATCH_ROUTE_MMVF) {
         const int b = ggml_dispatch_config_param(config, GGML_DISPATCH_PARAM_MMVF_BLOCK_INDEX);
         if (b != 0) {
@@ -390,9 +394,10 @@ static inline ggml_dispatch_why ggml_dispatch_check_params(int op, int config, c
 #endif
 #if GGML_DISPATCH_HAS_FEATURE(GGML_DISPATCH_FEATURE_MMVQ_PARAMS)
     if (route == GGML_DISPATCH_ROUTE_MMVQ) {
-        // both parameters, naming a candidate this build compiled for the weight type (ggml-dispatch-mmvq.h),
-        // at the warp size the candidates were checked for; a block of rows never reads past the last row
-        const int cfg = ggml_dispatch_mmvq_index(p.mmvq_nwarps, p.mmvq_rows);
+        // both parameters (and the register cap, if any), naming a candidate this build compiled for the
+        // weight type (ggml-dispatch-mmvq.h), at the warp size the candidates were checked for; a block of rows
+        // never reads past the last row
+        const int cfg = ggml_dispatch_mmvq_index(p.mmvq_nwarps, p.mmvq_rows, p.mmvq_regs);
         if (cfg == 0 || !ggml_dispatch_mmvq_compiled(d.src0_type, cfg) || dev.warp_size != GGML_DISPATCH_MMVQ_WARP_SIZE) {
             return GGML_DISPATCH_WHY_PARAMS;
         }

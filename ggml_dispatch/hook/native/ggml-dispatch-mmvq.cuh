@@ -39,7 +39,7 @@ static bool ggml_dispatch_mmvq_launch_ncols(
         const int stride_sample_y, const int stride_sample_dst, const int nchannels_dst, const int nsamples_dst,
         const int warp_size, const int ids_stride, cudaStream_t stream) {
     switch (cfg) {
-#define GGML_DISPATCH_MMVQ_CASE(i, w, r)                                                                                \
+#define GGML_DISPATCH_MMVQ_CASE(i, w, r, g)                                                                              \
         case (i):                                                                                                       \
             if constexpr (ggml_dispatch_mmvq_compiled(type, (i))) {                                                    \
                 ggml_dispatch_mmvq_launch_cfg<type, ncols_dst, (i)>(vx, vy, ids, fusion, dst, ncols_x, nrows_x,        \
@@ -57,7 +57,7 @@ static bool ggml_dispatch_mmvq_launch_ncols(
     }
 }
 
-// Runs the node at the configuration's warps and rows per block and returns true; false (and the node
+// Runs the node at the configuration's warps and rows per block (and register cap) and returns true; false (and the node
 // refused, so the dispatch counts it ineligible) where this build has no such instance for the type, or the
 // call is one the candidates do not serve (MUL_MAT_ID's ids, a fused gate or bias, more than
 // GGML_DISPATCH_MMVQ_MAX_COLS columns): the caller then launches what the tree would. Without a configuration
@@ -74,7 +74,7 @@ static bool ggml_dispatch_mmvq_launch(
     if (p.mmvq_nwarps == 0 && p.mmvq_rows == 0) {
         return false;
     }
-    const int  cfg        = ggml_dispatch_mmvq_index(p.mmvq_nwarps, p.mmvq_rows);
+    const int  cfg        = ggml_dispatch_mmvq_index(p.mmvq_nwarps, p.mmvq_rows, p.mmvq_regs);
     const bool has_fusion = fusion.gate != nullptr || fusion.x_bias != nullptr || fusion.gate_bias != nullptr ||
                             fusion.x_scale != nullptr || fusion.gate_scale != nullptr;
     bool launched = false;

@@ -78,6 +78,7 @@ struct ggml_dispatch_params {
     // decode shapes (mmvq.cu, mmvf.cu); 0: the tree's choice
     int mmvq_nwarps    = 0;  // mmvq warps per block, with mmvq_rows: a compiled candidate (ggml-dispatch-mmvq.h)
     int mmvq_rows      = 0;  // mmvq rows per block
+    int mmvq_regs      = 0;  // mmvq registers per thread at most (0: the compiler's choice, as upstream)
     int mmvf_block     = 0;  // mmvf threads per block
 };
 
