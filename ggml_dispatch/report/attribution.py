@@ -32,6 +32,9 @@ from ggml_dispatch.errors import InputError
 from ggml_dispatch.report import timeline as tl
 
 MODES: Final = ("mtp", "plain")
+# A graph evaluation's kernels follow each other within microseconds; between evaluations the host samples,
+# drafts and builds the next graph (hundreds of microseconds and more).
+EVAL_GAP_NS: Final = 50_000
 PHASE_GAP_NS: Final = (
     1_000_000_000  # serve_ab profile idles 2 s between phases; kernels of one phase never 1 s
 )
@@ -143,6 +146,20 @@ def _segment(events: Sequence[tuple[int, int, str]]) -> Segment:
     return Segment(events[0][0], max(e[1] for e in events), kernels, copies)
 
 
+def evaluations(seg: Segment, gap_ns: int = EVAL_GAP_NS) -> int:
+    """The segment's bursts of GPU work that hold kernels, cut where the GPU idles at least ``gap_ns``: the
+    graph evaluations the host launched (a burst of copies alone, a sampled token read back, is none)."""
+    events = sorted([(s, e, True) for s, e, _ in seg.kernels] + [(s, e, False) for s, e in seg.copies])
+    count, end, has_kernel = 0, None, False
+    for s, e, is_kernel in events:
+        if end is not None and s - end >= gap_ns:
+            count += has_kernel
+            has_kernel = False
+        has_kernel = has_kernel or is_kernel
+        end = e if end is None else max(end, e)
+    return count + has_kernel
+
+
 def attribute(seg: Segment) -> dict[str, float]:
     """GPU milliseconds per op/route label in one segment (kernel durations; overlap counted per kernel)."""
     ms: dict[str, float] = defaultdict(float)
@@ -164,6 +181,7 @@ class Phase:
     acceptance: float | None
     ms: Mapping[str, float]
     wall_ms: float
+    evaluations: int = 0  # bursts of kernels with idle gaps of at least EVAL_GAP_NS between them
 
     @property
     def name(self) -> str:
@@ -245,7 +263,7 @@ def _load_mode(files: Mapping[str, tuple[Path, str]], where: Path, mode: str) ->
         out.append(
             Phase(
                 mode, str(row["phase"]), depth, int(row["slots"]), int(row["gen"]), sum(predicted),
-                row.get("acceptance"), attribute(seg), (seg.end - seg.start) / 1e6,
+                row.get("acceptance"), attribute(seg), (seg.end - seg.start) / 1e6, evaluations(seg),
             )
         )  # fmt: skip
     return out
@@ -282,6 +300,20 @@ def markdown(phases: Sequence[Phase], top: int = 14) -> str:
         f"the same on wall time, which holds the host's gaps too. *for {TARGET:.2f}x*: how many times faster "
         f"those kernels must run for the wall time to gain {TARGET:.2f}x (- where it cannot)."
     )
+    decode = [p for p in phases if p.phase == "decode" and p.committed]
+    if decode:
+        lines.append(
+            "\n| decode phase | graph evaluations per committed token | GPU idle per committed token (ms) |"
+        )
+        lines.append("|---|---:|---:|")
+        for p in decode:
+            idle = max(p.wall_ms - p.total, 0.0) / p.committed
+            lines.append(f"| {p.name} | {p.evaluations / p.committed:.2f} | {idle:.2f} |")
+        lines.append(
+            "\nA graph evaluation is a burst of kernels with less than "
+            f"{EVAL_GAP_NS // 1000} us of GPU idle inside; between them the host samples, drafts and builds "
+            "the next graph, which no table shortens."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -299,6 +331,7 @@ def as_json(phases: Iterable[Phase]) -> list[dict[str, Any]]:
             "wall_ms": p.wall_ms,
             "coverage": p.coverage,
             "tunable": p.tunable,
+            "evaluations": p.evaluations,
             "bound": p.bound,
             "wall_bound": p.wall_bound,
             "needed_for_1_10": p.needed(TARGET),
