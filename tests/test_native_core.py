@@ -163,6 +163,12 @@ def test_dispatch_env_parsing(run: tuple[dict[str, Any], list[dict[str, Any]], P
     native = out["env_errors"]["force:mmvq/rows=2"].split(": ", 1)[1].removesuffix("; running stock")
     assert registry.mmvq_config_problem(registry.Config.parse("mmvq/rows=2")) == "mmvq/rows=2: " + native
     assert env["force:mmvq/nwarps=16,rows=1"] == [off, 0, True]
+    # a register cap goes with a pair (any order); alone, or at a value that is not a cap, it is refused
+    capped = registry.Config.parse("mmvq/nwarps=4,rows=2,regs=64")
+    assert env["force:mmvq/regs=64,rows=2,nwarps=4"] == [force, capped.code, False]
+    assert env["force:mmvq/regs=64"] == [off, 0, True]
+    assert "nwarps and rows are set together" in out["env_errors"]["force:mmvq/regs=64"]
+    assert env["force:mmvq/nwarps=4,rows=2,regs=48"] == [off, 0, True]
 
 
 def test_config_codes_format_as_the_registry_spells_them(

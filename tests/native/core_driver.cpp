@@ -64,6 +64,9 @@ int main(int argc, char ** argv) {
                              "force:mmvq/nwarps=8,rows=1",
                              "force:mmvq/rows=2",
                              "force:mmvq/nwarps=16,rows=1",
+                             "force:mmvq/regs=64,rows=2,nwarps=4",
+                             "force:mmvq/regs=64",
+                             "force:mmvq/nwarps=4,rows=2,regs=48",
                              "force:mmvf/block=128"};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); ++i) {
         const env_choice c = parse_dispatch_env(values[i]);
