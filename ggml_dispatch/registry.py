@@ -399,12 +399,14 @@ class MmvqBuild:
 
     @classmethod
     def from_json(cls, d: Any) -> MmvqBuild | None:
-        """An install record's ``mmvq`` entry (None where it has none or one that does not parse; a record
-        without ``regs`` is of a hook that compiled no capped candidate)."""
+        """An install record's ``mmvq`` entry, the choice a later install keeps (None where it has none or one
+        that does not parse). A record without ``regs`` predates the caps, so nobody chose against them: the
+        default caps."""
         if not isinstance(d, dict):
             return None
         try:
-            return cls.parse(str(d["configs"]) or "none", str(d["types"]), regs=str(d.get("regs", "none")))
+            regs = str(d["regs"]) if "regs" in d else None
+            return cls.parse(str(d["configs"]) or "none", str(d["types"]), regs=regs)
         except (KeyError, ValueError):
             return None
 

@@ -140,9 +140,12 @@ def test_a_register_cap_asks_for_as_many_blocks_as_fit_65536_registers() -> None
         registry.MmvqBuild().kernels()
         == 2 * len(registry.MMVQ_DEFAULT_CONFIGS) * len(registry.MMVQ_DEFAULT_TYPES) * registry.MMVQ_MAX_COLS
     )
-    old = registry.MmvqBuild.from_json({"configs": "4x2", "types": "q6_K"})  # a record of a hook without caps
-    assert old is not None and old.regs == () and not old.compiled("q6_K", (4, 2), 64)
-    assert old.compiled("q6_K", (4, 2))
+    # an install record of a hook without caps: its choice of pairs and types is kept, the caps default
+    old = registry.MmvqBuild.from_json({"configs": "4x2", "types": "q6_K"})
+    assert old == registry.MmvqBuild(((4, 2),), ("q6_K",), registry.MMVQ_DEFAULT_REGS)
+    chosen = registry.MmvqBuild.from_json({"configs": "4x2", "types": "q6_K", "regs": "none"})
+    assert chosen is not None and chosen.regs == () and not chosen.compiled("q6_K", (4, 2), 64)
+    assert chosen.compiled("q6_K", (4, 2))
 
 
 # ---- the codes header and ggml-dispatch-mmvq.h --------------------------------------------------------
