@@ -296,7 +296,7 @@ MMVQ_TYPES: Final[tuple[str, ...]] = (
 MMVQ_DEFAULT_TYPES: Final[tuple[str, ...]] = ("q4_0", "q8_0", "q4_K", "q5_K", "q6_K")
 # Register caps per thread a candidate pair can be compiled with besides the compiler's own choice (the
 # kernel's __launch_bounds__ minimum blocks per SM, 65536 / (regs x threads per block); upstream asks for 1
-# block, which lets the K-quant kernels at ncols_dst 2-4 take 72-95 registers and so 5-6 blocks of 128
+# block, which lets the K-quant kernels at ncols_dst 2-4 take 72-95 registers and so 5-7 blocks of 128
 # threads per SM). 64 registers is 1024 resident threads at any block size; docs/mmvq-configs.md has the
 # registers and spills each cap gives. Each cap compiled doubles the candidates' kernels (--mmvq-regs).
 MMVQ_REGS: Final[tuple[int, ...]] = (64,)

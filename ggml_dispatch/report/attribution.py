@@ -121,15 +121,20 @@ class Segment:
     copies: tuple[tuple[int, int], ...]
 
 
+COPY: Final = "\0copy"  # the label of a copy among a segment's events
+
+
 def segments(timeline: timeline_artifact.Timeline, gap_ns: int) -> list[Segment]:
     """The timeline's kernels and copies cut wherever the GPU idles at least ``gap_ns``."""
-    events = sorted(
-        [(s, e, lab) for s, e, lab in timeline.kernels] + [(s, e, "\0copy") for s, e in timeline.copies]
-    )
+    events = [(s, e, lab) for s, e, lab in timeline.kernels] + [(s, e, COPY) for s, e in timeline.copies]
+    return _split(events, gap_ns)
+
+
+def _split(events: Sequence[tuple[int, int, str]], gap_ns: int) -> list[Segment]:
     out: list[Segment] = []
     cur: list[tuple[int, int, str]] = []
     end = None
-    for ev in events:
+    for ev in sorted(events):
         if end is not None and ev[0] - end >= gap_ns and cur:
             out.append(_segment(cur))
             cur = []
@@ -141,23 +146,16 @@ def segments(timeline: timeline_artifact.Timeline, gap_ns: int) -> list[Segment]
 
 
 def _segment(events: Sequence[tuple[int, int, str]]) -> Segment:
-    kernels = tuple(e for e in events if e[2] != "\0copy")
-    copies = tuple((s, e) for s, e, lab in events if lab == "\0copy")
+    kernels = tuple(e for e in events if e[2] != COPY)
+    copies = tuple((s, e) for s, e, lab in events if lab == COPY)
     return Segment(events[0][0], max(e[1] for e in events), kernels, copies)
 
 
 def evaluations(seg: Segment, gap_ns: int = EVAL_GAP_NS) -> int:
     """The segment's bursts of GPU work that hold kernels, cut where the GPU idles at least ``gap_ns``: the
     graph evaluations the host launched (a burst of copies alone, a sampled token read back, is none)."""
-    events = sorted([(s, e, True) for s, e, _ in seg.kernels] + [(s, e, False) for s, e in seg.copies])
-    count, end, has_kernel = 0, None, False
-    for s, e, is_kernel in events:
-        if end is not None and s - end >= gap_ns:
-            count += has_kernel
-            has_kernel = False
-        has_kernel = has_kernel or is_kernel
-        end = e if end is None else max(end, e)
-    return count + has_kernel
+    events = [*seg.kernels, *((s, e, COPY) for s, e in seg.copies)]
+    return sum(1 for burst in _split(events, gap_ns) if burst.kernels)
 
 
 def attribute(seg: Segment) -> dict[str, float]:
@@ -195,10 +193,14 @@ class Phase:
         return sum(self.ms.values())
 
     @property
+    def tunable_ms(self) -> float:
+        """GPU milliseconds in kernels a table chooses (matmul routes, conversions, FlashAttention)."""
+        return sum(v for k, v in self.ms.items() if k in TUNABLE)
+
+    @property
     def tunable(self) -> float:
-        """The share of GPU time in kernels a table chooses (matmul routes, conversions, FlashAttention)."""
-        chosen = sum(v for k, v in self.ms.items() if k in TUNABLE)
-        return chosen / self.total if self.total else 0.0
+        """The share of GPU time in kernels a table chooses."""
+        return self.tunable_ms / self.total if self.total else 0.0
 
     @property
     def bound(self) -> float | None:
@@ -209,13 +211,13 @@ class Phase:
     def wall_bound(self) -> float | None:
         """The same bound on the phase's wall time, which is what tokens/s follow: the host's share (the gaps
         between kernels: sampling, drafting, graph upkeep) is out of a table's reach and lowers it further."""
-        chosen = self.tunable * self.total
+        chosen = self.tunable_ms
         return self.wall_ms / (self.wall_ms - chosen) if self.wall_ms > chosen else None
 
     def needed(self, target: float) -> float | None:
         """How many times faster the tunable kernels must get for the phase's wall time to gain ``target``
         (everything else unchanged); None where even taking no time they would not reach it."""
-        chosen = self.tunable * self.total
+        chosen = self.tunable_ms
         save = self.wall_ms * (1.0 - 1.0 / target)
         return chosen / (chosen - save) if chosen > save else None
 
